@@ -1,0 +1,164 @@
+"""The records that writer, reader, validator and repartitioner share.
+
+A converted dataset directory holds:
+
+    metadata.json                 written last: its presence means the dataset is complete
+    <split>-000000.tar ...        shards (TF-slim names for the tfrecord format)
+    <split>.index.tsv             one line per sample, so any sample can be found and checked alone
+
+metadata.json keeps the reference harness's keys (`train_length`, `validation_length`,
+`format`, `shuffle`, `train_transform_pipeline`, `validation_transform_pipeline`,
+`seed`, `image_quality`) and adds:
+
+    "format_version": 1,
+    "classes": ["n01440764", ...],          class index -> class folder name
+    "tensor_layout": "HWC" | null,
+    "splits": {"train": {
+        "length": samples written,
+        "source_samples": samples found in the source (= length + len(skipped)),
+        "skipped": [{"path": ..., "reason": ...}],
+        "shards": [ShardRecord.to_json(), ...],
+        "index": {"name": "train.index.tsv", "bytes": ..., "sha256": ...}}}
+
+Each shard is described by a `ShardRecord` (name, samples, bytes, sha256); each sample
+by a `SampleRecord`, one tab-separated line of the split's index.
+"""
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from .fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
+
+METADATA_FILE = "metadata.json"
+FORMAT_VERSION = 1
+SPLITS = ("train", "validation")
+PAYLOAD_EXTENSIONS = {"img": "jpg", "tensor": "npy"}
+
+
+class DatasetError(Exception):
+    """A dataset directory that cannot be used: names the file and the problem."""
+
+
+def tar_shard_name(split: str, number: int) -> str:
+    return f"{split}-{number:06d}.tar"
+
+
+def sample_index_name(split: str) -> str:
+    return f"{split}.index.tsv"
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    name: str
+    samples: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj) -> "ShardRecord":
+        return cls(str(obj["name"]), int(obj["samples"]), int(obj["bytes"]), str(obj["sha256"]))
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """Where one sample lives and what its payload must hash to.
+
+    record_offset/record_size: the sample's whole byte range in the shard (for tar: from
+    its first member header to the end of its last member's padding; for TFRecord:
+    the length, CRCs and data of its record). Copying that range copies the sample
+    byte for byte. payload_offset/payload_size: the image or tensor bytes themselves.
+    members: "ext:header_offset" pairs joined by ";" (for tar), e.g. "cls:0;json:512;jpg:1536".
+    """
+
+    key: str
+    shard: str
+    label: int
+    record_offset: int
+    record_size: int
+    payload_offset: int
+    payload_size: int
+    payload_sha256: str
+    members: str = ""
+
+    def member_offsets(self) -> dict:
+        pairs = (item.split(":") for item in self.members.split(";") if item)
+        return {ext: int(offset) for ext, offset in pairs}
+
+
+_COLUMNS = [f.name for f in fields(SampleRecord)]
+_INT_COLUMNS = {"label", "record_offset", "record_size", "payload_offset", "payload_size"}
+
+
+def encode_sample_index(records) -> bytes:
+    lines = ["\t".join(_COLUMNS)]
+    for record in records:
+        lines.append("\t".join(str(getattr(record, column)) for column in _COLUMNS))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_sample_index(path, records) -> dict:
+    """Write the index atomically; return its {"name", "bytes", "sha256"} for metadata."""
+    data = encode_sample_index(records)
+    atomic_write_bytes(path, data)
+    return {"name": Path(path).name, "bytes": len(data), "sha256": sha256_bytes(data)}
+
+
+def parse_sample_index(data: bytes, source="<index>"):
+    lines = data.decode().splitlines()
+    if not lines or lines[0].split("\t") != _COLUMNS:
+        raise DatasetError(f"{source}: not a sample index (expected header {' '.join(_COLUMNS)})")
+    records = []
+    for number, line in enumerate(lines[1:], start=2):
+        values = line.split("\t")
+        if len(values) != len(_COLUMNS):
+            raise DatasetError(f"{source}: line {number} has {len(values)} fields, expected {len(_COLUMNS)}")
+        try:
+            row = {c: (int(v) if c in _INT_COLUMNS else v) for c, v in zip(_COLUMNS, values)}
+        except ValueError:
+            raise DatasetError(f"{source}: line {number} has a non-integer offset, size or label") from None
+        records.append(SampleRecord(**row))
+    return records
+
+
+def read_sample_index(path):
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise DatasetError(f"{path}: cannot read the sample index: {error.strerror or error}") from None
+    return parse_sample_index(data, path)
+
+
+def read_metadata(directory) -> dict:
+    """Read and sanity-check `metadata.json`; a clear DatasetError if it is missing or malformed."""
+    path = Path(directory) / METADATA_FILE
+    if not path.is_file():
+        raise DatasetError(f"{directory}: not a converted dataset ({METADATA_FILE} is missing)")
+    return parse_metadata(path.read_bytes(), path)
+
+
+def parse_metadata(data: bytes, source=METADATA_FILE) -> dict:
+    try:
+        metadata = json.loads(data)
+    except ValueError as error:
+        raise DatasetError(f"{source}: not valid JSON: {error}") from None
+    if not isinstance(metadata, dict):
+        raise DatasetError(f"{source}: expected a JSON object")
+    for key in ("format", "splits", "classes"):
+        if key not in metadata:
+            raise DatasetError(f"{source}: the key {key!r} is missing")
+    if metadata.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
+        raise DatasetError(f"{source}: format_version {metadata['format_version']} is newer than this tool")
+    return metadata
+
+
+def write_metadata(directory, metadata: dict) -> None:
+    atomic_write_json(Path(directory) / METADATA_FILE, metadata)
+
+
+def shard_records(metadata: dict, split: str):
+    return [ShardRecord.from_json(s) for s in metadata["splits"][split]["shards"]]
