@@ -1,0 +1,56 @@
+"""Fixtures shared by the test files: one small sample dataset, converted once per format.
+
+Sizes are chosen so that nothing divides evenly: 4 classes x 9 train images = 36 train
+samples and 4 x 3 = 12 validation samples, in shards of 8 (so the last shard of each
+split is partial).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+SAMPLES_PER_SHARD = 8
+SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
+
+
+def run_script(script, *args, env=None, timeout=600, cwd=None):
+    """Run a top-level script (e.g. "create_webdataset.py") or a module ("-m", "x") as users do."""
+    command = [PYTHON, *( [script] if script == "-m" else [str(REPO / script)] ), *map(str, args)]
+    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    full_env.update(env or {})
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd or REPO)
+
+
+@pytest.fixture(scope="session")
+def sample_source(tmp_path_factory):
+    """An ImageNet-like source: folder layout (train/, validation/) and archive layout, seed 0."""
+    from datasets.sample import build_sample_dataset
+
+    out = tmp_path_factory.mktemp("sample-source")
+    build_sample_dataset(out, seed=0, **SAMPLE_SIZE)
+    return out
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory, sample_source):
+    """converted(fmt, *extra_args) -> directory of the sample source converted by create_webdataset.py.
+
+    Cached per argument list, so every test file shares one conversion per format.
+    """
+    cache = {}
+
+    def convert(fmt="img", *extra):
+        args = ("--format", fmt, "--samples-per-shard", SAMPLES_PER_SHARD, "--seed", 0, *extra)
+        if args not in cache:
+            target = tmp_path_factory.mktemp(f"converted-{fmt}")
+            result = run_script("create_webdataset.py", "--source", sample_source, "--target", target, *args)
+            assert result.returncode == 0, result.stdout + result.stderr
+            cache[args] = target
+        return cache[args]
+
+    return convert
