@@ -1,0 +1,81 @@
+"""The installed stack is the one the project pins, with pillow-simd as the active PIL."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import PIL
+from PIL import Image
+
+from datasets.torchvision_cpu import torchvision, transforms_v2
+
+REPO = Path(__file__).resolve().parents[1]
+PINS = dict(
+    line.split("==", 1)
+    for line in (REPO / "requirements.txt").read_text().splitlines()
+    if "==" in line and not line.startswith("#")
+)
+
+
+def test_torch_and_torchvision_are_pinned_exactly():
+    # An unpinned torchvision pulls a newer torch plus GBs of CUDA packages.
+    assert PINS["torch"] == "2.13.0"
+    assert PINS["torchvision"] == "0.28.0"
+    import torch
+
+    assert torch.__version__.split("+")[0] == "2.13.0"
+    assert torchvision.__version__.split("+")[0] == "0.28.0"
+
+
+def test_pillow_simd_is_the_active_pil():
+    flavour = (REPO / ".venv" / ".pil-flavour").read_text()
+    assert flavour.startswith("pillow-simd"), f"setup fell back: {flavour}"
+    assert PIL.__version__ == "12.1.1.post0"
+    # pillow-simd ships its own distribution; stock pillow must not shadow it.
+    from importlib.metadata import PackageNotFoundError, version
+
+    assert version("pillow-simd") == PIL.__version__
+    try:
+        version("pillow")
+    except PackageNotFoundError:
+        pass
+    else:
+        raise AssertionError("stock pillow is installed next to pillow-simd")
+
+
+def test_transforms_v2_and_imagefolder_work(tmp_path):
+    for cls in ("a", "b"):
+        (tmp_path / cls).mkdir()
+        Image.new("RGB", (64, 48), (10, 20, 30)).save(tmp_path / cls / "x.jpg")
+    folder = torchvision.datasets.ImageFolder(
+        tmp_path,
+        transform=transforms_v2.Compose(
+            [transforms_v2.PILToTensor(), transforms_v2.RandomResizedCrop(32), transforms_v2.RandomHorizontalFlip()]
+        ),
+    )
+    image, label = folder[1]
+    assert tuple(image.shape) == (3, 32, 32) and label == 1
+
+
+def test_torchvision_fix_applies_only_to_the_known_failure():
+    # A fresh interpreter: the import goes through the fix module and must not raise.
+    code = "from datasets.torchvision_cpu import torchvision, schemas_defined; print(schemas_defined)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() in {"True", "False"}
+
+
+def test_no_module_imports_torchvision_directly():
+    offenders = []
+    for path in list((REPO / "datasets").rglob("*.py")) + list(REPO.glob("*.py")):
+        if path.name == "torchvision_cpu.py":
+            continue
+        if re.search(r"^\s*(import torchvision|from torchvision)", path.read_text(), re.M):
+            offenders.append(str(path.relative_to(REPO)))
+    assert not offenders, f"import torchvision through datasets.torchvision_cpu: {offenders}"
+
+
+def test_second_setup_run_reinstalls_nothing():
+    result = subprocess.run(["make", "-q", "venv"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, "make considers the environment out of date: a second run would reinstall"
