@@ -134,6 +134,8 @@ QUIRK_DETAILS = {
 VAL_QUIRKS = ("grayscale",)
 EXIF_ORIENTATION_TAG = 0x0112
 
+PARALLEL_FROM_IMAGES = 200
+
 _SPLIT_CODES = {TRAIN_DIR: 1, VAL_DIR: 2}
 
 
@@ -493,7 +495,8 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
 
     `photos`: a folder searched recursively for *.jpg/*.jpeg/*.png (default: the bundled
     datasets/photos). `layouts`: any of "folder", "archive". `workers`: processes that render
-    images (default: one per core, at most one per class); the bytes do not depend on it.
+    images (default: one per core, at most one per class, or 1 below PARALLEL_FROM_IMAGES images);
+    the bytes do not depend on it.
     """
     started = time.perf_counter()
     out = Path(out)
@@ -523,8 +526,9 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
 
     tasks = [(seed, [p.path for p in plan.class_photos[c]], [p.rel for p in plan.class_photos[c]], plan.specs[c])
              for c in range(classes)]
-    if workers is None:
-        workers = min(os.cpu_count() or 1, classes)
+    if workers is None:  # a process pool only pays off beyond a few hundred images
+        total = classes * (train_per_class + val_per_class)
+        workers = min(os.cpu_count() or 1, classes) if total >= PARALLEL_FROM_IMAGES else 1
     rows, rendered_by_split, val_files = [], {TRAIN_DIR: [], VAL_DIR: []}, {}
     executor = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
