@@ -114,6 +114,26 @@ class TarShardWriter:
         self.samples += 1
         return WrittenSample(start, self.bytes_written - start, written)
 
+    def add_raw_record(self, raw) -> int:
+        """Append one sample's pre-formed member blocks (headers, data, padding) verbatim.
+
+        `raw` is a sample's whole byte range copied from another shard (a SampleRecord's
+        record_offset/record_size): tar headers hold no offsets, so the copy is valid as it
+        is and its payload stays byte-identical. Returns the shard offset it was written at.
+        """
+        if len(raw) % BLOCK:
+            raise ValueError(f"a raw tar record must be whole {BLOCK}-byte blocks, got {len(raw)} bytes")
+        start = self.bytes_written
+        self._write(raw)
+        self.samples += 1
+        return start
+
+    @staticmethod
+    def finished_size(record_bytes: int) -> int:
+        """The size of a shard whose member blocks total `record_bytes`, after `_finish`'s padding."""
+        end = record_bytes + 2 * BLOCK
+        return end + (-end % RECORD)
+
     def _finish(self):
         # End-of-archive: two zero blocks, then pad to a whole record like tarfile does.
         end = self.bytes_written + 2 * BLOCK

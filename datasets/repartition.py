@@ -1,0 +1,876 @@
+"""Give every instance of a distributed job an equal share of a converted dataset, moving as little as possible.
+
+A split of T samples in S shards, read by N instances, rarely divides evenly: S is not a multiple
+of N, or the last shard is partial. This module plans and writes a repartition:
+
+    DIR/distributed/<N>-instances/
+        manifest.json                       written last: its presence means the repartition is complete
+        <split>-remainder-0000.tar ...      per instance, the samples copied to balance it (or none)
+        <split>-instance-0000.txt ...       per instance, the shards it reads, one path (relative to DIR) a line
+        <split>-instance-0000.index.tsv     per instance, a sample index (datasets.index format) of exactly
+                                            its samples in read order, `shard` relative to DIR
+
+Planning (pure functions, `plan_split`):
+  1. Targets. `spread`: T//N each, the first T%N instances one more (every sample kept, counts differ
+     by at most 1). `drop`: T//N each; the T%N samples left over are named and left out. `pad`:
+     ceil(T/N) each; the missing samples are filled by repeating named samples.
+  2. Whole shards, largest first, each to the instance with the most room left (ties: lowest index),
+     if it fits under that instance's target. The shards that fit nowhere form the pool.
+     Why this bounds the copying: a shard stays in the pool only if it is larger than every
+     instance's remaining room at that moment, and room only shrinks; so at the end every
+     instance lacks fewer samples than the largest shard holds. At most about one shard's worth is
+     copied per instance, and nothing at all when the shards already divide evenly.
+  3. The pool's samples (in dataset order) fill each instance's remaining room, in instance order;
+     `drop` leaves out the pool's last T%N samples; `pad` first reserves pad slots (dealt one at a
+     time over the instances with room) and fills them with distinct samples the receiving instance
+     does not already read.
+  Planning is linear in the number of samples (plus a sort of the shards by size).
+
+Execution copies each planned sample's whole byte range (SampleRecord.record_offset/record_size)
+verbatim into the instance's remainder shard: tar headers hold no offsets, so the copy is valid as
+it is, and every payload stays byte-identical. Nothing is decoded or re-encoded. Each copied
+payload's sha256 is checked against the index while copying.
+
+Safety:
+  * The original shards, indexes and metadata.json are only read.
+  * Input is checked before anything is written: metadata.json, the split's sample index (its
+    sha256 against metadata), index against shard list, every shard's size (a stat, cheap), and
+    the sha256 of every shard that samples are copied from (`verify="copied"`, the default: about
+    one shard per instance is read twice, once to hash, once to copy). `verify="all"` hashes every
+    shard of the selected splits: on ImageNet (~150 GB) that is ~80 s of sha256 per core at
+    ~1.8 GB/s, and usually longer because the disk or NFS is slower than that. Whole shards that
+    are not copied from are otherwise checked by the loader/validator when read.
+  * Files are written atomically (datasets.fileio), the manifest last. A per-split plan stamp
+    (`<split>.plan.json`, removed once the manifest is written) lets a re-run after a crash or
+    SIGKILL keep the remainder shards it already finished for the same plan, and discard anything
+    from another plan.
+  * A re-run with the same N, splits and policies, over an unchanged metadata.json, is a no-op.
+    A different N gets its own folder. Changing the policy of a split already repartitioned needs
+    `overwrite=True`; a repartition made from an older metadata.json (the dataset was re-converted)
+    is stale and is replaced. The manifest never points at a file that is being rewritten: entries
+    about to change are removed from it first.
+
+Policy defaults (`default_policy`): `train` -> `drop` (every instance must run the same number of
+steps or a collective hangs; leaving out at most N-1 samples an epoch is negligible and, unlike
+padding, weights no sample twice), every other split -> `spread` (evaluation must see every sample
+exactly once; the at most one-sample difference must be handled by the evaluation loop, e.g.
+summing correct counts with an all-reduce).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from .fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from .index import (
+    METADATA_FILE,
+    DatasetError,
+    SampleRecord,
+    ShardRecord,
+    parse_metadata,
+    parse_sample_index,
+    write_sample_index,
+)
+from .tar_format import BLOCK, TarShardWriter
+
+POLICIES = ("spread", "pad", "drop")
+MANIFEST_FILE = "manifest.json"
+MANIFEST_VERSION = 1
+DISTRIBUTED_DIR = "distributed"
+
+
+class RepartitionUsageError(ValueError):
+    """A wrong argument (bad N, unknown split or policy, a target that is not a dataset): exit code 2."""
+
+
+def default_policy(split: str) -> str:
+    return "drop" if split == "train" else "spread"
+
+
+def output_dir(target, num_instances: int) -> Path:
+    return Path(target) / DISTRIBUTED_DIR / f"{num_instances}-instances"
+
+
+# ------------------------------------------------------------------------------------------ formats
+# The one place where the dataset format decides how remainder shards are written. A format
+# needs a writer (context manager publishing atomically, with `add_raw_record(raw) -> offset`,
+# `.sha256`, `.bytes_written`), the finished size for given record bytes, and the alignment its
+# records must have.
+
+
+@dataclass(frozen=True)
+class RemainderFormat:
+    suffix: str
+    open_writer: Callable
+    finished_size: Callable[[int], int]
+    record_alignment: int
+
+
+_TAR = RemainderFormat(".tar", TarShardWriter, TarShardWriter.finished_size, BLOCK)
+REMAINDER_FORMATS = {"img": _TAR, "tensor": _TAR}
+
+
+def remainder_format(fmt: str) -> RemainderFormat:
+    try:
+        return REMAINDER_FORMATS[fmt]
+    except KeyError:
+        raise DatasetError(
+            f"format {fmt!r} cannot be repartitioned (supported: {', '.join(sorted(REMAINDER_FORMATS))})"
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+@dataclass(frozen=True)
+class InstancePlan:
+    instance: int
+    shards: tuple  # names of the shards it reads whole, in dataset order
+    whole_samples: int
+    whole_bytes: int
+    copied: tuple  # SampleRecords copied into its remainder shard, in read order (own samples, then pads)
+    padded_keys: tuple = ()
+    dropped_keys: tuple = ()
+
+    @property
+    def samples(self) -> int:
+        return self.whole_samples + len(self.copied)
+
+    @property
+    def copied_bytes(self) -> int:
+        return sum(record.record_size for record in self.copied)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    split: str
+    policy: str
+    num_instances: int
+    total_samples: int
+    instances: tuple
+    dropped_keys: tuple = ()
+    padded_keys: tuple = ()
+
+    @property
+    def samples_per_instance(self):
+        return [instance.samples for instance in self.instances]
+
+    @property
+    def copied_samples(self) -> int:
+        return sum(len(instance.copied) for instance in self.instances)
+
+    @property
+    def copied_bytes(self) -> int:
+        return sum(instance.copied_bytes for instance in self.instances)
+
+
+def instance_targets(total: int, num_instances: int, policy: str):
+    """Samples each instance must end with under `policy`."""
+    quotient, rest = divmod(total, num_instances)
+    if policy == "spread":
+        return [quotient + (1 if i < rest else 0) for i in range(num_instances)]
+    if policy == "drop":
+        return [quotient] * num_instances
+    if policy == "pad":
+        return [quotient + (1 if rest else 0)] * num_instances
+    raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+
+
+def assign_whole_shards(shard_sizes, targets):
+    """Owner instance of each shard (None: the shard goes to the pool). See the module docstring."""
+    import heapq
+
+    owners = [None] * len(shard_sizes)
+    room = list(targets)
+    heap = [(-r, i) for i, r in enumerate(room)]
+    heapq.heapify(heap)
+    for shard in sorted(range(len(shard_sizes)), key=lambda s: -shard_sizes[s]):
+        size = shard_sizes[shard]
+        most_room, instance = heap[0]
+        if size <= -most_room:
+            owners[shard] = instance
+            room[instance] -= size
+            heapq.heapreplace(heap, (-room[instance], instance))
+    return owners, room
+
+
+def _deal_pad_slots(room, pads: int):
+    """Pad slots per instance: one at a time, round robin over the instances that still have room."""
+    slots = [0] * len(room)
+    while pads:
+        placed = False
+        for i, r in enumerate(room):
+            if pads and slots[i] < r:
+                slots[i] += 1
+                pads -= 1
+                placed = True
+        if not placed:
+            raise AssertionError("no room left for padding (planning bug)")
+    return slots
+
+
+def _choose_pads(receiver: int, count: int, candidates, owner_of, used: set):
+    """`count` distinct samples that `receiver` does not read and no other pad repeats."""
+    chosen = []
+    for record in candidates():
+        if len(chosen) == count:
+            break
+        if record.key in used or owner_of(record) == receiver:
+            continue
+        used.add(record.key)
+        chosen.append(record)
+    if len(chosen) < count:
+        raise AssertionError("not enough distinct samples to pad with (planning bug)")
+    return chosen
+
+
+def group_records_by_shard(shards, records, split="?", alignment=1):
+    """Check the index against the shard list and return {shard name: records in offset order}.
+
+    Raises DatasetError for an index that does not describe the shards (a sample in an unknown
+    shard, a count that differs from the metadata, a duplicate key, overlapping or out-of-range
+    byte ranges).
+    """
+    by_shard = {shard.name: [] for shard in shards}
+    if len(by_shard) != len(shards):
+        raise DatasetError(f"{split}: metadata lists a shard twice")
+    seen = set()
+    for record in records:
+        if record.key in seen:
+            raise DatasetError(f"{split}: sample key {record.key!r} appears twice in the index")
+        seen.add(record.key)
+        try:
+            by_shard[record.shard].append(record)
+        except KeyError:
+            raise DatasetError(
+                f"{split}: the index places sample {record.key!r} in {record.shard!r}, which metadata does not list"
+            ) from None
+    for shard in shards:
+        group = by_shard[shard.name]
+        group.sort(key=lambda r: r.record_offset)
+        if len(group) != shard.samples:
+            raise DatasetError(
+                f"{shard.name}: metadata says {shard.samples} samples, the {split} index lists {len(group)}"
+            )
+        end = 0
+        for record in group:
+            if record.record_offset < end or record.record_size <= 0 or record.record_offset % alignment \
+                    or record.record_size % alignment or record.record_offset + record.record_size > shard.bytes:
+                raise DatasetError(
+                    f"{shard.name}: the index gives sample {record.key!r} the byte range "
+                    f"{record.record_offset}+{record.record_size}, which is not a valid record of a "
+                    f"{shard.bytes}-byte shard"
+                )
+            end = record.record_offset + record.record_size
+    return by_shard
+
+
+def plan_split(split, shards, records_by_shard, num_instances: int, policy: str) -> SplitPlan:
+    """Plan one split (pure). `records_by_shard` as returned by group_records_by_shard."""
+    if policy not in POLICIES:
+        raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+    if num_instances < 1:
+        raise RepartitionUsageError(f"the number of instances must be at least 1, got {num_instances}")
+    total = sum(shard.samples for shard in shards)
+    if total < num_instances:
+        raise RepartitionUsageError(
+            f"{split} has {total} samples, fewer than the {num_instances} instances: some would get none"
+        )
+    targets = instance_targets(total, num_instances, policy)
+    owners, room = assign_whole_shards([shard.samples for shard in shards], targets)
+
+    pool = [record for shard, owner in zip(shards, owners) if owner is None for record in records_by_shard[shard.name]]
+    dropped = []
+    pad_slots = [0] * num_instances
+    missing = sum(room)
+    if policy == "drop":
+        leftover = len(pool) - missing
+        dropped, pool = pool[len(pool) - leftover :], pool[: len(pool) - leftover]
+    elif policy == "pad":
+        pad_slots = _deal_pad_slots(room, missing - len(pool))
+    if len(pool) != missing - sum(pad_slots):
+        raise AssertionError("pool and room disagree (planning bug)")
+
+    # Deal the pool in order: each instance's copies come from few, consecutive source ranges.
+    own_copies, cursor = [], 0
+    pool_owner = {}
+    for i in range(num_instances):
+        take = room[i] - pad_slots[i]
+        own_copies.append(pool[cursor : cursor + take])
+        for record in own_copies[-1]:
+            pool_owner[record.key] = i
+        cursor += take
+    shard_owner = {shard.name: owner for shard, owner in zip(shards, owners)}
+
+    def owner_of(record):
+        return pool_owner.get(record.key, shard_owner[record.shard])
+
+    def candidates():  # pool samples first: they are read (and verified) anyway
+        yield from pool
+        for shard in shards:
+            yield from records_by_shard[shard.name]
+
+    used, pads = set(), []
+    for i in range(num_instances):
+        pads.append(_choose_pads(i, pad_slots[i], candidates, owner_of, used) if pad_slots[i] else [])
+
+    # Dropped samples belong to no instance; they are listed at the instances that `spread`
+    # would have given one more sample (the first T%N).
+    dropped_by_instance = [[] for _ in range(num_instances)]
+    for j, record in enumerate(dropped):
+        dropped_by_instance[j % num_instances].append(record.key)
+
+    whole = [[] for _ in range(num_instances)]
+    for shard, owner in zip(shards, owners):
+        if owner is not None:
+            whole[owner].append(shard)
+    instances = []
+    for i in range(num_instances):
+        mine = whole[i]
+        instances.append(
+            InstancePlan(
+                instance=i,
+                shards=tuple(shard.name for shard in mine),
+                whole_samples=sum(shard.samples for shard in mine),
+                whole_bytes=sum(shard.bytes for shard in mine),
+                copied=tuple(own_copies[i]) + tuple(pads[i]),
+                padded_keys=tuple(record.key for record in pads[i]),
+                dropped_keys=tuple(dropped_by_instance[i]),
+            )
+        )
+    return SplitPlan(
+        split=split,
+        policy=policy,
+        num_instances=num_instances,
+        total_samples=total,
+        instances=tuple(instances),
+        dropped_keys=tuple(record.key for record in dropped),
+        padded_keys=tuple(record.key for pad in pads for record in pad),
+    )
+
+
+def remainder_records(copied, remainder_shard: str):
+    """The index records of samples copied verbatim, in order, into `remainder_shard` from offset 0."""
+    out, offset = [], 0
+    for record in copied:
+        shift = offset - record.record_offset
+        members = ";".join(f"{ext}:{position + shift}" for ext, position in record.member_offsets().items())
+        out.append(
+            SampleRecord(
+                key=record.key,
+                shard=remainder_shard,
+                label=record.label,
+                record_offset=offset,
+                record_size=record.record_size,
+                payload_offset=record.payload_offset + shift,
+                payload_size=record.payload_size,
+                payload_sha256=record.payload_sha256,
+                members=members,
+            )
+        )
+        offset += record.record_size
+    return out
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+@dataclass
+class SourceDataset:
+    target: Path
+    metadata: dict
+    metadata_sha256: str
+    format: str
+    splits: dict = field(default_factory=dict)  # split -> (shards, records_by_shard)
+
+
+def load_dataset(target) -> SourceDataset:
+    target = Path(target)
+    if not target.is_dir():
+        raise RepartitionUsageError(f"{target}: no such directory")
+    path = target / METADATA_FILE
+    if not path.is_file():
+        raise RepartitionUsageError(f"{target}: not a converted dataset ({METADATA_FILE} is missing)")
+    data = path.read_bytes()
+    metadata = parse_metadata(data, path)
+    fmt = metadata["format"]
+    remainder_format(fmt)
+    if not isinstance(metadata["splits"], dict) or not metadata["splits"]:
+        raise DatasetError(f"{path}: lists no splits")
+    return SourceDataset(target, metadata, sha256_bytes(data), fmt)
+
+
+def split_length(dataset: SourceDataset, split: str) -> int:
+    entry = dataset.metadata["splits"][split]
+    try:
+        return sum(int(shard["samples"]) for shard in entry["shards"])
+    except (KeyError, TypeError, ValueError):
+        raise DatasetError(f"{dataset.target / METADATA_FILE}: the shard list of {split!r} is malformed") from None
+
+
+def load_split(dataset: SourceDataset, split: str):
+    """Shards and checked sample records of a split. Reads the index (checking its sha256) and stats shards."""
+    entry = dataset.metadata["splits"][split]
+    source = dataset.target / METADATA_FILE
+    try:
+        shards = [ShardRecord.from_json(s) for s in entry["shards"]]
+        index_info = entry["index"]
+        index_path = dataset.target / index_info["name"]
+    except (KeyError, TypeError, ValueError):
+        raise DatasetError(f"{source}: the entry of split {split!r} is malformed (shards or index missing)") from None
+    try:
+        index_bytes = index_path.read_bytes()
+    except OSError as error:
+        raise DatasetError(f"{index_path}: cannot read the sample index: {error.strerror or error}") from None
+    if sha256_bytes(index_bytes) != index_info.get("sha256"):
+        raise DatasetError(f"{index_path}: sha256 does not match metadata.json (the index changed since conversion)")
+    records = parse_sample_index(index_bytes, index_path)
+    if "length" in entry and int(entry["length"]) != len(records):
+        raise DatasetError(f"{index_path}: lists {len(records)} samples, metadata.json says {entry['length']}")
+    for shard in shards:
+        path = dataset.target / shard.name
+        try:
+            size = path.stat().st_size
+        except OSError as error:
+            raise DatasetError(f"{path}: cannot read the shard: {error.strerror or error}") from None
+        if size != shard.bytes:
+            raise DatasetError(
+                f"{path}: {size} bytes, metadata.json says {shard.bytes} (the shard was truncated or replaced)"
+            )
+    by_shard = group_records_by_shard(shards, records, split, remainder_format(dataset.format).record_alignment)
+    dataset.splits[split] = (shards, by_shard)
+    return shards, by_shard
+
+
+# ------------------------------------------------------------------------------------------ the request
+
+
+@dataclass(frozen=True)
+class Request:
+    target: Path
+    num_instances: int
+    policies: dict  # split -> policy, for the splits to repartition, in order
+
+
+def resolve_request(dataset: SourceDataset, num_instances: int, splits=None, policies=None) -> Request:
+    """Check N, the splits and the policies against the dataset; a RepartitionUsageError otherwise.
+
+    `policies` maps a split to a policy; the key None (or "*") applies to every split not named.
+    """
+    if not isinstance(num_instances, int) or num_instances < 1:
+        raise RepartitionUsageError(f"the number of instances must be at least 1, got {num_instances}")
+    available = list(dataset.metadata["splits"])
+    splits = list(splits) if splits else available
+    for split in splits:
+        if split not in available:
+            raise RepartitionUsageError(
+                f"{dataset.target}: has no split {split!r} (it has {', '.join(available)})"
+            )
+    policies = dict(policies or {})
+    for name in policies:
+        if name not in (None, "*") and name not in available:
+            raise RepartitionUsageError(f"--remainder names split {name!r}, which the dataset does not have")
+    resolved = {}
+    for split in dict.fromkeys(splits):
+        policy = policies.get(split) or policies.get(None) or policies.get("*") or default_policy(split)
+        if policy not in POLICIES:
+            raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+        length = split_length(dataset, split)
+        if length < num_instances:
+            raise RepartitionUsageError(
+                f"{split} has {length} samples, fewer than the {num_instances} instances: some would get none"
+            )
+        resolved[split] = policy
+    return Request(dataset.target, num_instances, resolved)
+
+
+@dataclass
+class Decision:
+    build: list  # splits to (re)build
+    keep: dict  # split -> existing manifest entry kept as it is
+    drop_manifest_splits: list  # splits removed from the existing manifest before rebuilding them
+    stale: bool  # the existing manifest was made from another metadata.json
+    conflicts: list  # (split, existing policy, requested policy) that need overwrite
+
+
+def decide(existing: Optional[dict], request: Request, source_sha256: str, fmt: str) -> Decision:
+    """What to do given an existing manifest (pure)."""
+    if existing is None:
+        return Decision(list(request.policies), {}, [], False, [])
+    if (
+        existing.get("source_metadata_sha256") != source_sha256
+        or existing.get("num_instances") != request.num_instances
+        or existing.get("format") != fmt
+    ):
+        return Decision(list(request.policies), {}, list(existing.get("splits", {})), True, [])
+    old_splits = existing.get("splits", {})
+    build, conflicts = [], []
+    keep = {split: entry for split, entry in old_splits.items() if split not in request.policies}
+    for split, policy in request.policies.items():
+        if split in old_splits and old_splits[split].get("policy") == policy:
+            keep[split] = old_splits[split]
+        elif split in old_splits:
+            conflicts.append((split, old_splits[split].get("policy"), policy))
+            build.append(split)
+        else:
+            build.append(split)
+    return Decision(build, keep, [s for s, _, _ in conflicts], False, conflicts)
+
+
+# ------------------------------------------------------------------------------------------ execution
+
+
+def _relative(num_instances: int, name: str) -> str:
+    return f"{DISTRIBUTED_DIR}/{num_instances}-instances/{name}"
+
+
+def instance_file_names(split: str, instance: int, suffix: str):
+    stem = f"{split}-instance-{instance:04d}"
+    return f"{split}-remainder-{instance:04d}{suffix}", f"{stem}.txt", f"{stem}.index.tsv"
+
+
+def _plan_stamp(plan: SplitPlan, source_sha256: str, fmt: str) -> dict:
+    digest = hashlib.sha256()
+    for instance in plan.instances:
+        digest.update(f"{instance.instance}\0{','.join(instance.shards)}\0".encode())
+        for record in instance.copied:
+            digest.update(f"{record.key}\0{record.shard}\0{record.record_offset}\0{record.record_size}\n".encode())
+    return {
+        "split": plan.split,
+        "policy": plan.policy,
+        "num_instances": plan.num_instances,
+        "format": fmt,
+        "source_metadata_sha256": source_sha256,
+        "plan_sha256": digest.hexdigest(),
+    }
+
+
+def _read_json_or_none(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None  # written atomically, so this only happens if someone edited it: rebuild
+
+
+def read_manifest(target, num_instances: int) -> Optional[dict]:
+    """The complete repartition manifest for N instances, or None if there is none (yet)."""
+    manifest = _read_json_or_none(output_dir(target, num_instances) / MANIFEST_FILE)
+    return manifest if isinstance(manifest, dict) else None
+
+
+class _SourceReader:
+    """Reads sample byte ranges from the original shards, keeping each shard open while it is used."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self._name = None
+        self._fd = None
+
+    def read(self, record: SampleRecord) -> bytes:
+        if record.shard != self._name:
+            self.close()
+            self._fd = os.open(self.target / record.shard, os.O_RDONLY)
+            self._name = record.shard
+        raw = os.pread(self._fd, record.record_size, record.record_offset)
+        if len(raw) != record.record_size:
+            raise DatasetError(
+                f"{self.target / record.shard}: truncated: sample {record.key!r} needs bytes "
+                f"{record.record_offset}+{record.record_size}"
+            )
+        start = record.payload_offset - record.record_offset
+        if sha256_bytes(memoryview(raw)[start : start + record.payload_size]) != record.payload_sha256:
+            raise DatasetError(
+                f"{self.target / record.shard}: the payload of sample {record.key!r} does not match its sha256 in the index"
+            )
+        return raw
+
+    def close(self):
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = self._name = None
+
+
+def shards_to_verify(dataset: SourceDataset, plans, verify: str):
+    """(split, ShardRecord) pairs whose sha256 must be checked before writing."""
+    if verify not in ("copied", "all"):
+        raise RepartitionUsageError(f"verify must be 'copied' or 'all', got {verify!r}")
+    out = []
+    for plan in plans:
+        shards, _ = dataset.splits[plan.split]
+        if verify == "all":
+            wanted = {shard.name for shard in shards}
+        else:
+            wanted = {record.shard for instance in plan.instances for record in instance.copied}
+        out += [(plan.split, shard) for shard in shards if shard.name in wanted]
+    return out
+
+
+def verify_shards(dataset: SourceDataset, pairs, progress=None):
+    for split, shard in pairs:
+        path = dataset.target / shard.name
+        try:
+            digest, size = sha256_file(path)
+        except OSError as error:
+            raise DatasetError(f"{path}: cannot read the shard: {error.strerror or error}") from None
+        if digest != shard.sha256 or size != shard.bytes:
+            raise DatasetError(
+                f"{path}: sha256 {digest[:16]}... does not match metadata.json ({shard.sha256[:16]}...): the shard "
+                f"changed since conversion; re-convert it (create_webdataset.py --resume) or check it with validate_dataset.py"
+            )
+        if progress:
+            progress("verified", split=split, name=shard.name, bytes=size)
+
+
+def _remove_split_files(out: Path, split: str):
+    for path in out.iterdir():
+        name = path.name
+        if name.startswith((f"{split}-remainder-", f"{split}-instance-")) or name.startswith(f"{split}.plan.json"):
+            path.unlink(missing_ok=True)
+
+
+def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=None) -> dict:
+    """Write one split's remainder shards, shard lists and indexes; return its manifest entry."""
+    fmt = remainder_format(dataset.format)
+    n = plan.num_instances
+    stamp = _plan_stamp(plan, dataset.metadata_sha256, dataset.format)
+    stamp_path = out / f"{plan.split}.plan.json"
+    if _read_json_or_none(stamp_path) != stamp:
+        _remove_split_files(out, plan.split)  # anything here was made for another plan
+        atomic_write_json(stamp_path, stamp)
+    for path in out.glob(f"{plan.split}-*{PARTIAL_SUFFIX}"):
+        path.unlink(missing_ok=True)  # left by a killed run
+
+    _, records_by_shard = dataset.splits[plan.split]
+    reader = _SourceReader(dataset.target)
+    entries = []
+    try:
+        for instance in plan.instances:
+            remainder_name, list_name, index_name = instance_file_names(plan.split, instance.instance, fmt.suffix)
+            remainder_record = None
+            copied_records = []
+            if instance.copied:
+                remainder_path = out / remainder_name
+                expected_size = fmt.finished_size(instance.copied_bytes)
+                copied_records = remainder_records(instance.copied, _relative(n, remainder_name))
+                if remainder_path.is_file() and remainder_path.stat().st_size == expected_size:
+                    # Finished by an earlier run of this same plan (it has its final name, so it is whole).
+                    digest, size = sha256_file(remainder_path)
+                    if progress:
+                        progress("kept", split=plan.split, name=remainder_name, bytes=size)
+                else:
+                    with fmt.open_writer(remainder_path) as writer:
+                        for record, placed in zip(instance.copied, copied_records):
+                            offset = writer.add_raw_record(reader.read(record))
+                            if offset != placed.record_offset:
+                                raise AssertionError("remainder offsets disagree with the plan")
+                            if progress:
+                                progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
+                    digest, size = writer.sha256, writer.bytes_written
+                    if progress:
+                        progress("written", split=plan.split, name=remainder_name, bytes=size)
+                remainder_record = ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest)
+            read_order = [r for name in instance.shards for r in records_by_shard[name]] + copied_records
+            write_sample_index(out / index_name, read_order)
+            shard_list = list(instance.shards) + ([remainder_record.name] if remainder_record else [])
+            atomic_write_bytes(out / list_name, "".join(f"{name}\n" for name in shard_list).encode())
+            entries.append(
+                {
+                    "instance": instance.instance,
+                    "shards": list(instance.shards),
+                    "remainder": remainder_record.name if remainder_record else None,
+                    "remainder_record": remainder_record.to_json() if remainder_record else None,
+                    "samples": instance.samples,
+                    "bytes": instance.whole_bytes + (remainder_record.bytes if remainder_record else 0),
+                    "copied_samples": len(instance.copied),
+                    "copied_bytes": instance.copied_bytes,
+                    "padded_keys": list(instance.padded_keys),
+                    "dropped_keys": list(instance.dropped_keys),
+                    "index": _relative(n, index_name),
+                    "shard_list": _relative(n, list_name),
+                }
+            )
+    finally:
+        reader.close()
+    return {
+        "policy": plan.policy,
+        "total_samples": plan.total_samples,
+        "samples_per_instance": plan.samples_per_instance,
+        "copied_samples": plan.copied_samples,
+        "copied_bytes": plan.copied_bytes,
+        "padded_keys": list(plan.padded_keys),
+        "dropped_keys": list(plan.dropped_keys),
+        "instances": entries,
+    }
+
+
+@dataclass
+class RepartitionResult:
+    output: Path
+    plans: list  # SplitPlans built (or, in a dry run, that would be built)
+    kept_splits: list  # splits already up to date
+    dry_run: bool
+    no_op: bool
+    stale_replaced: bool
+    verified_shards: int
+    verified_bytes: int
+    elapsed: float
+    manifest: Optional[dict] = None
+    format: str = "img"
+    conflicts: list = field(default_factory=list)  # (split, existing policy, requested policy)
+
+
+def repartition(
+    target,
+    num_instances: int,
+    splits=None,
+    policies=None,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    verify: str = "copied",
+    progress=None,
+) -> RepartitionResult:
+    """Plan and (unless dry_run) write the repartition of `target` for `num_instances` instances.
+
+    Raises RepartitionUsageError for wrong arguments and DatasetError for bad data; in both cases
+    before anything is written. `progress(event, **info)` is called as work is done (events:
+    "verified", "copied", "written", "kept"), e.g. to drive a progress bar.
+    """
+    started = time.perf_counter()
+    dataset = load_dataset(target)
+    request = resolve_request(dataset, num_instances, splits, policies)
+    out = output_dir(dataset.target, num_instances)
+    existing = read_manifest(dataset.target, num_instances)
+    decision = decide(existing, request, dataset.metadata_sha256, dataset.format)
+    if decision.conflicts and not overwrite and not dry_run:
+        details = "; ".join(f"{s}: made with {old!r}, asked for {new!r}" for s, old, new in decision.conflicts)
+        raise RepartitionUsageError(
+            f"{out / MANIFEST_FILE} already repartitions these splits with other policies ({details}); "
+            f"pass --overwrite to replace them"
+        )
+    kept = [split for split in request.policies if split in decision.keep]
+    if not decision.build:
+        result = RepartitionResult(
+            out, [], kept, dry_run, True, False, 0, 0, time.perf_counter() - started, existing, dataset.format
+        )
+        if not dry_run:
+            for path in out.glob("*.plan.json"):
+                path.unlink(missing_ok=True)  # left if a run was killed right after its manifest
+        return result
+
+    plans = []
+    for split in decision.build:
+        shards, by_shard = load_split(dataset, split)
+        plans.append(plan_split(split, shards, by_shard, num_instances, request.policies[split]))
+    if dry_run:
+        return RepartitionResult(
+            out, plans, kept, True, False, decision.stale, 0, 0, time.perf_counter() - started, None,
+            dataset.format, decision.conflicts,
+        )
+
+    to_verify = shards_to_verify(dataset, plans, verify)
+    verify_shards(dataset, to_verify, progress)  # before anything is written
+
+    out.mkdir(parents=True, exist_ok=True)
+    lock = open(out / ".lock", "w")
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RepartitionUsageError(f"{out}: another repartition for {num_instances} instances is running") from None
+        manifest_path = out / MANIFEST_FILE
+        if decision.stale:
+            manifest_path.unlink(missing_ok=True)
+        elif existing is not None and decision.drop_manifest_splits:
+            # The manifest must never point at files that are about to be rewritten.
+            trimmed = dict(existing, splits=dict(decision.keep))
+            atomic_write_json(manifest_path, trimmed)
+        entries = dict(decision.keep)
+        for plan in plans:
+            entries[plan.split] = _write_split(dataset, plan, out, progress)
+        if sha256_file(dataset.target / METADATA_FILE)[0] != dataset.metadata_sha256:
+            raise DatasetError(
+                f"{dataset.target / METADATA_FILE}: changed while repartitioning; the manifest was not written, re-run"
+            )
+        ordered = {split: entries[split] for split in dataset.metadata["splits"] if split in entries}
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "created_by": "distributed_webdataset.py",
+            "num_instances": num_instances,
+            "format": dataset.format,
+            "source_metadata_sha256": dataset.metadata_sha256,
+            "verified_shards": verify,
+            "splits": ordered,
+        }
+        atomic_write_json(manifest_path, manifest)
+        for path in out.glob("*.plan.json"):
+            path.unlink(missing_ok=True)
+    finally:
+        lock.close()
+    return RepartitionResult(
+        out,
+        plans,
+        kept,
+        False,
+        False,
+        decision.stale,
+        len(to_verify),
+        sum(shard.bytes for _, shard in to_verify),
+        time.perf_counter() - started,
+        manifest,
+        dataset.format,
+    )
+
+
+# ------------------------------------------------------------------------------------------ reports
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+
+
+def _shard_summary(names, limit=4):
+    names = list(names)
+    if len(names) <= limit:
+        return ", ".join(names) or "-"
+    return ", ".join(names[: limit - 1]) + f", ... {names[-1]} ({len(names)} shards)"
+
+
+def describe_plan(plan: SplitPlan, fmt: str = "img") -> str:
+    """A table: per instance, the shards read whole, the samples copied, the samples and bytes read."""
+    finished = REMAINDER_FORMATS.get(fmt, _TAR).finished_size
+    lines = [
+        f"{plan.split}: {plan.total_samples} samples over {plan.num_instances} instances, policy {plan.policy}: "
+        f"{min(plan.samples_per_instance)}..{max(plan.samples_per_instance)} samples each, "
+        f"{plan.copied_samples} copied ({_size(plan.copied_bytes)}), "
+        f"{len(plan.dropped_keys)} dropped, {len(plan.padded_keys)} padded",
+        f"  {'instance':>8}  {'samples':>8}  {'whole':>6}  {'copied':>6}  {'padded':>6}  {'bytes':>10}  shards",
+    ]
+    for instance in plan.instances:
+        read_bytes = instance.whole_bytes + (finished(instance.copied_bytes) if instance.copied else 0)
+        remainder = " + remainder" if instance.copied else ""
+        lines.append(
+            f"  {instance.instance:>8}  {instance.samples:>8}  {len(instance.shards):>6}  {len(instance.copied):>6}  "
+            f"{len(instance.padded_keys):>6}  {_size(read_bytes):>10}  {_shard_summary(instance.shards)}{remainder}"
+        )
+    if plan.dropped_keys:
+        lines.append(f"  dropped: {_key_summary(plan.dropped_keys)}")
+    if plan.padded_keys:
+        lines.append(f"  padded (repeated): {_key_summary(plan.padded_keys)}")
+    return "\n".join(lines)
+
+
+def _key_summary(keys, limit=8):
+    keys = list(keys)
+    return ", ".join(keys[:limit]) + (f", ... ({len(keys)} in all)" if len(keys) > limit else "")
