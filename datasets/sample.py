@@ -184,16 +184,19 @@ class RenderedImage:
 # ---------------------------------------------------------------- photos and classes
 
 
-def find_photos(folder):
+def find_photos(folder, exclude=None):
     """All photos under `folder` (recursive, sorted by relative path) and the unreadable ones.
 
-    Returns (photos, skipped) where skipped is a list of {"path", "reason"}.
+    Returns (photos, skipped) where skipped is a list of {"path", "reason"}. Files under
+    `exclude` (the output folder, should it lie inside the photo folder) are ignored.
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise SampleDatasetError(f"photo folder {folder} does not exist or is not a folder")
+    exclude = Path(exclude).resolve() if exclude is not None else None
     candidates = sorted(
-        (p for p in folder.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES and p.is_file()),
+        (p for p in folder.rglob("*") if p.suffix.lower() in PHOTO_SUFFIXES and p.is_file()
+         and not (exclude and p.resolve().is_relative_to(exclude))),
         key=lambda p: p.relative_to(folder).as_posix(),
     )
     photos, skipped = [], []
@@ -480,19 +483,20 @@ def _stem(name: str) -> str:
     return name.rsplit(".", 1)[0]
 
 
-def _split_stats(rendered):
-    if not rendered:
+def _split_stats(items):
+    """Count, mean bytes and mean size of (bytes, width, height, ...) tuples."""
+    if not items:
         return {"images": 0, "mean_bytes": 0.0, "mean_width": 0.0, "mean_height": 0.0}
     return {
-        "images": len(rendered),
-        "mean_bytes": round(sum(len(r.data) for r in rendered) / len(rendered), 1),
-        "mean_width": round(sum(r.width for r in rendered) / len(rendered), 1),
-        "mean_height": round(sum(r.height for r in rendered) / len(rendered), 1),
+        "images": len(items),
+        "mean_bytes": round(sum(item[0] for item in items) / len(items), 1),
+        "mean_width": round(sum(item[1] for item in items) / len(items), 1),
+        "mean_height": round(sum(item[2] for item in items) / len(items), 1),
     }
 
 
 def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20, seed=0, photos=None,
-                         quirks=False, layouts=LAYOUTS, workers=None, verbose=False) -> dict:
+                         quirks=False, layouts=LAYOUTS, workers=None) -> dict:
     """Build the sample dataset in `out` (see the module docstring); return its summary.
 
     `photos`: a folder searched recursively for *.jpg/*.jpeg/*.png (default: the bundled
@@ -510,7 +514,7 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
     if not layouts or any(layout not in LAYOUTS for layout in layouts):
         raise SampleDatasetError(f"layouts must be a non-empty subset of {LAYOUTS}, got {layouts!r}")
     photo_folder = Path(photos) if photos is not None else DEFAULT_PHOTOS
-    photo_list, skipped_photos = find_photos(photo_folder)
+    photo_list, skipped_photos = find_photos(photo_folder, exclude=out)
     for item in skipped_photos:
         print(f"warning: skipping unreadable photo {photo_folder / item['path']}: {item['reason']}", file=sys.stderr)
     plan = make_plan(photo_list, classes, train_per_class, val_per_class, seed, quirks)
@@ -520,48 +524,42 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
     params = {"classes": classes, "train_per_class": train_per_class, "val_per_class": val_per_class,
               "seed": seed, "photos": photos_label, "quirks": bool(quirks), "layouts": list(layouts)}
     atomic_write_json(out / INFO_JSON, {"builder": "datasets.sample", "complete": False, "parameters": params})
-    staging = out / STAGING_DIR
-    staging.mkdir()
-    if "archive" in layouts:
-        (staging / "train").mkdir()
-    val_store = out / VAL_DIR if "folder" in layouts else staging / "validation"
+    staging = out / STAGING_DIR  # per-class train tars; validation images when there is no folder layout
+    (staging / "train").mkdir(parents=True)
+    (staging / "validation").mkdir()
 
     tasks = [(seed, [p.path for p in plan.class_photos[c]], [p.rel for p in plan.class_photos[c]], plan.specs[c])
              for c in range(classes)]
     if workers is None:  # a process pool only pays off beyond a few hundred images
         total = classes * (train_per_class + val_per_class)
         workers = min(os.cpu_count() or 1, classes) if total >= PARALLEL_FROM_IMAGES else 1
-    rows, rendered_by_split, val_files = [], {TRAIN_DIR: [], VAL_DIR: []}, {}
+    rows, val_files = [], {}
+    stats = {TRAIN_DIR: [], VAL_DIR: []}  # (bytes, width, height, source photo, upscaled); not the data
     executor = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     try:
+        # One class at a time, in class order, so memory holds one class's images at most.
         results = executor.map(render_class, tasks) if executor else map(render_class, tasks)
         for c, rendered in enumerate(results):
             wnid = plan.wnids[c]
-            train = sorted((r for r in rendered if r.spec.split == TRAIN_DIR), key=lambda r: r.spec.name)
-            val = [r for r in rendered if r.spec.split == VAL_DIR]
-            if "folder" in layouts:
-                for r in rendered:
+            for r in rendered:
+                if "folder" in layouts:
                     path = out / folder_path(r.spec, wnid)
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(r.data)
-            else:
-                for r in val:
-                    (val_store / r.spec.name).parent.mkdir(parents=True, exist_ok=True)
-                    (val_store / r.spec.name).write_bytes(r.data)
-            for r in val:
-                val_files[r.spec.name] = (val_store / wnid / r.spec.name) if "folder" in layouts else (val_store / r.spec.name)
+                if r.spec.split == VAL_DIR:
+                    if "folder" not in layouts:
+                        path = staging / "validation" / r.spec.name
+                        path.write_bytes(r.data)
+                    val_files[r.spec.name] = path
+                stats[r.spec.split].append((len(r.data), r.width, r.height, r.source, r.upscaled))
+                rows.append(_csv_row(r, wnid, plan))
             if "archive" in layouts:
                 with TarShardWriter(staging / "train" / f"{wnid}.tar") as writer:
-                    for r in train:
+                    for r in sorted((r for r in rendered if r.spec.split == TRAIN_DIR), key=lambda r: r.spec.name):
                         writer.add_sample(_stem(r.spec.name), [("JPEG", r.data)])
-            for r in rendered:
-                rendered_by_split[r.spec.split].append(r)
-                rows.append(_csv_row(r, wnid, plan))
-            if verbose:
-                print(f"  class {c + 1}/{classes} {wnid}: {len(rendered)} images", file=sys.stderr)
     finally:
         if executor:
-            executor.shutdown()
+            executor.shutdown(cancel_futures=True)
 
     if "archive" in layouts:
         with TarShardWriter(out / TRAIN_TAR) as writer:
@@ -586,19 +584,19 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
     if attribution.is_file():
         shutil.copyfile(attribution, out / PHOTO_ATTRIBUTION)
 
-    everything = rendered_by_split[TRAIN_DIR] + rendered_by_split[VAL_DIR]
-    sides = [side for r in everything for side in (r.width, r.height)]
+    everything = stats[TRAIN_DIR] + stats[VAL_DIR]
+    sides = [side for _, width, height, _, _ in everything for side in (width, height)]
     summary = {
         "parameters": params,
-        "splits": {split: _split_stats(items) for split, items in rendered_by_split.items()},
+        "splits": {split: _split_stats(items) for split, items in stats.items()},
         "all": _split_stats(everything),
         "imagenet_mean_bytes": IMAGENET_MEAN_BYTES,
         "min_side": min(sides),
         "max_side": max(sides),
         "sides_300_500": round(sum(300 <= s <= 500 for s in sides) / len(sides), 3),
-        "upscaled": sum(r.upscaled for r in everything),
+        "upscaled": sum(upscaled for *_, upscaled in everything),
         "photos_found": len(photo_list),
-        "photos_used": len({r.source for r in everything}),
+        "photos_used": len({source for _, _, _, source, _ in everything}),
         "photos_skipped": skipped_photos,
         "shared_photos": plan.shared_photos,
         "classes": [{"index": c, "wnid": wnid, "devkit_id": devkit_number[c],
