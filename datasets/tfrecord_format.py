@@ -581,17 +581,24 @@ class TFRecordShardWriter:
         offset, size, payload_offset, payload_size = self.add_example(serialize_example(features))
         return WrittenRecord(offset, size, payload_offset, payload_size, int(label) + self.label_offset)
 
-    def add_raw_record(self, record, source="<record>", number=None) -> tuple:
+    def add_raw_record(self, raw, source="<record>", number=None) -> int:
         """Copy one framed record byte for byte (CRCs included), after checking its CRCs.
 
-        Returns (offset, size) of the copy in this shard.
+        `raw` is a sample's whole byte range from another shard (a SampleRecord's
+        record_offset/record_size); records hold no offsets, so the copy is valid as it is.
+        Returns the shard offset it was written at (as TarShardWriter.add_raw_record).
         """
-        check_framed_record(record, source, number)
+        check_framed_record(raw, source, number)
         start = self.bytes_written
-        self._write(record)
-        self.entries.append((start, len(record)))
+        self._write(raw)
+        self.entries.append((start, len(raw)))
         self.samples += 1
-        return start, len(record)
+        return start
+
+    @staticmethod
+    def finished_size(record_bytes: int) -> int:
+        """The size of a shard whose records total `record_bytes` (TFRecord adds no end marker)."""
+        return record_bytes
 
     def _finish(self):
         self._file.flush()
