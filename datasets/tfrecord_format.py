@@ -257,11 +257,90 @@ def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, strea
 
 
 def index_entries(source, verify_crc=True):
-    """[(offset, size)] of every record of a local shard, checking CRCs."""
+    """[(offset, size)] of every record of a local shard, checking both CRCs of each."""
     entries = []
     for record in iter_tfrecord_records(source, verify_crc=verify_crc):
         entries.append((record.offset, FRAMING_SIZE + len(record.data)))
     return entries
+
+
+def header_entries(source):
+    """[(offset, size)] of every record of a local shard from its length fields alone.
+
+    Only the 12-byte headers are read (and their length CRCs checked): on a large shard this
+    touches a page per record instead of reading the images, so a loader can plan over
+    TF-slim data that has no index files without reading the data set once first.
+    """
+    entries = []
+    with open(source, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            raise TFRecordFormatError(source, None, 0, "empty file (zero bytes)")
+        offset = 0
+        while offset < size:
+            number = len(entries)
+            handle.seek(offset)
+            header = handle.read(HEADER_SIZE)
+            if len(header) != HEADER_SIZE:
+                raise TFRecordFormatError(source, number, offset, f"truncated: the record header needs {HEADER_SIZE} bytes, only {len(header)} remain")
+            length = _check_header(header, source, number, offset, True)
+            if offset + FRAMING_SIZE + length > size:
+                raise TFRecordFormatError(
+                    source, number, offset, f"truncated: a record of {length} bytes needs {FRAMING_SIZE + length} bytes, only {size - offset} remain"
+                )
+            entries.append((offset, FRAMING_SIZE + length))
+            offset += FRAMING_SIZE + length
+    return entries
+
+
+@dataclass
+class ShardCheck:
+    """What `check_tfrecord_shard` found: every record it could delimit, and every problem."""
+
+    entries: list  # (offset, size) of each record delimited (including ones whose data CRC failed)
+    problems: list  # TFRecordFormatError, one per bad record (and one for a truncated or unframed end)
+
+    @property
+    def ok(self):
+        return not self.problems
+
+
+def check_tfrecord_shard(source, stream=None) -> ShardCheck:
+    """Check every record's length CRC and data CRC, going on past bad records where it can.
+
+    A record whose data CRC fails still has a trustworthy length (its length CRC passed), so
+    the walk goes on and names every corrupt record, not just the first. A bad length CRC or
+    a truncation ends the walk: after it, record boundaries are unknown. For a validator.
+    """
+    entries, problems = [], []
+    offset = 0
+    try:
+        if stream is None:
+            read, size = _reader_from_mmap(source)
+        else:
+            read, size = _reader_from_stream(stream, source), None
+        while size is None or offset < size:
+            number = len(entries)
+            if size is None:
+                first = stream.read(HEADER_SIZE)
+                if not first:
+                    break
+                if len(first) != HEADER_SIZE:
+                    raise TFRecordFormatError(source, number, offset, f"truncated: the record header needs {HEADER_SIZE} bytes, only {len(first)} remain")
+                header = memoryview(first)
+            else:
+                header = read(HEADER_SIZE, offset, number, offset, "the record header")
+            length = _check_header(header, source, number, offset, True)
+            body = read(length + CRC_SIZE, offset + HEADER_SIZE, number, offset, f"a record of {length} bytes (+{CRC_SIZE} CRC)")
+            entries.append((offset, FRAMING_SIZE + length))
+            try:
+                _check_data(body[:length], body[length:], source, number, offset, True)
+            except TFRecordFormatError as problem:
+                problems.append(problem)
+            offset += FRAMING_SIZE + length
+    except TFRecordFormatError as problem:
+        problems.append(problem)
+    return ShardCheck(entries, problems)
 
 
 def encode_tfrecord_index(entries) -> bytes:
@@ -683,6 +762,35 @@ def iter_tfrecord_samples(source, label_offset, offset=0, stop_at=None, verify_c
         except ExampleFormatError as error:
             raise TFRecordFormatError(source, number, record.offset, f"not a tf.train.Example: {error}") from None
         yield example_to_sample(features, source, record.offset, number, label_offset)
+
+
+def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc=True):
+    """Index a shard that has no sample index: one SampleRecord per record, read from the records.
+
+    `name` is the shard name stored in the records (default: `source`). Keys and labels come
+    from the Examples (see `example_to_sample`), so every record is read; payload hashes are
+    not computed (left empty), as `shard_reader.scan_shard` does for tar.
+    """
+    from .index import SampleRecord
+
+    name = str(source) if name is None else name
+    records = []
+    for number, record in enumerate(iter_tfrecord_records(source, verify_crc=verify_crc, stream=stream)):
+        try:
+            spans = example_feature_spans(record.data)
+        except ExampleFormatError as error:
+            raise TFRecordFormatError(source, number, record.offset, f"not a tf.train.Example: {error}") from None
+        view = record.data
+        features = {k: ([view[a:b] for a, b in v] if kind == "bytes" else v) for k, (kind, v) in spans.items()}
+        sample = example_to_sample(features, source, record.offset, number, label_offset)
+        payload_start, payload_end = spans[FEATURE_ENCODED][1][0]
+        records.append(
+            SampleRecord(
+                sample["__key__"], name, sample["__label__"], record.offset, FRAMING_SIZE + len(view),
+                record.offset + HEADER_SIZE + payload_start, payload_end - payload_start, "",
+            )
+        )
+    return records
 
 
 def example_label(data):

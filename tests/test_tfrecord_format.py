@@ -356,3 +356,29 @@ def open_example_bytes():
     from datasets.tfrecord_format import imagenet_example_features, serialize_example
 
     return serialize_example(imagenet_example_features("k", 0, "n0", tiny_jpeg(), 8, 8, "k.JPEG"))
+
+
+def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(shard, tmp_path):
+    from datasets.tfrecord_format import check_tfrecord_shard, header_entries, index_entries, scan_tfrecord_shard
+
+    path, _, written = shard
+    expected = [(w.record_offset, w.record_size) for w in written]
+    assert check_tfrecord_shard(path).ok and check_tfrecord_shard(path).entries == expected
+    assert header_entries(path) == expected == index_entries(path)
+    scanned = scan_tfrecord_shard(path, LABEL_OFFSET, name=path.name)
+    assert [(r.record_offset, r.record_size, r.payload_offset, r.payload_size, r.label) for r in scanned] == [
+        (w.record_offset, w.record_size, w.payload_offset, w.payload_size, w.label - 1) for w in written
+    ]
+    raw = path.read_bytes()
+    for number in (2, 7):  # two corrupt payloads: both are named, the records after them still read
+        raw = flipped(raw, written[number].payload_offset + 10)
+    bad = tmp_path / path.name
+    bad.write_bytes(raw)
+    check = check_tfrecord_shard(bad)
+    assert [p.record for p in check.problems] == [2, 7] and check.entries == expected
+    assert all("data CRC mismatch" in str(p) and path.name in str(p) for p in check.problems)
+    bad.write_bytes(raw[: written[-1].record_offset + 3])
+    check = check_tfrecord_shard(bad)
+    assert [p.record for p in check.problems] == [2, 7, len(written) - 1] and "truncated" in str(check.problems[-1])
+    with pytest.raises(TFRecordFormatError, match=rf"record {len(written) - 1} .*truncated"):
+        header_entries(bad)
