@@ -1,0 +1,243 @@
+"""Read planned samples from tar shards, local or over http(s), as sequential byte ranges.
+
+A worker's share is a list of SampleRecords. Consecutive records of one shard whose byte ranges
+touch form a `Run`; each run is read with one sequential pass:
+  * local files: `iter_tar_samples(path, offset=start, stop_at=stop)` over mmap (zero copy);
+  * http(s): one GET with `Range: bytes=start-(stop-1)`. A server that answers 206 sends just
+    the range; one that ignores Range (200, e.g. `python -m http.server`) sends the whole
+    shard, and the bytes before `start` are read and discarded (correct, slower: the log says so
+    once per process).
+Every sample read is checked against its record (key, and position in the shard), so a shard
+that no longer matches its index is an error naming the shard and the key, never silent misuse.
+
+Shards without a sample index (foreign webdataset shards) are indexed by `scan_shard`, which walks
+the tar headers once (the payloads of a local shard are not even paged in).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from braceexpand import braceexpand
+
+from .index import SampleRecord
+from .tar_format import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
+
+log = logging.getLogger(__name__)
+HTTP_TIMEOUT = 60
+PAYLOAD_PREFERENCE = ("jpg", "jpeg", "png", "webp", "npy", "ppm", "bmp")
+LABEL_EXTENSIONS = ("cls", "class", "label", "target", "cls2")
+_warned_no_range = set()
+
+
+class ShardReadError(Exception):
+    """A shard or sample that cannot be read: names the shard (and the key when known)."""
+
+
+def is_url(location) -> bool:
+    return str(location).startswith(("http://", "https://"))
+
+
+def expand_locations(source) -> list:
+    """A path, URL or brace pattern (or a list of them) -> the list of shard locations."""
+    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    locations = []
+    for item in items:
+        locations.extend(braceexpand(str(item)))
+    return locations
+
+
+def join_location(base: str, name: str) -> str:
+    if is_url(base):
+        return urllib.parse.urljoin(base.rstrip("/") + "/", name)
+    return os.path.join(base, name)
+
+
+def read_bytes(location: str) -> bytes:
+    """The whole content of a small local file or URL (metadata, index, manifest)."""
+    if is_url(location):
+        try:
+            with urllib.request.urlopen(location, timeout=HTTP_TIMEOUT) as response:
+                return response.read()
+        except urllib.error.HTTPError as error:
+            raise FileNotFoundError(f"{location}: HTTP {error.code} {error.reason}") from None
+        except urllib.error.URLError as error:
+            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
+    with open(location, "rb") as handle:
+        return handle.read()
+
+
+def exists(location: str) -> bool:
+    if is_url(location):
+        request = urllib.request.Request(location, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
+                return True
+        except urllib.error.HTTPError:
+            return False
+        except urllib.error.URLError as error:
+            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
+    return os.path.exists(location)
+
+
+def _discard(stream, count: int, location: str) -> None:
+    chunk = 1 << 20
+    while count > 0:
+        data = stream.read(min(chunk, count))
+        if not data:
+            raise TarFormatError(location, 0, "truncated: the shard ended before the requested byte range")
+        count -= len(data)
+
+
+def open_byte_range(url: str, start: int, stop: Optional[int]):
+    """An HTTP response positioned at byte `start` of `url` (reading up to `stop`)."""
+    headers = {}
+    if start or stop is not None:
+        headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
+    try:
+        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=HTTP_TIMEOUT)
+    except urllib.error.HTTPError as error:
+        raise ShardReadError(f"{url}: HTTP {error.code} {error.reason}") from None
+    except urllib.error.URLError as error:
+        raise ShardReadError(f"{url}: cannot connect: {error.reason}") from None
+    if response.status == 206:
+        content_range = response.headers.get("Content-Range", "")
+        if not content_range.startswith(f"bytes {start}-"):
+            response.close()
+            raise ShardReadError(f"{url}: asked for bytes {start}-, the server sent {content_range!r}")
+        return response
+    if start and url not in _warned_no_range:
+        _warned_no_range.add(url)
+        log.info("%s: the server ignores Range requests; reading from the start and skipping %d bytes", url, start)
+    _discard(response, start, url)
+    return response
+
+
+@dataclass(frozen=True)
+class Run:
+    """Consecutive records of one shard that touch: read with one sequential pass."""
+
+    location: str
+    start: int
+    stop: int
+    records: tuple
+
+
+def contiguous_runs(records, locate) -> list:
+    """Group `records` (in reading order) into Runs; `locate(shard name)` gives the path or URL."""
+    runs = []
+    current = []
+    for record in records:
+        if current and (record.shard != current[-1].shard
+                        or record.record_offset != current[-1].record_offset + current[-1].record_size):
+            runs.append(_run(current, locate))
+            current = []
+        current.append(record)
+    if current:
+        runs.append(_run(current, locate))
+    return runs
+
+
+def _run(records, locate) -> Run:
+    first, last = records[0], records[-1]
+    return Run(locate(first.shard), first.record_offset, last.record_offset + last.record_size, tuple(records))
+
+
+def iter_run(run: Run) -> Iterator[tuple]:
+    """Yield (record, sample dict, None) per record of `run`, or (record, None, reason) for each
+    record that could not be read (a truncated or corrupt shard ends the run: every remaining
+    record is reported)."""
+    position = 0
+    stream = None
+    try:
+        if is_url(run.location):
+            stream = open_byte_range(run.location, run.start, run.stop)
+            samples = iter_tar_samples(run.location, offset=run.start, stop_at=run.stop, stream=stream)
+        else:
+            samples = iter_tar_samples(run.location, offset=run.start, stop_at=run.stop)
+        for sample in samples:
+            if position >= len(run.records):
+                break
+            record = run.records[position]
+            inside = record.record_offset <= sample["__offset__"] < record.record_offset + record.record_size
+            if sample["__key__"] != record.key or not inside:
+                raise ShardReadError(
+                    f"at byte {sample['__offset__']} the shard holds sample {sample['__key__']!r}, "
+                    f"its index says {record.key!r} at byte {record.record_offset}: the shard does not "
+                    f"match its index"
+                )
+            position += 1
+            yield record, sample, None
+        if position < len(run.records):
+            raise ShardReadError(f"the shard ends before sample {run.records[position].key!r}")
+    except (TarFormatError, ShardReadError, OSError) as error:
+        reason = f"{type(error).__name__}: {error}"
+        for record in run.records[position:]:
+            yield record, None, reason
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def payload_extension(sample: dict) -> Optional[str]:
+    for ext in PAYLOAD_PREFERENCE:
+        if ext in sample:
+            return ext
+    return None
+
+
+def sample_label(sample: dict, default: int = -1) -> int:
+    for ext in LABEL_EXTENSIONS:
+        if ext in sample:
+            return int(bytes(sample[ext]).strip() or default)
+    return default
+
+
+def scan_shard(location: str, name: Optional[str] = None) -> list:
+    """Index a shard that has no sample index: one SampleRecord per sample, from its headers.
+
+    `name` is the shard name stored in the records (default: the location). A sample's byte
+    range starts where the previous sample ended, so GNU long-name and pax headers that belong
+    to it are inside its range. Payload hashes are not computed (left empty).
+    """
+    name = location if name is None else name
+    stream = open_byte_range(location, 0, None) if is_url(location) else None
+    records = []
+    try:
+        current = None  # [key, start, end, members, label, payload offset, payload size]
+        sample_end = 0
+        for member in iter_tar_members(location, stream=stream):
+            key, ext = split_key(member.name)
+            end = member.data_offset + len(member.data) + (-len(member.data) % BLOCK)
+            if current is None or key != current[0]:
+                if current is not None:
+                    records.append(_scanned(name, current))
+                    sample_end = current[2]
+                current = [key, sample_end, end, [], -1, 0, 0, None]
+            current[2] = end
+            current[3].append(f"{ext}:{member.header_offset}")
+            if ext in LABEL_EXTENSIONS and current[4] == -1:
+                try:
+                    current[4] = int(bytes(member.data).strip())
+                except ValueError:
+                    pass
+            if ext in PAYLOAD_PREFERENCE and (current[7] is None
+                                              or PAYLOAD_PREFERENCE.index(ext) < PAYLOAD_PREFERENCE.index(current[7])):
+                current[5], current[6], current[7] = member.data_offset, len(member.data), ext
+        if current is not None:
+            records.append(_scanned(name, current))
+    finally:
+        if stream is not None:
+            stream.close()
+    return records
+
+
+def _scanned(name, fields) -> SampleRecord:
+    key, start, end, members, label, payload_offset, payload_size, _ = fields
+    return SampleRecord(key, name, label, start, end - start, payload_offset, payload_size, "", ";".join(members))

@@ -1,0 +1,272 @@
+"""What a `source` argument names, resolved into groups of samples the planner can deal.
+
+    converted dataset   a directory or http(s) base URL holding metadata.json and
+                        <split>.index.tsv (made by create_webdataset.py); groups = shards.
+                        A repartition for the instance count (distributed/<N>-instances/
+                        manifest.json, made by distributed_webdataset.py) is used when present.
+    shard list          paths, URLs or brace patterns of tar shards. When the shards' folder holds
+                        a converted dataset's metadata and index, those are used; otherwise each
+                        shard's headers are scanned once to index it (exact balancing still holds,
+                        at the cost of one pass over the headers: a warning says so).
+    ImageNet folder     the extracted layout (<root>/<split>/<class>/<image>, `val` accepted for
+                        `validation`), with torchvision ImageFolder semantics (sorted classes,
+                        sorted files, the same extensions); groups = single images.
+    "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .index import METADATA_FILE, DatasetError, parse_metadata, parse_sample_index, sample_index_name
+from .pipeline import parse_stored_steps
+from .shard_reader import exists, expand_locations, is_url, join_location, read_bytes, scan_shard
+
+log = logging.getLogger(__name__)
+SYNTHETIC_NAMES = ("synthetic", "generated")
+SYNTHETIC_LENGTH = {"train": 1_281_167, "validation": 50_000}
+REPARTITION_DIR = "distributed"
+MANIFEST_FILE = "manifest.json"
+
+
+class SourceError(DatasetError):
+    """A source that cannot be used: names it and says why."""
+
+
+@dataclass
+class FolderItem:
+    key: str  # path relative to the split folder, without extension
+    path: str
+    label: int
+
+
+@dataclass
+class OwnShare:
+    """This instance's samples fixed by a repartition manifest."""
+
+    manifest: str
+    policy: str
+    records: list
+    counts: list  # samples per instance
+    padded_keys: list
+    dropped_keys: list  # split-level: samples no instance reads
+
+
+@dataclass
+class Source:
+    kind: str  # "webdataset" | "folder" | "synthetic"
+    description: str
+    groups: list  # list of lists of items (SampleRecords, FolderItems or ints), dataset order
+    payload: str  # "jpg" | "npy" | "array" | "file"
+    classes: Optional[list] = None
+    stored_steps: list = field(default_factory=list)
+    tensor_layout: str = "HWC"
+    base: Optional[str] = None  # where shard names are relative to
+    locations: dict = field(default_factory=dict)  # shard name -> path/URL (scanned shard lists)
+    metadata: Optional[dict] = None
+    own_share: Optional[OwnShare] = None
+    synthetic_shape: tuple = (224, 224, 3)
+    synthetic_classes: int = 1000
+
+    @property
+    def total(self) -> int:
+        return sum(len(g) for g in self.groups)
+
+    def locate(self, shard: str) -> str:
+        if shard in self.locations:
+            return self.locations[shard]
+        return join_location(self.base, shard)
+
+
+def resolve_source(source, split: str, instance_count: int = 1, image_size: int = 224,
+                   synthetic_length: Optional[int] = None, seed: int = 0, use_repartition: bool = True) -> Source:
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, str) and source.lower() in SYNTHETIC_NAMES:
+        length = synthetic_length or SYNTHETIC_LENGTH.get(split, 50_000)
+        return Source("synthetic", f"synthetic {split}: {length} images {image_size}x{image_size}",
+                      [list(range(length))], "array", synthetic_shape=(image_size, image_size, 3))
+    if isinstance(source, (list, tuple)):
+        return _shard_list(expand_locations(source), split)
+    text = str(source)
+    if is_url(text):
+        if text.endswith(".tar") or "{" in text:
+            return _shard_list(expand_locations(text), split)
+        return _converted(text.rstrip("/") + "/", split, instance_count, use_repartition)
+    path = Path(text)
+    if not path.exists():
+        if "{" in text:
+            return _shard_list(expand_locations(text), split)
+        raise SourceError(f"{text}: no such file or directory")
+    if path.is_file():
+        return _shard_list([text], split)
+    if (path / METADATA_FILE).is_file():
+        return _converted(str(path), split, instance_count, use_repartition)
+    folder = _split_folder(path, split)
+    if folder is not None:
+        return _image_folder(folder, split)
+    shards = sorted(path.glob(f"{split}-*.tar")) or sorted(path.glob("*.tar"))
+    if shards:
+        return _shard_list([str(s) for s in shards], split)
+    raise SourceError(
+        f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
+        f"({split}/<class>/<image>), nor a folder of .tar shards"
+    )
+
+
+def _read_json(location: str, what: str):
+    try:
+        return json.loads(read_bytes(location))
+    except FileNotFoundError:
+        return None
+    except ValueError as error:
+        raise SourceError(f"{location}: {what} is not valid JSON: {error}") from None
+
+
+def _converted(base: str, split: str, instance_count: int, use_repartition: bool) -> Source:
+    metadata_location = join_location(base, METADATA_FILE)
+    try:
+        metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+    except FileNotFoundError:
+        raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
+    if split not in metadata["splits"]:
+        raise SourceError(f"{metadata_location}: no split {split!r} (it has {', '.join(metadata['splits'])})")
+    entry = metadata["splits"][split]
+    index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
+    index_location = join_location(base, index_name)
+    records = parse_sample_index(read_bytes(index_location), index_location)
+    groups = _group_by_shard(records)
+    fmt = metadata["format"]
+    if fmt not in ("img", "tensor"):
+        raise SourceError(f"{metadata_location}: format {fmt!r} is not a tar format this loader reads")
+    source = Source(
+        "webdataset",
+        f"{base} ({fmt}, {split}: {len(records)} samples in {len(groups)} shards)",
+        groups,
+        "jpg" if fmt == "img" else "npy",
+        classes=metadata.get("classes"),
+        stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
+        tensor_layout=metadata.get("tensor_layout") or "HWC",
+        base=base,
+        metadata=metadata,
+    )
+    if use_repartition and instance_count > 1:
+        source.own_share_by_instance = _repartition(base, split, instance_count)
+    return source
+
+
+def _repartition(base: str, split: str, count: int):
+    """{instance: OwnShare loader} for a repartition made for `count` instances, or None."""
+    relative = f"{REPARTITION_DIR}/{count}-instances/{MANIFEST_FILE}"
+    location = join_location(base, relative)
+    manifest = _read_json(location, "the repartition manifest")
+    if manifest is None:
+        log.info("%s: no repartition for %d instances (%s); dealing samples at run time", base, count, relative)
+        return None
+    try:
+        entry = manifest["splits"][split]
+        instances = entry["instances"]
+        policy = entry["policy"]
+        counts = [int(item["samples"]) for item in instances]
+        if len(instances) != count:
+            raise SourceError(f"{location}: made for {len(instances)} instances, not {count}")
+    except KeyError as error:
+        log.info("%s: no %r entry for split %s; dealing samples at run time", location, error.args[0], split)
+        return None
+    return {"location": location, "base": base, "policy": policy, "counts": counts, "entry": entry}
+
+
+def load_own_share(repartition: dict, instance: int) -> OwnShare:
+    entry = repartition["entry"]
+    item = entry["instances"][instance]
+    index_location = join_location(repartition["base"], item["index"])
+    records = parse_sample_index(read_bytes(index_location), index_location)
+    if len(records) != int(item["samples"]):
+        raise SourceError(f"{index_location}: holds {len(records)} samples, the manifest says {item['samples']}")
+    return OwnShare(repartition["location"], repartition["policy"], records, repartition["counts"],
+                    list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
+
+
+def _group_by_shard(records) -> list:
+    """Records grouped per shard, shards in order of first appearance, samples in file order."""
+    groups = {}
+    for record in records:
+        groups.setdefault(record.shard, []).append(record)
+    for group in groups.values():
+        group.sort(key=lambda r: r.record_offset)
+    return list(groups.values())
+
+
+def _shard_list(locations, split: str) -> Source:
+    if not locations:
+        raise SourceError("the list of shards is empty")
+    base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
+    same_folder = all(loc.rsplit("/", 1)[0] == base for loc in locations)
+    metadata_location = join_location(base, METADATA_FILE)
+    if same_folder and exists(metadata_location):
+        metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+        for name, entry in metadata["splits"].items():
+            index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
+            records = parse_sample_index(read_bytes(index_location), index_location)
+            wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
+            chosen = [r for r in records if r.shard in wanted]
+            if {r.shard for r in chosen} == wanted:
+                groups = _group_by_shard(chosen)
+                order = {loc.rsplit("/", 1)[-1]: n for n, loc in enumerate(locations)}
+                groups.sort(key=lambda g: order[g[0].shard])
+                return Source(
+                    "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", groups,
+                    "jpg" if metadata["format"] == "img" else "npy", classes=metadata.get("classes"),
+                    stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
+                    tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
+                )
+    message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
+               f"and locate every sample (convert with create_webdataset.py to skip this)")
+    warnings.warn(message, stacklevel=3)
+    log.warning(message)
+    groups = []
+    for location in locations:
+        records = scan_shard(location)
+        if records:
+            groups.append(records)
+    payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
+    payload = "npy" if payloads & {"npy"} else "jpg"
+    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", groups, payload,
+                  locations={loc: loc for loc in locations})
+
+
+def _split_folder(root: Path, split: str) -> Optional[Path]:
+    names = [split] + (["val"] if split == "validation" else [])
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    return None
+
+
+def _image_folder(folder: Path, split: str) -> Source:
+    from .torchvision_cpu import torchvision
+
+    folder_module = torchvision.datasets.folder
+    try:
+        classes, class_to_index = folder_module.find_classes(str(folder))
+        samples = folder_module.make_dataset(str(folder), class_to_index, extensions=folder_module.IMG_EXTENSIONS)
+    except (FileNotFoundError, OSError) as error:
+        raise SourceError(f"{folder}: not an ImageNet folder: {error}") from None
+    items = [FolderItem(os.path.splitext(os.path.relpath(path, folder))[0], path, label) for path, label in samples]
+    return Source("folder", f"{folder} (ImageFolder, {len(items)} images in {len(classes)} classes)",
+                  [[item] for item in items], "file", classes=classes)
+
+
+def synthetic_pool(shape, seed: int, count: int = 16) -> np.ndarray:
+    """A few random images that synthetic samples cycle through (generating per sample would
+    measure numpy's random generator, not the loader)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(count, *shape), dtype=np.uint8)
