@@ -1,0 +1,196 @@
+"""Raw image folders (`train/<class>/*`, `validation/<class>/*`): the reference checksum and a file manifest.
+
+The reference harness's checksum of a folder is `checksumdir.dirhash(folder, "md5")`:
+
+1. walk the folder with `os.walk` (hidden files included, symlinked files read, symlinked
+   folders not entered, empty folders contributing nothing);
+2. md5 each file's bytes and take the lowercase hex digest (32 characters);
+3. sort those 32-character strings (plain string order, which for lowercase hex is the
+   order of the digests as numbers);
+4. md5 the concatenation of the sorted strings, encoded as ASCII, with no separator;
+   the result's hex digest is the folder's checksum.
+
+Because the digests are sorted, file names and paths never enter it: a renamed, moved or
+swapped file leaves the checksum unchanged, and any difference only says "something
+differs somewhere". The published values for the standard ILSVRC2012 layout are in
+`IMAGENET`.
+
+A manifest (`--write-manifest`) records every file's path, size and sha256, so a later
+run names each file added, missing or changed. It is a tab-separated text file in the
+dataset root, outside the split folders so that it does not change their checksum:
+
+    path<TAB>size<TAB>sha256          header line
+    train/n01440764/n01440764_10026.JPEG<TAB>13697<TAB>3c2b...   one line per file, sorted
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .fileio import atomic_write_bytes
+
+MANIFEST_FILE = "dataset_manifest.tsv"
+_MANIFEST_HEADER = "path\tsize\tsha256"
+RAW_SPLITS = ("train", "validation")
+SPLIT_ALIASES = {"validation": ("validation", "val")}  # the extracted layout is often called val/
+READ_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ReferenceLayout:
+    checksum: str  # checksumdir.dirhash(split folder, "md5") of the standard layout
+    images: int
+    classes: int
+
+
+# ILSVRC2012 as the reference harness expects it (train/ and validation/ with one folder per class).
+IMAGENET = {
+    "train": ReferenceLayout("17aed9504492852ddcc2ac247413aa95", 1_281_167, 1_000),
+    "validation": ReferenceLayout("8d6a57a773cf3c3354c92155a5b1d5bd", 50_000, 1_000),
+}
+
+
+class ManifestError(Exception):
+    """A manifest that cannot be read: names the file and the problem."""
+
+
+def reference_checksum(md5_hexdigests) -> str:
+    """checksumdir's reduction: md5 of the per-file md5 hex digests, sorted as strings, concatenated."""
+    reduced = hashlib.md5()
+    for digest in sorted(md5_hexdigests):
+        reduced.update(digest.encode("ascii"))
+    return reduced.hexdigest()
+
+
+def find_split_folder(root, split):
+    """The folder holding `split` under `root` (validation/ or val/), or None."""
+    for name in SPLIT_ALIASES.get(split, (split,)):
+        folder = Path(root) / name
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def list_files(folder):
+    """Every file under `folder` the way checksumdir walks it.
+
+    Returns (files, broken, unreadable_folders): `files` are (path relative to `folder`,
+    size); `broken` are (path, reason) of names that cannot be stat'ed (a dangling
+    symlink, which checksumdir hashes as an empty file); `unreadable_folders` are (path,
+    reason) of folders os.walk could not enter, which checksumdir silently skips.
+    """
+    folder = Path(folder)
+    files, broken, unreadable = [], [], []
+
+    def on_error(error):
+        unreadable.append((os.path.relpath(error.filename, folder), error.strerror or str(error)))
+
+    for root, dirs, names in os.walk(folder, onerror=on_error, followlinks=False):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            try:
+                size = os.stat(path).st_size
+            except OSError as error:
+                broken.append((os.path.relpath(path, folder), error.strerror or str(error)))
+                continue
+            files.append((os.path.relpath(path, folder), size))
+    return files, broken, unreadable
+
+
+def hash_file(path, want_sha256=True):
+    """(md5 hex, sha256 hex or None, bytes read) of one file, in a single read."""
+    md5 = hashlib.md5()
+    sha = hashlib.sha256() if want_sha256 else None
+    size = 0
+    buffer = bytearray(READ_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            n = handle.readinto(buffer)
+            if not n:
+                break
+            md5.update(view[:n])
+            if sha is not None:
+                sha.update(view[:n])
+            size += n
+    return md5.hexdigest(), (sha.hexdigest() if sha is not None else None), size
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    path: str  # relative to the dataset root, "/"-separated
+    size: int
+    sha256: str
+
+
+def encode_manifest(entries) -> bytes:
+    lines = [_MANIFEST_HEADER]
+    for entry in sorted(entries, key=lambda e: e.path):
+        if "\n" in entry.path or "\r" in entry.path:
+            raise ManifestError(f"{entry.path!r}: a file name with a line break cannot be recorded")
+        lines.append(f"{entry.path}\t{entry.size}\t{entry.sha256}")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
+def write_manifest(path, entries) -> None:
+    atomic_write_bytes(path, encode_manifest(entries))
+
+
+def read_manifest(path) -> dict:
+    """{relative path: ManifestEntry}; ManifestError names the line that does not parse."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as error:
+        raise ManifestError(f"{path}: cannot read: {error.strerror or error}") from None
+    lines = text.splitlines()
+    if not lines or lines[0] != _MANIFEST_HEADER:
+        raise ManifestError(f"{path}: not a dataset manifest (expected the header {_MANIFEST_HEADER!r})")
+    entries = {}
+    for number, line in enumerate(lines[1:], start=2):
+        # The path is first, so split from the right: a tab inside a file name survives.
+        parts = line.rsplit("\t", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or len(parts[2]) != 64:
+            raise ManifestError(f"{path}: line {number} is not 'path<TAB>size<TAB>sha256': {line[:120]!r}")
+        entries[parts[0]] = ManifestEntry(parts[0], int(parts[1]), parts[2])
+    return entries
+
+
+def compare_with_manifest(recorded: dict, current: dict):
+    """Differences between two {path: ManifestEntry} maps as (path, kind, message) tuples.
+
+    kind is "added", "missing" or "changed". A missing file whose content reappears under
+    an added name is reported as moved, and a changed file holding another recorded file's
+    content says whose: the whole-folder checksum can tell neither.
+    """
+    recorded_by_hash = {}
+    for entry in recorded.values():
+        recorded_by_hash.setdefault(entry.sha256, []).append(entry.path)
+    added = sorted(set(current) - set(recorded))
+    missing = sorted(set(recorded) - set(current))
+    added_by_hash = {}
+    for path in added:
+        added_by_hash.setdefault(current[path].sha256, []).append(path)
+    differences = []
+    for path in missing:
+        moved_to = [p for p in added_by_hash.get(recorded[path].sha256, [])]
+        where = f"; its content is now at {', '.join(moved_to)}" if moved_to else ""
+        differences.append((path, "missing", f"missing: listed in the manifest ({recorded[path].size:,} bytes){where}"))
+    for path in added:
+        entry = current[path]
+        origin = [p for p in recorded_by_hash.get(entry.sha256, []) if p != path]
+        same = f"; same content as {', '.join(origin[:3])} in the manifest" if origin else ""
+        differences.append((path, "added", f"added: not in the manifest ({entry.size:,} bytes){same}"))
+    for path in sorted(set(recorded) & set(current)):
+        old, new = recorded[path], current[path]
+        if old.size != new.size:
+            differences.append((path, "changed", f"changed: {new.size:,} bytes, the manifest says {old.size:,}"))
+        elif old.sha256 != new.sha256:
+            other = [p for p in recorded_by_hash.get(new.sha256, []) if p != path]
+            whose = f"; it holds the content of {', '.join(other[:3])} (swapped?)" if other else ""
+            differences.append((path, "changed", f"changed: sha256 {new.sha256[:16]}... differs from the manifest's "
+                                                 f"{old.sha256[:16]}...{whose}"))
+    return differences

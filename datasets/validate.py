@@ -1,0 +1,1279 @@
+"""Is a dataset intact, and if not, which file and which sample is wrong?
+
+Two kinds of folder are checked (`validate`):
+
+**Converted dataset** (`metadata.json` present, see datasets.index for the layout):
+  - metadata.json itself: required keys, lengths that agree with the shard lists, a class table;
+  - every shard against its ShardRecord: present, size, sha256, sample count;
+  - the tar structure: header checksums, member names (no absolute paths, no `..`),
+    complete samples (`.cls`, `.json` and exactly one payload per key), nothing after the
+    end-of-archive marker;
+  - every sample against the split's sample index: key, label, byte offsets, payload sha256;
+  - labels inside the class table and equal to the class the sample's `.json` names;
+  - keys unique within a split;
+  - repartitions under `distributed/<N>-instances/` against their manifest.json: the union
+    of the instances' samples is the split (minus the keys named as dropped), instances are
+    disjoint (except for the keys named as padding), counts follow the policy, remainder
+    shards hold byte-identical copies;
+  - files nobody lists are warnings (a loader never reads them), never corruption;
+  - with `deep`, every image is decoded (PIL verify + load) and every tensor parsed.
+
+**Raw image folder** (`train/<class>/*`, `validation/<class>/*`): the reference harness's
+checksum and counts against the published ImageNet values, and, when the folder has a
+manifest (`write_manifest=True` records one), every file against it. See
+datasets.raw_checksum. How a folder that is not ImageNet is reported:
+  - no manifest: the folder is taken to be ImageNet, as in the reference harness; any
+    difference from the published checksum and counts is corruption (exit code 1), and
+    the report suggests `--write-manifest` for a dataset of one's own;
+  - a manifest: it is the reference; added, missing and changed files are corruption,
+    and the ImageNet comparison is only informational (report notes).
+
+One pass per shard. A shard is read once, sequentially (mmap): the walk over its headers
+also feeds the whole-shard sha256 as it goes, and payloads are sliced from the same pages.
+A shard whose size and sha256 match metadata.json is byte-identical to what the converter
+wrote and published, so its payloads are proven by that one hash; hashing each payload
+again would double the cost (the bound here is sha256 at ~1.8 GB/s per core). Payload
+sha256 values are therefore compared with the index when they can say something the
+shard hash cannot: for every shard whose hash or size differs (to name the corrupt
+samples), for remainder shards of repartitions (to prove they are copies), and for every
+shard with `deep`. Everything else about the index (keys, labels, offsets) is compared on
+every run.
+
+Functional core: checks return `Problem` records and nothing here prints;
+validate_dataset.py renders a `Report`. The per-format shard check is chosen in one place,
+`SHARD_FORMATS`: a new container (TFRecord) adds its checker and companion files there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import io
+import json
+import mmap
+import os
+import re
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import raw_checksum
+from .fileio import PARTIAL_SUFFIX, sha256_bytes
+from .index import (
+    METADATA_FILE,
+    PAYLOAD_EXTENSIONS,
+    DatasetError,
+    SampleRecord,
+    ShardRecord,
+    parse_metadata,
+    parse_sample_index,
+)
+from .npy_format import NpyFormatError, decode_npy
+from .tar_format import BLOCK, TarFormatError, iter_tar_members, padding, split_key
+
+ERROR = "error"
+WARNING = "warning"
+DISTRIBUTED_DIR = "distributed"
+REPARTITION_MANIFEST = "manifest.json"
+HASH_STEP = 1 << 20  # hash the shard in steps of at least this many bytes as the walk advances
+RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
+RAW_TASK_FILES = 256
+
+
+class ValidationUsageError(Exception):
+    """The path cannot be validated at all (missing, unreadable, not a dataset): exit code 2."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    severity: str  # ERROR or WARNING
+    file: str  # relative to the dataset root ("" for the dataset as a whole)
+    key: Optional[str]  # the sample key, where there is one
+    problem: str
+
+    def to_json(self) -> dict:
+        return {"severity": self.severity, "file": self.file, "key": self.key, "problem": self.problem}
+
+    def line(self) -> str:
+        where = self.file or "."
+        if self.key is not None:
+            where += f" [{self.key}]"
+        return f"{self.severity}: {where}: {self.problem}"
+
+
+def error(file, problem, key=None) -> Problem:
+    return Problem(ERROR, str(file), key, problem)
+
+
+def warning(file, problem, key=None) -> Problem:
+    return Problem(WARNING, str(file), key, problem)
+
+
+@dataclass
+class Report:
+    path: str
+    mode: str  # "converted" or "raw"
+    verdicts: dict = field(default_factory=dict)  # label ("Dataset", "Train data", ...) -> ok
+    problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)  # informational lines, no effect on the verdict
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def errors(self):
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self):
+        return [p for p in self.problems if p.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def verdict_lines(self):
+        """The reference harness's lines: `Dataset OK.` / `Dataset is corrupted.`, `Train data OK.` ..."""
+        return [f"{label} OK." if ok else f"{label} is corrupted." for label, ok in self.verdicts.items()]
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "mode": self.mode,
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "verdicts": self.verdict_lines(),
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "problems": [p.to_json() for p in self.problems],
+            "notes": list(self.notes),
+            "stats": dict(self.stats),
+        }
+
+
+def _sorted_problems(problems):
+    return sorted(problems, key=lambda p: (p.severity != ERROR, p.file, p.key or ""))
+
+
+# ================================================================================ payload checks
+# Container-independent: a TFRecord checker uses these too.
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+
+
+def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) -> Optional[str]:
+    """Why a payload does not decode, or None. Images: PIL verify, then a full load."""
+    from PIL import Image
+
+    if ext in IMAGE_EXTENSIONS or ext == "JPEG":
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.verify()  # structure and checksums, without decoding pixels
+            with Image.open(io.BytesIO(data)) as image:
+                image.load()  # every pixel: catches truncated or corrupt entropy-coded data
+                mode, kind = image.mode, image.format
+        except Image.DecompressionBombError as exc:
+            return f"image refused as a decompression bomb: {exc}"
+        except Exception as exc:  # PIL raises many types for corrupt data
+            return f"image does not decode: {type(exc).__name__}: {exc}"
+        if require_rgb_jpeg and ext == "jpg" and (kind != "JPEG" or mode != "RGB"):
+            return f"payload is a {kind} image in mode {mode}, the converter stores RGB JPEG"
+        return None
+    if ext == "npy":
+        try:
+            array = decode_npy(data)
+        except NpyFormatError as exc:
+            return f"tensor does not decode: {exc}"
+        if array.dtype.name != "uint8":
+            return f"tensor dtype {array.dtype.name}, expected uint8"
+        channel_axis = {"HWC": 2, "CHW": 0}.get(tensor_layout)
+        if array.ndim != 3 or (channel_axis is not None and array.shape[channel_axis] != 3):
+            return f"tensor shape {array.shape} is not {tensor_layout or 'a 3-channel image'}"
+        return None
+    return None
+
+
+_CLASS_NAME_FIELDS = ("class_name", "wnid", "class", "synset", "class_folder")
+
+
+def sample_field_problems(label_text: bytes, info_json: Optional[bytes], classes, record: Optional[SampleRecord]):
+    """Problems of one sample's label and json, as strings: (label or None, [problems]).
+
+    The label must be an integer inside the class table, equal to the index's label, and the
+    class the sample's json names (if it names one) must be the class table's entry for it.
+    """
+    problems = []
+    text = bytes(label_text).strip()
+    try:
+        label = int(text)
+    except ValueError:
+        return None, [f"label {text[:40]!r} is not an integer"]
+    if not 0 <= label < len(classes):
+        problems.append(f"label {label} is outside the class table ({len(classes)} classes: 0..{len(classes) - 1})")
+    if record is not None and record.label != label:
+        problems.append(f"label {label} in the shard, the index says {record.label}")
+    if info_json is not None:
+        try:
+            info = json.loads(bytes(info_json))
+        except ValueError as exc:
+            problems.append(f".json member is not valid JSON: {exc}")
+            info = None
+        if isinstance(info, dict) and 0 <= label < len(classes):
+            for name in _CLASS_NAME_FIELDS:
+                value = info.get(name)
+                if isinstance(value, str):
+                    if value != classes[label]:
+                        problems.append(
+                            f"label {label} is class {classes[label]!r} in the class table, "
+                            f"but the sample's json says {name}={value!r}"
+                        )
+                    break
+    return label, problems
+
+
+# ================================================================================ shard checks
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    path: str  # absolute path
+    name: str  # relative to the dataset root, used in messages
+    container: str  # key of SHARD_FORMATS
+    record: Optional[ShardRecord]  # what metadata (or a repartition manifest) says about it
+    samples: tuple  # SampleRecords the index places in this shard
+    payload_ext: str
+    classes: tuple
+    hash_payloads: bool  # always compare payload sha256 (deep, remainder shards)
+    deep: bool
+    tensor_layout: Optional[str] = None
+    group: Optional[str] = None  # split whose keys must be unique across shards; None for repartitions
+
+
+@dataclass
+class ShardResult:
+    name: str
+    group: Optional[str]
+    problems: list
+    bytes_read: int = 0
+    sha256: Optional[str] = None
+    keys: list = field(default_factory=list)  # sample keys in shard order
+    payloads_hashed: int = 0
+    payloads_decoded: int = 0
+
+
+class _SequentialHasher:
+    """The whole-shard sha256, fed from the mapped shard as the walk advances (one sequential pass)."""
+
+    def __init__(self, view):
+        self.view = view
+        self.done = 0
+        self.digest = hashlib.sha256()
+
+    def advance(self, offset):
+        if offset - self.done >= HASH_STEP:
+            self.digest.update(self.view[self.done : offset])
+            self.done = offset
+
+    def finish(self) -> str:
+        self.digest.update(self.view[self.done :])
+        self.done = len(self.view)
+        return self.digest.hexdigest()
+
+
+class _SampleIndex:
+    """The index records of one shard, searchable by key and by byte offset."""
+
+    def __init__(self, records):
+        self.by_key = {}
+        for record in records:
+            self.by_key.setdefault(record.key, record)
+        self.ordered = sorted(records, key=lambda r: r.record_offset)
+        self.starts = [r.record_offset for r in self.ordered]
+
+    def at(self, offset) -> Optional[SampleRecord]:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        if i >= 0 and offset < self.starts[i] + max(self.ordered[i].record_size, 1):
+            return self.ordered[i]
+        return None
+
+    def next_start_after(self, offset) -> Optional[int]:
+        i = bisect.bisect_right(self.starts, offset)
+        return self.starts[i] if i < len(self.starts) else None
+
+
+def _unsafe_member_name(name: str) -> bool:
+    return name.startswith("/") or ".." in name.split("/") or "\\" in name
+
+
+def check_tar_shard(task: ShardTask) -> ShardResult:
+    """Every check of one tar shard, in one sequential pass over its bytes."""
+    name = task.name
+    result = ShardResult(name, task.group, [])
+    problems = result.problems
+    record = task.record
+    try:
+        size = os.stat(task.path).st_size
+    except OSError as exc:
+        problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
+        return result
+    size_differs = record is not None and size != record.bytes
+    if size_differs:
+        problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} (truncated, extended or replaced)"))
+    if size == 0:
+        problems.append(error(name, "empty file (zero bytes): no samples can be read"))
+        _report_missing_samples(task, set(), set(), problems)
+        return result
+    try:
+        with open(task.path, "rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
+        return result
+    if hasattr(mmap, "MADV_SEQUENTIAL"):
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+    view = memoryview(mapped)
+    try:
+        _walk_tar_shard(task, view, size, size_differs, result)
+    finally:
+        view.release()
+        mapped.close()
+    result.bytes_read = size
+    return result
+
+
+def _walk_tar_shard(task, view, size, size_differs, result):
+    name, record, problems = task.name, task.record, result.problems
+    index = _SampleIndex(task.samples)
+    hasher = _SequentialHasher(view)
+    hash_inline = task.hash_payloads or size_differs
+    deferred = []  # (key, payload view, expected sha256): hashed only if the shard hash differs
+    found = []  # keys in shard order
+    seen = set()
+    damaged = set()  # keys already reported as unreadable (no "missing" line for them)
+    sample_problem_keys = set()
+    expected_exts = {"cls", "json", task.payload_ext}
+
+    def finish(group, broken=False):
+        key = group["key"]
+        members = group["members"]
+        found.append(key)
+        if key in seen:
+            problems.append(error(name, "duplicated key: a second sample with this key in the same shard", key))
+            sample_problem_keys.add(key)
+        seen.add(key)
+        if broken:
+            return
+        local = []
+        missing = sorted(expected_exts - set(members))
+        if missing:
+            local.append("incomplete sample: no " + ", ".join(f".{ext}" for ext in missing) + " member")
+        for ext in sorted(set(members) - expected_exts):
+            local.append(f"unexpected member {key}.{ext} (a sample holds .cls, .json and one .{task.payload_ext})")
+        entry = index.by_key.get(key)
+        if entry is None:
+            local.append("sample is in the shard but not in the sample index")
+        if "cls" in members:
+            _, field_problems = sample_field_problems(members["cls"].data, members["json"].data if "json" in members else None,
+                                                      task.classes, entry)
+            local += field_problems
+        payload = members.get(task.payload_ext)
+        if entry is not None:
+            if group["offset"] != entry.record_offset:
+                local.append(f"sample starts at byte {group['offset']:,}, the index says {entry.record_offset:,}")
+            elif payload is not None and (payload.data_offset != entry.payload_offset or len(payload.data) != entry.payload_size):
+                local.append(
+                    f"payload at byte {payload.data_offset:,} ({len(payload.data):,} bytes), the index says "
+                    f"{entry.payload_offset:,} ({entry.payload_size:,} bytes)"
+                )
+        if payload is not None:
+            if entry is not None:
+                if hash_inline:
+                    result.payloads_hashed += 1
+                    if sha256_bytes(payload.data) != entry.payload_sha256:
+                        local.append("payload sha256 differs from the sample index: the payload is corrupt")
+                else:
+                    deferred.append((key, payload.data, entry.payload_sha256))
+            if task.deep:
+                result.payloads_decoded += 1
+                why = decode_problem(task.payload_ext, payload.data, task.tensor_layout)
+                if why:
+                    local.append(why)
+        for text in local:
+            problems.append(error(name, text, key))
+        if local:
+            sample_problem_keys.add(key)
+
+    offset = 0
+    end_of_members = None
+    group = None
+    while True:
+        try:
+            for member in iter_tar_members(task.path, offset=offset, verify_checksums=True):
+                member_end = member.data_offset + len(member.data)
+                hasher.advance(member_end)
+                key, ext = split_key(member.name)
+                if _unsafe_member_name(member.name):
+                    problems.append(error(name, f"unsafe member name {member.name!r} (absolute or with '..'): "
+                                                f"extracting the shard would write outside its folder", key))
+                    sample_problem_keys.add(key)
+                if group is None or key != group["key"]:
+                    if group is not None:
+                        finish(group)
+                    group = {"key": key, "offset": member.header_offset, "members": {}}
+                if ext in group["members"]:
+                    problems.append(error(name, f"member {member.name!r} appears twice in one sample", key))
+                    sample_problem_keys.add(key)
+                group["members"][ext] = member
+                end_of_members = member_end + padding(len(member.data))
+            if group is not None:
+                finish(group)
+                group = None
+            break
+        except TarFormatError as exc:
+            at = index.at(exc.offset)
+            key = at.key if at is not None else (group["key"] if group is not None else None)
+            if group is not None:
+                finish(group, broken=(group["key"] == key))
+                group = None
+            if key is not None:
+                damaged.add(key)
+                sample_problem_keys.add(key)
+            problems.append(error(name, f"{exc.problem} (at byte {exc.offset:,})", key))
+            end_of_members = None
+            resume = index.next_start_after(exc.offset)
+            if exc.problem.startswith("truncated") or resume is None or resume >= size:
+                break
+            offset = resume  # resynchronise on the next sample the index knows, to check the rest
+    if end_of_members is not None:
+        # Only zero blocks may follow the last member: anything else is a member hidden by a
+        # zeroed header or data appended after the archive.
+        tail = view[end_of_members:]
+        if len(tail) < 2 * BLOCK:
+            problems.append(error(name, f"end-of-archive marker incomplete: {len(tail)} bytes after the last member"))
+        else:
+            stray = bytes(tail).lstrip(b"\0")
+            if stray:
+                at = size - len(stray)
+                hit = index.at(at)
+                problems.append(error(name, f"non-zero bytes after the end-of-archive marker (at byte {at:,}): the "
+                                            f"archive ends early or has data appended", hit.key if hit else None))
+                if hit is not None:
+                    damaged.add(hit.key)
+    result.sha256 = hasher.finish()
+    result.keys = found
+
+    sha_differs = record is not None and result.sha256 != record.sha256
+    if sha_differs:
+        corrupt_payloads = 0
+        for key, data, expected in deferred:
+            result.payloads_hashed += 1
+            if sha256_bytes(data) != expected:
+                corrupt_payloads += 1
+                problems.append(error(name, "payload sha256 differs from the sample index: the payload is corrupt", key))
+                sample_problem_keys.add(key)
+        detail = ""
+        if not sample_problem_keys and not size_differs and not corrupt_payloads:
+            detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
+                      "or metadata.json's record of the shard")
+        problems.append(error(name, f"sha256 {result.sha256[:16]}... differs from metadata "
+                                    f"({record.sha256[:16]}...){detail}"))
+    if record is not None and len(found) != record.samples:
+        problems.append(error(name, f"{len(found)} samples in the shard, metadata says {record.samples}"))
+    _report_missing_samples(task, seen, damaged, problems)
+
+
+def _report_missing_samples(task, seen, damaged, problems):
+    for entry in task.samples:
+        if entry.key not in seen and entry.key not in damaged:
+            problems.append(error(task.name, "listed in the sample index but not in the shard", entry.key))
+
+
+def shard_companions_none(shard_name):
+    return ()
+
+
+@dataclass(frozen=True)
+class ShardFormat:
+    """How one container is checked: the shard checker and the files that come with a shard."""
+
+    check: Callable[[ShardTask], ShardResult]
+    companions: Callable[[str], tuple] = shard_companions_none  # e.g. a TFRecord shard's own index file
+
+
+# The one place that maps a dataset format to its shard check. A TFRecord checker plugs in here
+# ("tfrecord": ShardFormat(check_tfrecord_shard, companions=...)) and in CONTAINER_OF_FORMAT.
+SHARD_FORMATS = {"tar": ShardFormat(check_tar_shard)}
+CONTAINER_OF_FORMAT = {"img": "tar", "tensor": "tar"}
+
+
+def run_shard_task(task: ShardTask) -> ShardResult:
+    return SHARD_FORMATS[task.container].check(task)
+
+
+# ================================================================================ converted datasets
+
+
+@dataclass
+class _SplitState:
+    name: str
+    shards: list  # ShardRecords (metadata's, in order)
+    records: list  # SampleRecords of the index ([] when it could not be read)
+    index_ok: bool
+
+
+def _check_metadata(metadata, problems):
+    """Consistency of metadata.json itself; returns {split: [ShardRecord]} of the usable splits."""
+    meta = METADATA_FILE
+    classes = metadata.get("classes")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
+        problems.append(error(meta, "the class table ('classes') is missing, empty or not a list of names"))
+    else:
+        repeated = sorted(name for name, n in Counter(classes).items() if n > 1)
+        if repeated:
+            problems.append(error(meta, f"class names appear twice in the class table: {', '.join(repeated[:5])}"))
+    splits = metadata.get("splits")
+    if not isinstance(splits, dict) or not splits:
+        problems.append(error(meta, "'splits' is missing or empty"))
+        return {}
+    usable = {}
+    all_names = Counter()
+    for split, entry in splits.items():
+        if not isinstance(entry, dict):
+            problems.append(error(meta, f"split {split!r}: its entry is not an object"))
+            continue
+        try:
+            shards = [ShardRecord.from_json(s) for s in entry.get("shards", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(error(meta, f"split {split!r}: malformed shard list ({type(exc).__name__}: {exc})"))
+            continue
+        if not shards:
+            problems.append(error(meta, f"split {split!r} lists no shards"))
+        for shard in shards:
+            all_names[shard.name] += 1
+            if shard.name.startswith("/") or ".." in shard.name.split("/") or "/" in shard.name:
+                problems.append(error(meta, f"split {split!r}: shard name {shard.name!r} is not a plain file name"))
+            if shard.samples < 0 or shard.bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", shard.sha256):
+                problems.append(error(meta, f"split {split!r}: the record of {shard.name} is malformed: {shard}"))
+        total = sum(shard.samples for shard in shards)
+        length = entry.get("length")
+        if length is not None and length != total:
+            problems.append(error(meta, f"split {split!r}: length {length:,}, its shards hold {total:,} samples"))
+        top = metadata.get(f"{split}_length")
+        if top is not None and top != total:
+            problems.append(error(meta, f"{split}_length is {top:,}, the {split} shards hold {total:,} samples"))
+        skipped = entry.get("skipped") or []
+        source_samples = entry.get("source_samples")
+        if source_samples is not None and source_samples != total + len(skipped):
+            problems.append(error(meta, f"split {split!r}: {source_samples:,} source samples, but "
+                                        f"{total:,} written + {len(skipped):,} skipped = {total + len(skipped):,}"))
+        for item in skipped:
+            if isinstance(item, dict):
+                problems.append(warning(meta, f"{split}: source image skipped at conversion: "
+                                              f"{item.get('path')}: {item.get('reason')}"))
+        usable[split] = shards
+    for shard_name, count in all_names.items():
+        if count > 1:
+            problems.append(error(meta, f"shard {shard_name} is listed {count} times"))
+    return usable
+
+
+def _load_split_index(root, split, entry, shards, problems) -> _SplitState:
+    info = entry.get("index") if isinstance(entry, dict) else None
+    if not isinstance(info, dict) or "name" not in info:
+        problems.append(error(METADATA_FILE, f"split {split!r} names no sample index: samples cannot be checked one by one"))
+        return _SplitState(split, shards, [], False)
+    name = str(info["name"])
+    try:
+        data = (Path(root) / name).read_bytes()
+    except OSError as exc:
+        problems.append(error(name, f"cannot read the sample index: {exc.strerror or exc}"))
+        return _SplitState(split, shards, [], False)
+    if "bytes" in info and len(data) != info["bytes"]:
+        problems.append(error(name, f"size {len(data):,} bytes, metadata says {info['bytes']:,}"))
+    if "sha256" in info and sha256_bytes(data) != info["sha256"]:
+        problems.append(error(name, "sha256 differs from metadata (the index changed since conversion)"))
+    try:
+        records = parse_sample_index(data, name)
+    except DatasetError as exc:
+        problems.append(error(name, str(exc).removeprefix(f"{name}: ")))
+        return _SplitState(split, shards, [], False)
+    shard_names = {shard.name for shard in shards}
+    counts = Counter(record.key for record in records)
+    for key, n in counts.items():
+        if n > 1:
+            problems.append(error(name, f"duplicated key: listed {n} times in the index", key))
+    for record in records:
+        if record.shard not in shard_names:
+            problems.append(error(name, f"placed in {record.shard!r}, which metadata does not list for {split}", record.key))
+    per_shard = Counter(record.shard for record in records)
+    for shard in shards:
+        if per_shard[shard.name] != shard.samples:
+            problems.append(error(name, f"lists {per_shard[shard.name]} samples in {shard.name}, metadata says {shard.samples}"))
+    return _SplitState(split, shards, records, True)
+
+
+def _records_by_shard(records):
+    grouped = defaultdict(list)
+    for record in records:
+        grouped[record.shard].append(record)
+    return grouped
+
+
+def _missing_shard_problem(name, shard: ShardRecord, records):
+    keys = [r.key for r in records]
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    lost = f"; its samples are lost: {shown}" if keys else ""
+    return error(name, f"missing shard: listed in metadata with {shard.samples:,} samples{lost}")
+
+
+def _run_tasks(tasks, workers, progress, description):
+    """Run shard tasks over `workers` processes, largest first; yields results as they finish."""
+    tasks = sorted(tasks, key=lambda t: -(t.record.bytes if t.record else 0))
+    total = sum(_task_bytes(t) for t in tasks)
+    bar = progress(total, description) if progress else None
+    try:
+        if workers <= 1 or len(tasks) <= 1:
+            for task in tasks:
+                result = run_shard_task(task)
+                if bar is not None:
+                    bar.update(_task_bytes(task))
+                yield result
+        else:
+            import multiprocessing
+
+            with multiprocessing.Pool(min(workers, len(tasks))) as pool:
+                for result in pool.imap_unordered(run_shard_task, tasks):
+                    if bar is not None:
+                        bar.update(result.bytes_read or 0)
+                    yield result
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _task_bytes(task):
+    try:
+        return os.stat(task.path).st_size
+    except OSError:
+        return 0
+
+
+def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
+    root = Path(root)
+    started = time.perf_counter()
+    report = Report(str(root), "converted")
+    problems = report.problems
+    try:
+        metadata_bytes = (root / METADATA_FILE).read_bytes()
+    except OSError as exc:
+        raise ValidationUsageError(f"{root / METADATA_FILE}: cannot read: {exc.strerror or exc}") from None
+    try:
+        metadata = parse_metadata(metadata_bytes, METADATA_FILE)
+    except DatasetError as exc:
+        problems.append(error(METADATA_FILE, str(exc).removeprefix(f"{METADATA_FILE}: ")))
+        report.verdicts["Dataset"] = False
+        report.stats = {"seconds": round(time.perf_counter() - started, 3)}
+        return report
+    metadata_sha256 = sha256_bytes(metadata_bytes)
+    fmt = metadata.get("format")
+    container = CONTAINER_OF_FORMAT.get(fmt)
+    if container is None:
+        problems.append(error(METADATA_FILE, f"unknown format {fmt!r} (this validator knows {', '.join(CONTAINER_OF_FORMAT)})"))
+        report.verdicts["Dataset"] = False
+        return report
+    payload_ext = PAYLOAD_EXTENSIONS.get(fmt, fmt)
+    classes = tuple(metadata.get("classes") or ())
+    layout = metadata.get("tensor_layout")
+    split_shards = _check_metadata(metadata, problems)
+    states = {}
+    for split, shards in split_shards.items():
+        states[split] = _load_split_index(root, split, metadata["splits"][split], shards, problems)
+
+    tasks = []
+    expected_files = {METADATA_FILE}
+    shard_format = SHARD_FORMATS[container]
+    for split, state in states.items():
+        info = metadata["splits"][split].get("index")
+        if isinstance(info, dict) and "name" in info:
+            expected_files.add(str(info["name"]))
+        grouped = _records_by_shard(state.records)
+        for shard in state.shards:
+            expected_files.add(shard.name)
+            expected_files.update(shard_format.companions(shard.name))
+            path = root / shard.name
+            if not path.is_file():
+                problems.append(_missing_shard_problem(shard.name, shard, grouped.get(shard.name, [])))
+                continue
+            tasks.append(ShardTask(str(path), shard.name, container, shard, tuple(grouped.get(shard.name, [])),
+                                   payload_ext, classes, deep, deep, layout, split))
+
+    repartitions = _plan_repartition_checks(root, metadata, metadata_sha256, states, container, payload_ext,
+                                            classes, deep, layout, problems)
+    for plan in repartitions:
+        tasks += plan.tasks
+
+    results = {}
+    for result in _run_tasks(tasks, workers, progress, "shards"):
+        results[result.name] = result
+        problems.extend(result.problems)
+
+    _cross_shard_checks(states, results, problems)
+    for plan in repartitions:
+        _check_repartition(root, plan, states, problems)
+    _check_extra_files(root, expected_files, repartitions, problems)
+
+    report.problems = _sorted_problems(problems)
+    report.verdicts["Dataset"] = report.ok
+    seconds = time.perf_counter() - started
+    checked = sum(r.bytes_read for r in results.values())
+    report.stats = {
+        "format": fmt,
+        "splits": {s: {"shards": len(st.shards), "samples": sum(x.samples for x in st.shards)} for s, st in states.items()},
+        "shards_checked": len(results),
+        "samples_checked": sum(len(r.keys) for r in results.values()),
+        "bytes_checked": checked,
+        "payloads_hashed": sum(r.payloads_hashed for r in results.values()),
+        "payloads_decoded": sum(r.payloads_decoded for r in results.values()),
+        "repartitions": [p.folder for p in repartitions],
+        "workers": workers,
+        "deep": deep,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(checked / seconds / 1e6, 1) if seconds > 0 else None,
+    }
+    return report
+
+
+def _cross_shard_checks(states, results, problems):
+    """Keys unique across the shards of a split; swapped or renamed shards named by their content."""
+    by_sha = {}
+    for state in states.values():
+        for shard in state.shards:
+            by_sha.setdefault(shard.sha256, []).append(shard.name)
+    for state in states.values():
+        where = defaultdict(list)
+        for shard in state.shards:
+            result = results.get(shard.name)
+            if result is None:
+                continue
+            for key in dict.fromkeys(result.keys):
+                where[key].append(shard.name)
+            if result.sha256 and result.sha256 != shard.sha256:
+                others = [n for n in by_sha.get(result.sha256, []) if n != shard.name]
+                if others:
+                    problems.append(error(shard.name, f"its content is that of {', '.join(others)} in metadata: "
+                                                      f"shards swapped, renamed or copied over one another"))
+        for key, shards in where.items():
+            if len(shards) > 1:
+                for name in shards[1:]:
+                    problems.append(error(name, f"duplicated key: the {state.name} split also has this key in {shards[0]}", key))
+
+
+def _check_extra_files(root, expected, repartitions, problems):
+    """Files nobody lists are warnings only: no loader reads them."""
+    root = Path(root)
+    repartition_folders = {p.folder for p in repartitions}
+    for folder, dirs, names in os.walk(root):
+        relative_folder = os.path.relpath(folder, root)
+        if relative_folder == ".":
+            relative_folder = ""
+        if relative_folder == DISTRIBUTED_DIR:
+            for name in sorted(dirs):
+                if f"{DISTRIBUTED_DIR}/{name}" not in repartition_folders:
+                    problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", "repartition folder without a manifest.json "
+                                                                         "(unfinished; distributed_webdataset.py completes it)"))
+            dirs[:] = []  # each repartition folder is checked against its manifest
+        for name in names:
+            relative = f"{relative_folder}/{name}" if relative_folder else name
+            if relative in expected:
+                continue
+            if name.endswith(PARTIAL_SUFFIX):
+                problems.append(warning(relative, "partial file left by an interrupted write (safe to delete)"))
+            else:
+                problems.append(warning(relative, "extra file not listed in metadata.json (loaders ignore it)"))
+
+
+# ================================================================================ repartitions
+
+
+@dataclass
+class _RepartitionPlan:
+    folder: str  # relative: distributed/<N>-instances
+    manifest: dict
+    tasks: list
+    instance_records: dict  # (split, instance number) -> [SampleRecord] or None
+    expected_files: set
+
+
+def _plan_repartition_checks(root, metadata, metadata_sha256, states, container, payload_ext, classes, deep, layout,
+                             problems):
+    """Read every repartition manifest; return what to check, with the remainder shards as tasks."""
+    plans = []
+    base = Path(root) / DISTRIBUTED_DIR
+    if not base.is_dir():
+        return plans
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        relative = f"{DISTRIBUTED_DIR}/{folder.name}"
+        manifest_path = folder / REPARTITION_MANIFEST
+        manifest_name = f"{relative}/{REPARTITION_MANIFEST}"
+        if not manifest_path.is_file():
+            continue  # reported as an unfinished folder by _check_extra_files
+        try:
+            manifest = json.loads(manifest_path.read_bytes())
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
+                raise ValueError("expected an object with 'splits'")
+        except (OSError, ValueError) as exc:
+            problems.append(error(manifest_name, f"unreadable repartition manifest: {exc}"))
+            plans.append(_RepartitionPlan(relative, {}, [], {}, {manifest_name}))
+            continue
+        plan = _RepartitionPlan(relative, manifest, [], {}, {manifest_name})
+        plans.append(plan)
+        match = re.fullmatch(r"(\d+)-instances", folder.name)
+        n = manifest.get("num_instances")
+        if match is None or n != int(match.group(1)):
+            problems.append(error(manifest_name, f"num_instances {n!r} does not match the folder name {folder.name}"))
+        if manifest.get("format") != metadata.get("format"):
+            problems.append(error(manifest_name, f"format {manifest.get('format')!r}, the dataset is {metadata.get('format')!r}"))
+        if manifest.get("source_metadata_sha256") != metadata_sha256:
+            problems.append(error(manifest_name, "stale repartition: made from a different metadata.json (the dataset "
+                                                 f"was re-converted or edited); re-run distributed_webdataset.py "
+                                                 f"--num-instances {n}"))
+            plan.manifest = {}  # its records describe another dataset: comparing them would only add noise
+            _expect_repartition_files(plan, manifest)
+            continue
+        _expect_repartition_files(plan, manifest)
+        for split, entry in manifest["splits"].items():
+            state = states.get(split)
+            if state is None:
+                problems.append(error(manifest_name, f"split {split!r} is not in metadata.json"))
+                continue
+            for number, instance in enumerate(entry.get("instances") or []):
+                index_name = instance.get("index")
+                records = None
+                if isinstance(index_name, str):
+                    try:
+                        records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
+                    except OSError as exc:
+                        problems.append(error(index_name, f"cannot read the instance's sample index: {exc.strerror or exc}"))
+                    except DatasetError as exc:
+                        problems.append(error(index_name, str(exc).removeprefix(f"{index_name}: ")))
+                else:
+                    problems.append(error(manifest_name, f"{split} instance {number}: no sample index named"))
+                plan.instance_records[(split, number)] = records
+                remainder = instance.get("remainder")
+                if remainder is None:
+                    continue
+                try:
+                    remainder_record = ShardRecord.from_json(instance.get("remainder_record"))
+                except (KeyError, TypeError, ValueError):
+                    problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} has no valid record"))
+                    remainder_record = None
+                if remainder_record is not None and remainder_record.name != remainder:
+                    problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} but its record "
+                                                         f"names {remainder_record.name}"))
+                path = Path(root) / remainder
+                mine = tuple(r for r in (records or []) if r.shard == remainder)
+                if not path.is_file():
+                    problems.append(error(remainder, f"missing remainder shard of {split} instance {number}"))
+                    continue
+                tasks_record = remainder_record
+                plan.tasks.append(ShardTask(str(path), remainder, container, tasks_record, mine, payload_ext, classes,
+                                            True, deep, layout, None))
+    return plans
+
+
+def _expect_repartition_files(plan, manifest):
+    for entry in (manifest.get("splits") or {}).values():
+        for instance in entry.get("instances") or []:
+            for name_key in ("index", "remainder", "shard_list"):
+                value = instance.get(name_key)
+                if isinstance(value, str):
+                    plan.expected_files.add(value)
+
+
+def _check_repartition(root, plan, states, problems):
+    """Union, disjointness and counts of one repartition, from its manifest and instance indexes."""
+    manifest = plan.manifest
+    if not manifest:
+        _check_repartition_folder_files(root, plan, problems)
+        return
+    manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
+    n = manifest.get("num_instances")
+    for split, entry in manifest["splits"].items():
+        state = states.get(split)
+        if state is None:
+            continue
+        policy = entry.get("policy")
+        instances = entry.get("instances") or []
+        where = f"{manifest_name}"
+        if policy not in ("spread", "pad", "drop"):
+            problems.append(error(where, f"{split}: unknown policy {policy!r}"))
+        if len(instances) != n:
+            problems.append(error(where, f"{split}: {len(instances)} instances listed, num_instances is {n}"))
+        counts = [instance.get("samples") for instance in instances]
+        if entry.get("samples_per_instance") is not None and entry.get("samples_per_instance") != counts:
+            problems.append(error(where, f"{split}: samples_per_instance {entry.get('samples_per_instance')} "
+                                         f"disagrees with the instances' counts {counts}"))
+        original = {record.key: record for record in state.records}
+        by_shard = _records_by_shard(state.records)
+        split_shards = {shard.name for shard in state.shards}
+        readers = defaultdict(list)  # key -> instance numbers reading it
+        padded, dropped = Counter(), set()
+        actual_counts = []
+        for number, instance in enumerate(instances):
+            label = f"{split} instance {number}"
+            if instance.get("instance", number) != number:
+                problems.append(error(where, f"{label}: numbered {instance.get('instance')}"))
+            records = plan.instance_records.get((split, number))
+            padded.update(instance.get("padded_keys") or [])
+            dropped.update(instance.get("dropped_keys") or [])
+            whole = list(instance.get("shards") or [])
+            remainder = instance.get("remainder")
+            for name in whole:
+                if name not in split_shards:
+                    problems.append(error(where, f"{label} reads {name!r} whole, which is not a {split} shard in metadata"))
+            _check_shard_list(root, plan, instance, whole, remainder, label, problems)
+            if records is None:
+                actual_counts.append(instance.get("samples"))
+                continue
+            index_name = instance.get("index")
+            actual_counts.append(len(records))
+            if len(records) != instance.get("samples"):
+                problems.append(error(index_name, f"{label}: the index lists {len(records):,} samples, the manifest says "
+                                                  f"{instance.get('samples')!r}"))
+            listed = _records_by_shard(records)
+            for name in whole:
+                have = {r.key for r in listed.get(name, [])}
+                want = [r for r in by_shard.get(name, [])]
+                for record in want:
+                    if record.key not in have:
+                        problems.append(error(index_name, f"{label} reads {name} whole, but its index leaves out "
+                                                          f"this sample of it", record.key))
+                for record in listed.get(name, []):
+                    source = original.get(record.key)
+                    if source is None or source.shard != name:
+                        problems.append(error(index_name, f"{label}: placed in {name}, where the {split} index does not "
+                                                          f"have it", record.key))
+            for name, group in listed.items():
+                if name in whole or name == remainder:
+                    continue
+                for record in group:
+                    problems.append(error(index_name, f"{label}: placed in {name!r}, which the instance does not read",
+                                          record.key))
+            for record in listed.get(remainder, []) if remainder else []:
+                source = original.get(record.key)
+                if source is None:
+                    problems.append(error(remainder, f"{label}: copied sample is not in the {split} split", record.key))
+                elif source.payload_sha256 != record.payload_sha256 or source.label != record.label:
+                    problems.append(error(remainder, f"{label}: copied sample differs from the original in "
+                                                     f"{source.shard} (payload sha256 or label)", record.key))
+            for record in records:
+                readers[record.key].append(number)
+        _check_union(where, split, policy, state, readers, padded, dropped, problems)
+        _check_counts(where, split, policy, actual_counts, len(state.records), problems)
+    _check_repartition_folder_files(root, plan, problems)
+
+
+def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
+    name = instance.get("shard_list")
+    if not isinstance(name, str):
+        return
+    try:
+        lines = (Path(root) / name).read_text().split()
+    except OSError as exc:
+        problems.append(error(name, f"{label}: cannot read its shard list: {exc.strerror or exc}"))
+        return
+    expected = whole + ([remainder] if remainder else [])
+    if lines != expected:
+        problems.append(error(name, f"{label}: the shard list differs from the manifest ({len(lines)} names, "
+                                    f"expected {len(expected)})"))
+
+
+def _check_union(where, split, policy, state, readers, padded, dropped, problems):
+    everything = {record.key for record in state.records}
+    for key in sorted(everything - set(readers) - dropped):
+        problems.append(error(where, f"{split}: sample is read by no instance and not named as dropped", key))
+    for key in sorted(set(readers) - everything):
+        problems.append(error(where, f"{split}: an instance reads a sample that is not in the split", key))
+    for key in sorted(dropped & set(readers)):
+        problems.append(error(where, f"{split}: named as dropped but read by instance {readers[key][0]}", key))
+    for key in sorted(dropped - everything):
+        problems.append(error(where, f"{split}: named as dropped but not in the split", key))
+    for key, numbers in sorted(readers.items()):
+        repeats = len(numbers) - 1 - padded.get(key, 0)
+        if repeats > 0:
+            problems.append(error(where, f"{split}: read by instances {', '.join(map(str, numbers))}, but not named "
+                                         f"as padding", key))
+        elif repeats < 0:
+            problems.append(error(where, f"{split}: named as padding {padded[key]} times but read {len(numbers)} times", key))
+    if policy == "spread" and (padded or dropped):
+        problems.append(error(where, f"{split}: policy 'spread' keeps every sample once, but the manifest names "
+                                     f"{sum(padded.values())} padded and {len(dropped)} dropped keys"))
+    if policy == "pad" and dropped:
+        problems.append(error(where, f"{split}: policy 'pad' drops nothing, but {len(dropped)} keys are named as dropped"))
+    if policy == "drop" and padded:
+        problems.append(error(where, f"{split}: policy 'drop' pads nothing, but {sum(padded.values())} keys are padding"))
+
+
+def _check_counts(where, split, policy, counts, total, problems):
+    counts = [c for c in counts if isinstance(c, int)]
+    if not counts:
+        return
+    if policy == "spread" and max(counts) - min(counts) > 1:
+        problems.append(error(where, f"{split}: policy 'spread' but instance counts range from {min(counts)} to {max(counts)}"))
+    if policy in ("pad", "drop") and len(set(counts)) > 1:
+        problems.append(error(where, f"{split}: policy {policy!r} needs equal counts, got {counts}"))
+    if policy == "spread" and sum(counts) != total:
+        problems.append(error(where, f"{split}: instances read {sum(counts):,} samples, the split has {total:,}"))
+
+
+def _check_repartition_folder_files(root, plan, problems):
+    folder = Path(root) / plan.folder
+    for path in sorted(folder.iterdir()):
+        relative = f"{plan.folder}/{path.name}"
+        if relative in plan.expected_files or path.is_dir():
+            continue
+        if path.name.endswith(PARTIAL_SUFFIX):
+            problems.append(warning(relative, "partial file left by an interrupted write (safe to delete)"))
+        elif path.name.endswith(".plan.json"):
+            problems.append(warning(relative, "plan stamp of an interrupted re-run (distributed_webdataset.py completes it)"))
+        else:
+            problems.append(warning(relative, "extra file not listed in the repartition manifest (loaders ignore it)"))
+
+
+# ================================================================================ raw folders
+
+
+def _hash_raw_files(job):
+    """Worker: hash (and with deep, decode) a batch of raw files. job = (root, [relative paths], want_sha, deep)."""
+    root, paths, want_sha256, deep = job
+    out = []
+    for relative in paths:
+        path = os.path.join(root, relative)
+        try:
+            md5, sha, size = raw_checksum.hash_file(path, want_sha256)
+        except OSError as exc:
+            out.append((relative, None, None, None, f"cannot read: {exc.strerror or exc}"))
+            continue
+        why = None
+        if deep:
+            try:
+                with open(path, "rb") as handle:
+                    why = decode_problem("JPEG", handle.read(), require_rgb_jpeg=False)
+            except OSError as exc:
+                why = f"cannot read: {exc.strerror or exc}"
+        out.append((relative, size, md5, sha, why))
+    return out
+
+
+def _raw_batches(root, files, want_sha256, deep):
+    batch, batch_bytes = [], 0
+    for relative, size in files:
+        batch.append(relative)
+        batch_bytes += size
+        if len(batch) >= RAW_TASK_FILES or batch_bytes >= RAW_TASK_BYTES:
+            yield (str(root), batch, want_sha256, deep), batch_bytes
+            batch, batch_bytes = [], 0
+    if batch:
+        yield (str(root), batch, want_sha256, deep), batch_bytes
+
+
+def _run_raw_jobs(root, files, want_sha256, deep, workers, progress):
+    jobs = list(_raw_batches(root, files, want_sha256, deep))
+    bar = progress(sum(size for _, size in files), "files") if progress else None
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            for job, size in jobs:
+                yield from _hash_raw_files(job)
+                if bar is not None:
+                    bar.update(size)
+        else:
+            import multiprocessing
+
+            with multiprocessing.Pool(min(workers, len(jobs))) as pool:
+                for batch in pool.imap_unordered(_hash_raw_files, [job for job, _ in jobs]):
+                    yield from batch
+                    if bar is not None:
+                        bar.update(sum(item[1] or 0 for item in batch))
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _raw_split_of(path):
+    """The split a root-relative path of a raw folder belongs to (val/ is validation), or None."""
+    top = path.split("/", 1)[0]
+    return {"train": "train", "validation": "validation", "val": "validation"}.get(top)
+
+
+def _split_label(split):
+    return {"train": "Train data", "validation": "Validation data"}.get(split, f"{split.capitalize()} data")
+
+
+def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=None) -> Report:
+    """Check train/ and validation/ folders: the reference checksum, counts, and the manifest if any."""
+    root = Path(root)
+    started = time.perf_counter()
+    report = Report(str(root), "raw")
+    problems = report.problems
+    manifest_path = root / raw_checksum.MANIFEST_FILE
+    recorded = None
+    if manifest_path.exists():
+        try:
+            recorded = raw_checksum.read_manifest(manifest_path)
+        except raw_checksum.ManifestError as exc:
+            if not write_manifest:
+                problems.append(error(raw_checksum.MANIFEST_FILE, str(exc).removeprefix(f"{manifest_path}: ")))
+    have_manifest = recorded is not None and not write_manifest
+    folders = {split: raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS}
+
+    files = []  # (path relative to root, size)
+    split_of = {}
+    broken_by_split = defaultdict(list)
+    layout = {}
+    for split, folder in folders.items():
+        if folder is None:
+            continue
+        listed, broken, unreadable = raw_checksum.list_files(folder)
+        for relative, reason in unreadable:
+            problems.append(error(f"{folder.name}/{relative}", f"cannot list the folder: {reason}"))
+        for relative, reason in broken:
+            path = f"{folder.name}/{relative}"
+            broken_by_split[split].append(path)
+            problems.append(error(path, f"cannot read: {reason} (a dangling link?)"))
+        class_folders = set()
+        images = 0
+        for relative, size in listed:
+            path = f"{folder.name}/{relative}"
+            files.append((path, size))
+            split_of[path] = split
+            parts = relative.split(os.sep)
+            if len(parts) == 1:
+                problems.append(warning(path, "file outside any class folder (ImageFolder ignores it; it still "
+                                              "changes the reference checksum)"))
+            else:
+                class_folders.add(parts[0])
+                images += 1
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_dir() and entry.name not in class_folders:
+                problems.append(warning(f"{folder.name}/{entry.name}", "class folder holds no files"))
+        all_classes = {e.name for e in os.scandir(folder) if e.is_dir()}
+        layout[split] = {"folder": folder.name, "classes": len(all_classes), "images": images, "files": len(listed)}
+
+    hashed = {}
+    for relative, size, md5, sha, why in _run_raw_jobs(root, files, recorded is not None or write_manifest, deep,
+                                                       workers, progress):
+        if size is None:
+            problems.append(error(relative, why))
+            broken_by_split[split_of[relative]].append(relative)
+            continue
+        hashed[relative] = (size, md5, sha)
+        if why:
+            problems.append(error(relative, why))
+
+    imagenet_findings = []  # (split folder, text)
+    for split, folder in folders.items():
+        expected = raw_checksum.IMAGENET[split]
+        if folder is None:
+            if recorded is None or write_manifest:
+                imagenet_findings.append((f"{split}/", f"folder missing: the standard layout has {split}/ with "
+                                                       f"{expected.images:,} images"))
+            continue
+        md5s = [hashed[path][1] for path, _ in files if split_of.get(path) == split and path in hashed]
+        # checksumdir hashes a file it cannot read as empty; so does this, to stay comparable
+        md5s += [hashlib.md5().hexdigest()] * len(broken_by_split[split])
+        checksum = raw_checksum.reference_checksum(md5s)
+        layout[split]["reference_checksum"] = checksum
+        layout[split]["imagenet_checksum_matches"] = checksum == expected.checksum
+        where = f"{folder.name}/"
+        if checksum != expected.checksum:
+            imagenet_findings.append((where, f"checksum {checksum} differs from the standard ImageNet layout "
+                                             f"({expected.checksum})"))
+        for what, have, want in (("images", layout[split]["images"], expected.images),
+                                 ("classes", layout[split]["classes"], expected.classes)):
+            if have != want:
+                imagenet_findings.append((where, f"{have:,} {what}, the standard ImageNet {split} split has {want:,}"))
+
+    current = {path: raw_checksum.ManifestEntry(path, size, sha) for path, (size, _, sha) in hashed.items()}
+    if write_manifest:
+        if recorded is not None:
+            for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
+                problems.append(warning(path, f"{text} (the previous manifest is replaced)"))
+        try:
+            raw_checksum.write_manifest(manifest_path, current.values())
+        except (OSError, raw_checksum.ManifestError) as exc:
+            raise ValidationUsageError(f"{manifest_path}: cannot write the manifest: {exc}") from None
+        report.notes.append(f"manifest written: {manifest_path} ({len(current):,} files, "
+                            f"{sum(e.size for e in current.values()):,} bytes)")
+    elif have_manifest:
+        for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
+            problems.append(error(path, text))
+    if have_manifest or write_manifest:
+        for where, text in imagenet_findings:
+            report.notes.append(f"{where} {text} (informational: checked against {raw_checksum.MANIFEST_FILE})")
+    else:
+        for where, text in imagenet_findings:
+            problems.append(error(where, text))
+        if imagenet_findings:
+            report.notes.append(f"not ImageNet but your own dataset? Record it once with --write-manifest; later runs "
+                                f"check every file against {raw_checksum.MANIFEST_FILE} and name what was added, "
+                                f"removed or changed")
+
+    report.problems = _sorted_problems(problems)
+    if have_manifest or write_manifest:  # the splits that exist, or that the manifest says should
+        shown = {s for s, f in folders.items() if f is not None}
+        shown |= {_raw_split_of(path) for path in (recorded or {}) if not write_manifest}
+    else:  # taken to be ImageNet: both splits are expected
+        shown = set(raw_checksum.RAW_SPLITS)
+    for split in raw_checksum.RAW_SPLITS:
+        if split in shown:
+            report.verdicts[_split_label(split)] = not any(
+                p.severity == ERROR and _raw_split_of(p.file) == split for p in report.problems)
+    if any(p.severity == ERROR and _raw_split_of(p.file) is None for p in report.problems):
+        report.verdicts["Manifest"] = False
+    seconds = time.perf_counter() - started
+    total = sum(size for size, _, _ in hashed.values())
+    report.stats = {
+        "splits": layout,
+        "files_checked": len(hashed),
+        "bytes_checked": total,
+        "manifest": str(manifest_path) if (have_manifest or write_manifest) else None,
+        "workers": workers,
+        "deep": deep,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(total / seconds / 1e6, 1) if seconds > 0 else None,
+    }
+    return report
+
+
+# ================================================================================ entry point
+
+
+def validate(path, workers=1, deep=False, write_manifest=False, progress=None) -> Report:
+    """Validate a converted dataset or a raw image folder; ValidationUsageError if it is neither.
+
+    `progress(total_bytes, description)` may return a tqdm-like object (update(n), close()).
+    """
+    root = Path(path)
+    if not root.exists():
+        raise ValidationUsageError(f"{root}: no such file or directory")
+    if not root.is_dir():
+        raise ValidationUsageError(f"{root}: not a directory")
+    try:
+        next(os.scandir(root), None)
+    except OSError as exc:
+        raise ValidationUsageError(f"{root}: cannot read: {exc.strerror or exc}") from None
+    if workers < 1:
+        raise ValidationUsageError(f"--workers must be at least 1, got {workers}")
+    if (root / METADATA_FILE).exists():
+        if write_manifest:
+            raise ValidationUsageError(f"{root}: --write-manifest is for raw image folders; a converted dataset is "
+                                       f"checked against its {METADATA_FILE}")
+        return validate_converted(root, workers, deep, progress)
+    if any(raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
+        return validate_raw(root, workers, deep, write_manifest, progress)
+    raise ValidationUsageError(f"{root}: neither a converted dataset (no {METADATA_FILE}) nor a raw image folder "
+                               f"(no train/ or validation/ folder)")

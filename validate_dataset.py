@@ -1,0 +1,109 @@
+"""Check that a dataset is intact and name every corrupt, missing or extra file and sample.
+
+    python validate_dataset.py --imagenet-data-path PATH [--deep] [--workers N] [--json FILE] [--write-manifest]
+    python validate_dataset.py PATH ...
+
+PATH is either a converted dataset (it has metadata.json: shards, sample indexes and
+repartitions are checked) or a raw image folder with train/ and validation/ (the reference
+checksum against ImageNet's, or every file against the folder's own manifest).
+
+Output: the reference lines (`Dataset OK.` / `Dataset is corrupted.`, `Train data OK.` ...),
+then one line per problem naming the file and the sample key. Exit codes: 0 intact
+(warnings allowed), 1 corruption found, 2 usage error or unreadable path.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+
+from datasets.validate import ValidationUsageError, validate
+
+MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line; --json has them all
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Exit codes: 0 intact, 1 corruption found, 2 usage error or unreadable path.",
+    )
+    parser.add_argument("path", nargs="?", help="the dataset folder (same as --imagenet-data-path)")
+    parser.add_argument("--imagenet-data-path", dest="data_path", help="the dataset folder: converted (metadata.json) "
+                        "or raw (train/ and validation/)")
+    parser.add_argument("--deep", action="store_true", help="also decode every image (PIL verify + load) and tensor, "
+                        "and hash every payload (slower: about 1,000 images/s per worker)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes that check shards (or raw files) in parallel (default: one per CPU)")
+    parser.add_argument("--json", dest="json_path", metavar="FILE", help="write the full report as JSON to FILE")
+    parser.add_argument("--write-manifest", action="store_true", help="raw folders: record every file's path, size and "
+                        "sha256 in PATH/dataset_manifest.tsv; later runs check against it and name each file "
+                        "added, missing or changed")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.path and args.data_path and Path(args.path) != Path(args.data_path):
+        parser.error("give the dataset path once (positional or --imagenet-data-path), not two different ones")
+    args.path = args.path or args.data_path
+    if not args.path:
+        parser.error("the dataset path is required (--imagenet-data-path PATH, or PATH)")
+    if args.workers is None:
+        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    return args
+
+
+def progress_bar(total, description):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1000, file=sys.stderr,
+                dynamic_ncols=True, leave=False)
+
+
+def render(report):
+    """The lines printed to stdout: verdicts, problems (at most MAX_LINES_PER_FILE per file), notes, summary."""
+    lines = report.verdict_lines()
+    shown = Counter()
+    per_file = Counter(p.file for p in report.problems)
+    for problem in report.problems:
+        shown[problem.file] += 1
+        if shown[problem.file] <= MAX_LINES_PER_FILE:
+            lines.append(problem.line())
+        elif shown[problem.file] == MAX_LINES_PER_FILE + 1:
+            lines.append(f"{problem.severity}: {problem.file}: ... and {per_file[problem.file] - MAX_LINES_PER_FILE} "
+                         f"more problems in this file (--json FILE lists them all)")
+    lines += [f"note: {note}" for note in report.notes]
+    stats = report.stats
+    what = (f"{stats.get('shards_checked', 0)} shards, {stats.get('samples_checked', 0):,} samples"
+            if report.mode == "converted" else f"{stats.get('files_checked', 0):,} files")
+    rate = f" ({stats['mb_per_s']:,} MB/s)" if stats.get("mb_per_s") else ""
+    lines.append(f"Checked {what}, {stats.get('bytes_checked', 0) / 1e6:,.1f} MB in {stats.get('seconds', 0):.1f} s"
+                 f"{rate} with {stats.get('workers', 1)} worker(s): {len(report.errors)} errors, "
+                 f"{len(report.warnings)} warnings.")
+    return lines
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        report = validate(args.path, workers=args.workers, deep=args.deep, write_manifest=args.write_manifest,
+                          progress=None if args.no_progress else progress_bar)
+    except ValidationUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in render(report):
+        print(line)
+    if args.json_path:
+        try:
+            with open(args.json_path, "w") as handle:
+                json.dump(report.to_json(), handle, indent=1)
+                handle.write("\n")
+        except OSError as exc:
+            print(f"error: cannot write the JSON report {args.json_path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    return report.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
