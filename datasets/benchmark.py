@@ -1,0 +1,1020 @@
+"""Measure how fast a pipeline feeds batches, and compare formats against the usual baselines.
+
+The core is `measure_batches`: it pulls batches from any iterable of `(images, labels)`,
+excludes warm-up batches, stops after a set number of batches or seconds (or at the end
+of the data), and returns a plain dict of figures. Everything else builds iterables for
+it (the project's loader, the stock baselines, the bare decode+augment loop) and turns
+the dicts into a table, JSON and a bar chart.
+
+What the figures mean, and how they are counted:
+
+images/s        images in the measured batches / wall time from the end of warm-up to the
+                arrival of the last measured batch.
+per worker      images/s / max(1, DataLoader workers). The bare decode+augment row is one
+                process, so its per-worker rate is its rate.
+img/CPU-s       images / CPU seconds: "per core". CPU seconds = this process (all its
+                threads, `time.process_time`) + every live descendant process (the
+                DataLoader workers), read from /proc/<pid>/stat (utime + stime) after each
+                batch. `resource.getrusage(RUSAGE_CHILDREN)` cannot do this: it only
+                counts children that have exited and been waited for, and the workers are
+                alive while they work. Workers are found by scanning /proc for processes
+                whose parent chain leads here, once per new iterator (the DataLoader
+                starts its workers in `iter()`). A worker's CPU is counted from its first
+                sighting (or the start of the measurement) to its last sighting, so work
+                on batches prefetched before the start and after the end of the
+                measurement roughly cancels in steady state. Without /proc only this
+                process is counted, and `cpu_scope` says so.
+MB/s            images/s x the source's mean stored bytes per image: for shards, the
+                split's shard bytes / samples from metadata.json (tar headers, .cls and
+                .json members included: everything a reader fetches); for a folder, the
+                mean file size. It is the read rate the storage (disk, NFS, HTTP) must
+                sustain to keep up, whether or not the page cache served it here.
+                Generated data reads nothing: 0.
+latency p50/p99 time the consumer waits in `next()` for each measured batch, in ms.
+
+Comparison rows (`run_comparison`), for a directory that holds the source folder and its
+converted forms (layout: see `discover_sources`):
+
+ceiling         bare decode + augment of the same JPEGs in this process, no loader: PIL
+                open + decode + RandomResizedCrop + flip to a uint8 array (validation:
+                Resize + CenterCrop). The upper bound per process for any JPEG format.
+baselines       torchvision ImageFolder + DataLoader and the stock webdataset pipelines
+                (`decode("pil")` for JPEG shards, `decode()` for .npy shards), with
+                torchvision's standard ImageNet transforms, same batch size and workers.
+loader rows     every format found x each normalisation location, through `get_data`.
+
+Adding a format (e.g. tfrecord) is one `FORMATS` entry; a stock pipeline for it is one
+`BASELINES` entry.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .index import METADATA_FILE, DatasetError, read_metadata
+from .launcher import Instance
+
+IMAGE_SIZE = 224
+RESIZE_SIZE = 256
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+NORMALIZATIONS = ("host", "device")
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+BARE_PRELOAD_LIMIT = 512  # images held in memory by the bare decode+augment loop (cycled)
+
+
+class BenchmarkError(Exception):
+    """A benchmark that cannot run as asked: the message names the directory, row or value."""
+
+
+# ---------------------------------------------------------------- CPU time of this process and its workers
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+HAVE_PROC = Path("/proc/self/stat").exists()
+
+
+def read_proc_stat(pid: int):
+    """(parent pid, CPU seconds used so far) of a live process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after the last ")".
+    rest = data[data.rindex(b")") + 2 :].split()
+    # rest[0] is field 3 (state): ppid is field 4, utime field 14, stime field 15.
+    return int(rest[1]), (int(rest[11]) + int(rest[12])) / CLOCK_TICKS
+
+
+def descendant_pids(root: int) -> list:
+    """Every live process whose chain of parents leads to `root` (one scan of /proc)."""
+    children = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        stat = read_proc_stat(int(name))
+        if stat is not None:
+            children.setdefault(stat[0], []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return sorted(found)
+
+
+class CpuMeter:
+    """CPU seconds of this process plus its live descendants since `start()` (see module doc)."""
+
+    def __init__(self):
+        self.scope = "process and DataLoader workers (/proc)" if HAVE_PROC else "this process only (no /proc)"
+        self._own_start = 0.0
+        self._first = {}  # pid -> CPU seconds at first sighting (0 for pids born after start)
+        self._last = {}  # pid -> CPU seconds at last sighting
+        self._started = False
+
+    def start(self) -> None:
+        self._own_start = time.process_time()
+        self._first, self._last = {}, {}
+        self._started = True
+        self.discover(born_before_start=True)
+
+    def discover(self, born_before_start: bool = False) -> None:
+        """Pick up new worker processes (call after a DataLoader iterator is created)."""
+        if not HAVE_PROC:
+            return
+        for pid in descendant_pids(os.getpid()):
+            if pid in self._first:
+                continue
+            stat = read_proc_stat(pid)
+            if stat is None:
+                continue
+            # A worker seen at start() counts from that moment; one started later counts from birth.
+            self._first[pid] = stat[1] if born_before_start or not self._started else 0.0
+            self._last[pid] = stat[1]
+
+    def sample(self) -> None:
+        for pid in self._first:
+            stat = read_proc_stat(pid)
+            if stat is not None:
+                self._last[pid] = stat[1]
+
+    def used(self) -> tuple:
+        """(CPU seconds since start, number of descendant processes counted)."""
+        own = time.process_time() - self._own_start
+        children = sum(self._last[pid] - self._first[pid] for pid in self._first)
+        return own + children, len(self._first)
+
+
+# ---------------------------------------------------------------- the measurement loop
+
+
+class EpochBatches:
+    """Iterate `make_iterable(epoch)` epoch after epoch, telling `on_new_iterator` each time.
+
+    The hook lets the CPU meter find the worker processes a DataLoader starts in `iter()`.
+    `max_epochs` None repeats forever (the measurement stops by batches or seconds).
+    """
+
+    def __init__(self, make_iterable: Callable, max_epochs: int | None = 1):
+        self.make_iterable = make_iterable
+        self.max_epochs = max_epochs
+        self.on_new_iterator = lambda: None
+        self.epochs_started = 0
+
+    def __iter__(self):
+        epoch = 0
+        while self.max_epochs is None or epoch < self.max_epochs:
+            iterator = iter(self.make_iterable(epoch))
+            self.epochs_started += 1
+            self.on_new_iterator()
+            produced = False
+            for batch in iterator:
+                produced = True
+                yield batch
+            if not produced:
+                return  # an empty epoch: repeating would loop forever
+            epoch += 1
+
+
+def percentile_ms(values, q) -> float:
+    return float(np.percentile(np.asarray(values), q) * 1000.0) if len(values) else float("nan")
+
+
+def describe_batch(batch) -> tuple:
+    """(dtype, shape) of a batch's images, as text, whatever container holds them."""
+    images = batch[0] if isinstance(batch, (tuple, list)) else batch
+    if isinstance(images, list):
+        first = images[0] if images else None
+        inner = f"{first.dtype} {'x'.join(map(str, first.shape))}" if first is not None else "empty"
+        return f"list of {inner}", f"{len(images)}x[{inner.split(' ')[-1]}]"
+    dtype = str(getattr(images, "dtype", type(images).__name__)).replace("torch.", "")
+    shape = "x".join(str(s) for s in getattr(images, "shape", ()))
+    return dtype, shape
+
+
+def measure_batches(batches: Iterable, *, warmup_batches: int = 2, max_batches: int | None = None,
+                    max_seconds: float | None = None, bytes_per_image: float = 0.0, workers: int = 0,
+                    on_batch: Callable | None = None) -> dict:
+    """Time `batches` (an iterable of `(images, labels)`); return the figures as a dict.
+
+    Warm-up batches (worker start-up, first file opens) are pulled first and not counted.
+    Then batches are counted until `max_batches`, `max_seconds` or the end of the data.
+    An `EpochBatches` gets the CPU meter's discovery hook so new workers are counted.
+    """
+    if warmup_batches < 0:
+        raise BenchmarkError(f"warm-up batches must be >= 0, got {warmup_batches}")
+    meter = CpuMeter()
+    if isinstance(batches, EpochBatches):
+        batches.on_new_iterator = meter.discover
+    iterator = iter(batches)
+    for number in range(warmup_batches):
+        try:
+            next(iterator)
+        except StopIteration:
+            raise BenchmarkError(
+                f"the data ran out after {number} batches, during the {warmup_batches} warm-up batches: "
+                f"use a smaller --batch-size or fewer --warmup-batches"
+            ) from None
+    meter.start()
+    waits, images, count = [], 0, 0
+    first_batch = None
+    started = last = time.perf_counter()
+    while True:
+        asked = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        arrived = time.perf_counter()
+        meter.sample()
+        waits.append(arrived - asked)
+        images += len(batch[0])
+        count += 1
+        last = arrived
+        if first_batch is None:
+            first_batch = batch
+        if on_batch is not None:
+            on_batch(batch)
+        if max_batches is not None and count >= max_batches:
+            break
+        if max_seconds is not None and arrived - started >= max_seconds:
+            break
+    if count == 0:
+        raise BenchmarkError(
+            f"no batch left to measure after {warmup_batches} warm-up batches: the data is too small "
+            f"for this batch size; use a smaller --batch-size or fewer --warmup-batches"
+        )
+    seconds = last - started
+    cpu_seconds, processes = meter.used()
+    dtype, shape = describe_batch(first_batch)
+    return measurement_figures(
+        images=images, batches=count, seconds=seconds, cpu_seconds=cpu_seconds, waits=waits,
+        bytes_per_image=bytes_per_image, workers=workers, warmup_batches=warmup_batches,
+        batch_dtype=dtype, batch_shape=shape, cpu_scope=meter.scope, processes_counted=1 + processes,
+    )
+
+
+def measurement_figures(*, images, batches, seconds, cpu_seconds, waits, bytes_per_image, workers, instances=1,
+                        **extra) -> dict:
+    seconds = max(seconds, 1e-9)
+    rate = images / seconds
+    return {
+        "images": images,
+        "batches": batches,
+        "seconds": seconds,
+        "images_per_s": rate,
+        # workers=0 loads in the consuming process itself: one process does the work.
+        "images_per_s_per_worker": rate / (max(1, workers) * instances),
+        "workers": workers,
+        "instances": instances,
+        "cpu_seconds": cpu_seconds,
+        "cpu_ms_per_image": 1000.0 * cpu_seconds / images,
+        "images_per_cpu_s": images / cpu_seconds if cpu_seconds > 0 else float("nan"),
+        "cores_busy": cpu_seconds / seconds,
+        "bytes_per_image": bytes_per_image,
+        "mb_per_s": rate * bytes_per_image / 1e6,
+        "latency_ms_p50": percentile_ms(waits, 50),
+        "latency_ms_p99": percentile_ms(waits, 99),
+        "waits_s": list(waits),
+        **extra,
+    }
+
+
+def combine_instances(per_instance: list) -> dict:
+    """Aggregate over instances: total images / the slowest instance's time; CPU summed."""
+    if len(per_instance) == 1:
+        return dict(per_instance[0])
+    first = per_instance[0]
+    images = sum(m["images"] for m in per_instance)
+    waits = [w for m in per_instance for w in m["waits_s"]]
+    combined = measurement_figures(
+        images=images,
+        batches=sum(m["batches"] for m in per_instance),
+        seconds=max(m["seconds"] for m in per_instance),
+        cpu_seconds=sum(m["cpu_seconds"] for m in per_instance),
+        waits=waits,
+        bytes_per_image=first["bytes_per_image"],
+        workers=first["workers"],
+        instances=len(per_instance),
+        **{k: first[k] for k in ("warmup_batches", "batch_dtype", "batch_shape", "cpu_scope") if k in first},
+    )
+    combined["processes_counted"] = sum(m.get("processes_counted", 1) for m in per_instance)
+    return combined
+
+
+# ---------------------------------------------------------------- sources: folder, converted dirs, generated
+
+
+@dataclass(frozen=True)
+class FormatEntry:
+    """One on-disk format the comparison knows: how to label it and what to compare it with."""
+
+    name: str  # metadata.json "format" value, or "folder"
+    payload: str  # "jpeg" or "tensor": JPEG formats are held against the bare decode+augment ceiling
+    stock_baseline: str | None  # BASELINES key of the stock pipeline that reads the same data, if any
+    description: str
+
+
+FORMATS = {
+    entry.name: entry
+    for entry in (
+        FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
+        FormatEntry("img", "jpeg", "webdataset_pil", "WebDataset tar shards of JPEG"),
+        FormatEntry("tensor", "tensor", "webdataset_npy", "WebDataset tar shards of uint8 .npy"),
+        FormatEntry("tfrecord", "jpeg", None, "TFRecord shards of JPEG (tf.train.Example)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str
+    path: Path
+    shards: dict = field(default_factory=dict)  # split -> [shard paths] (converted formats)
+    bytes_per_image: dict = field(default_factory=dict)  # split -> mean stored bytes per sample
+    samples: dict = field(default_factory=dict)  # split -> samples
+    metadata: dict | None = None
+
+
+def list_folder_images(folder: Path) -> list:
+    """(path, class index) for every image under `folder`/<class>/, classes in sorted order."""
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    items = []
+    for label, name in enumerate(classes):
+        for path in sorted((folder / name).iterdir()):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                items.append((path, label))
+    return items
+
+
+def folder_split_dir(root: Path, split: str) -> Path | None:
+    names = (split, "val") if split == "validation" else (split,)
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    return None
+
+
+def folder_source(root: Path) -> Source:
+    samples, per_image = {}, {}
+    for split in ("train", "validation"):
+        split_dir = folder_split_dir(root, split)
+        if split_dir is None:
+            continue
+        items = list_folder_images(split_dir)
+        samples[split] = len(items)
+        per_image[split] = (sum(p.stat().st_size for p, _ in items) / len(items)) if items else 0.0
+    return Source("folder", root, {}, per_image, samples)
+
+
+def converted_source(root: Path) -> Source:
+    metadata = read_metadata(root)
+    shards, per_image, samples = {}, {}, {}
+    for split, info in metadata.get("splits", {}).items():
+        records = info.get("shards", [])
+        shards[split] = [root / s["name"] for s in records]
+        count = sum(int(s["samples"]) for s in records)
+        samples[split] = count
+        per_image[split] = sum(int(s["bytes"]) for s in records) / count if count else 0.0
+    return Source(str(metadata["format"]), root, shards, per_image, samples, metadata)
+
+
+def is_image_folder(root: Path) -> bool:
+    return any(folder_split_dir(root, split) is not None for split in ("train", "validation"))
+
+
+def discover_sources(directory) -> list:
+    """The sources in a comparison directory, in FORMATS order, then unknown formats by name.
+
+    Layout (what `make demo` writes; names are free, detection is by content):
+        DIR/source/    the extracted folder: train/<class>/*.JPEG, validation/<class>/*.JPEG
+        DIR/img/       a converted dataset: metadata.json with "format": "img"
+        DIR/tensor/    ... "format": "tensor"
+        DIR/tfrecord/  ... "format": "tfrecord"
+    DIR itself may also be the folder or a converted dataset.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BenchmarkError(f"{directory}: not a directory (--compare expects the folder holding the source "
+                             f"folder and its converted forms)")
+    candidates = [directory] + sorted(p for p in directory.iterdir() if p.is_dir())
+    found = {}
+    for path in candidates:
+        if (path / METADATA_FILE).is_file():
+            try:
+                source = converted_source(path)
+            except DatasetError as error:
+                raise BenchmarkError(str(error)) from None
+        elif is_image_folder(path):
+            source = folder_source(path)
+        else:
+            continue
+        if source.format in found:
+            raise BenchmarkError(
+                f"{directory}: two sources of format {source.format!r}: {found[source.format].path} and "
+                f"{source.path}; keep one per format"
+            )
+        found[source.format] = source
+    if not found:
+        raise BenchmarkError(
+            f"{directory}: found no image folder (train/ or validation/ of class folders) and no converted "
+            f"dataset ({METADATA_FILE}) in it or its subdirectories"
+        )
+    order = list(FORMATS)
+    return sorted(found.values(), key=lambda s: (order.index(s.format) if s.format in order else len(order), s.format))
+
+
+# ---------------------------------------------------------------- pipelines: bare, baselines, loader
+
+
+def standard_transform(split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE, to_tensor: bool = True):
+    """torchvision's standard ImageNet transforms (the baselines'); without ToTensor+Normalize if not to_tensor."""
+    from .torchvision_cpu import transforms
+
+    if split == "train":
+        steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
+    else:
+        steps = [transforms.Resize(resize), transforms.CenterCrop(size)]
+    if to_tensor:
+        steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return transforms.Compose(steps)
+
+
+def bare_decode_augment(paths_and_labels, split: str, batch_size: int, seed: int = 0,
+                        size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
+    """Endless batches (lists of uint8 HWC arrays) from PIL decode + augment of in-memory JPEG bytes.
+
+    No loader, no worker, no file reads in the loop: the bytes are read once up front (at
+    most BARE_PRELOAD_LIMIT images, cycled), so the rate is decode + augment alone.
+    """
+    from PIL import Image
+
+    import torch
+
+    if not paths_and_labels:
+        raise BenchmarkError("no images for the bare decode+augment loop")
+    torch.manual_seed(seed)  # RandomResizedCrop draws from torch's generator
+    rng = np.random.default_rng(seed)
+    chosen = rng.permutation(len(paths_and_labels))[:BARE_PRELOAD_LIMIT]
+    held = [(Path(paths_and_labels[i][0]).read_bytes(), paths_and_labels[i][1]) for i in chosen]
+    augment = standard_transform(split, size, resize, to_tensor=False)
+
+    def batches():
+        position = 0
+        while True:
+            images, labels = [], []
+            for _ in range(batch_size):
+                data, label = held[position % len(held)]
+                position += 1
+                with Image.open(io.BytesIO(data)) as image:
+                    images.append(np.asarray(augment(image.convert("RGB"))))
+                labels.append(label)
+            yield images, labels
+
+    return batches()
+
+
+def make_dataloader(dataset, batch_size, workers, *, shuffle=False, sampler=None, seed=0, drop_last=False):
+    import torch
+    from torch.utils.data import DataLoader
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=shuffle if sampler is None else False,
+                      sampler=sampler, generator=generator, drop_last=drop_last)
+
+
+def imagefolder_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """torchvision ImageFolder + DataLoader with the standard transforms (float32, normalised on the host)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    from .torchvision_cpu import torchvision
+
+    split_dir = folder_split_dir(source.path, split)
+    if split_dir is None:
+        raise BenchmarkError(f"{source.path}: no {split}/ folder for the ImageFolder baseline")
+    dataset = torchvision.datasets.ImageFolder(str(split_dir), transform=standard_transform(split))
+
+    def epoch_loader(epoch):
+        sampler = None
+        if instance.count > 1:
+            sampler = DistributedSampler(dataset, num_replicas=instance.count, rank=instance.index,
+                                         shuffle=split == "train", seed=seed)
+            sampler.set_epoch(epoch)
+        return make_dataloader(dataset, batch_size, workers, shuffle=split == "train", sampler=sampler,
+                               seed=seed + epoch)
+
+    return EpochBatches(epoch_loader, max_epochs=None)
+
+
+def _webdataset_pipeline(shard_paths, instance, workers):
+    import webdataset as wds
+
+    if not shard_paths:
+        raise BenchmarkError("no shards for the stock webdataset baseline")
+    # empty_check=False: stock webdataset refuses fewer shards than workers otherwise; the
+    # node splitter only matters under a launcher (the stock default refuses several nodes).
+    return wds.WebDataset(
+        [str(p) for p in shard_paths], shardshuffle=False, empty_check=False,
+        nodesplitter=wds.split_by_node if instance.count > 1 else wds.single_node_only,
+    )
+
+
+def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """Stock webdataset: decode("pil") + the standard transforms + DataLoader."""
+    transform = standard_transform(split)
+    dataset = (_webdataset_pipeline(source.shards.get(split, []), instance, workers)
+               .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
+def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """Stock webdataset: decode() (np.load for .npy) + DataLoader; uint8 as stored, no transform."""
+    dataset = _webdataset_pipeline(source.shards.get(split, []), instance, workers).decode().to_tuple("npy", "cls")
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    key: str
+    reads: str  # the FORMATS name of the source it reads
+    label: str
+    build: Callable
+    note: str
+
+
+BASELINES = {
+    entry.key: entry
+    for entry in (
+        BaselineEntry("imagefolder", "folder", "torchvision ImageFolder + DataLoader", imagefolder_baseline,
+                      "ImageFolder(transform=RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize)"),
+        BaselineEntry("webdataset_pil", "img", "stock webdataset decode(\"pil\") + DataLoader",
+                      webdataset_pil_baseline,
+                      'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)'),
+        BaselineEntry("webdataset_npy", "tensor", "stock webdataset .npy decode() + DataLoader",
+                      webdataset_npy_baseline, 'WebDataset(urls).decode().to_tuple("npy","cls")'),
+    )
+}
+
+
+def loader_batches(source_path, split, batch_size, workers, normalization, instance, seed=0, **options):
+    """The project's loader (`datasets.loader.get_data`) as an epoch-repeating batch iterable."""
+    from .loader import get_data
+
+    def epoch_loader(epoch):
+        return get_data(str(source_path), split, batch_size, workers, normalization=normalization,
+                        instance=instance, seed=seed, epoch=epoch, **options)
+
+    return EpochBatches(epoch_loader, max_epochs=None)
+
+
+# ---------------------------------------------------------------- the comparison
+
+
+@dataclass
+class RowPlan:
+    id: str
+    label: str
+    kind: str  # "ceiling" | "baseline" | "loader"
+    format: str
+    normalization: str
+    workers: int
+    bytes_per_image: float
+    source: str
+    build: Callable  # () -> iterable of batches
+    note: str = ""
+
+
+def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
+              normalizations=NORMALIZATIONS, loader_options: dict | None = None) -> list:
+    """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows."""
+    loader_options = loader_options or {}
+    by_format = {s.format: s for s in sources}
+    rows = []
+    jpeg_folder = by_format.get("folder")
+    if jpeg_folder is not None and folder_split_dir(jpeg_folder.path, split) is not None:
+        items = list_folder_images(folder_split_dir(jpeg_folder.path, split))
+        share = items[instance.index :: instance.count]
+        rows.append(RowPlan(
+            "bare_decode_augment", "bare decode+augment (1 process, no loader)", "ceiling", "folder", "none", 0,
+            jpeg_folder.bytes_per_image.get(split, 0.0), str(jpeg_folder.path),
+            lambda share=share: bare_decode_augment(share, split, batch_size, seed),
+            "PIL open+decode+" + ("RandomResizedCrop+flip" if split == "train" else "Resize+CenterCrop")
+            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats",
+        ))
+    for source in sources:
+        entry = FORMATS.get(source.format)
+        baseline = BASELINES.get(entry.stock_baseline) if entry and entry.stock_baseline else None
+        if baseline is not None:
+            rows.append(RowPlan(
+                f"baseline_{baseline.key}", baseline.label, "baseline", source.format, "host", workers,
+                source.bytes_per_image.get(split, 0.0), str(source.path),
+                lambda b=baseline, s=source: b.build(s, split, batch_size, workers, instance, seed=seed),
+                baseline.note,
+            ))
+        for normalization in normalizations:
+            rows.append(RowPlan(
+                f"{source.format}/{normalization}", f"{source.format}, {normalization} normalisation", "loader",
+                source.format, normalization, workers, source.bytes_per_image.get(split, 0.0), str(source.path),
+                lambda s=source, n=normalization: loader_batches(s.path, split, batch_size, workers, n, instance,
+                                                                 seed=seed, **loader_options),
+                (entry.description if entry else f"format {source.format!r}") + " via datasets.loader.get_data",
+            ))
+    return rows
+
+
+def run_comparison(rows: list, *, warmup_batches: int, max_batches=None, max_seconds=None, rounds: int = 1,
+                   gather=None, progress=None) -> list:
+    """Measure every row `rounds` times, interleaved (row order repeated), so drift hits all rows alike.
+
+    `gather(figures) -> [figures per instance]` collects each instance's figures (identity
+    when single). Returns one dict per row: its plan, per-round and per-instance figures,
+    and the headline figures of the round with the median aggregate images/s.
+    """
+    gather = gather or (lambda figures: [figures])
+    results = {row.id: [] for row in rows}
+    for round_number in range(rounds):
+        for row in rows:
+            if progress:
+                progress(f"round {round_number + 1}/{rounds}: {row.label}")
+            try:
+                figures = measure_batches(row.build(), warmup_batches=warmup_batches, max_batches=max_batches,
+                                          max_seconds=max_seconds, bytes_per_image=row.bytes_per_image,
+                                          workers=row.workers)
+                error = None
+            except Exception as exc:  # one broken row must not hide the others' figures
+                figures, error = None, f"{type(exc).__name__}: {exc}"
+            gathered = gather({"figures": figures, "error": error})
+            errors = [g["error"] for g in gathered if g["error"]]
+            if errors:
+                results[row.id].append({"error": errors[0], "instances": None})
+            else:
+                per_instance = [g["figures"] for g in gathered]
+                results[row.id].append({"instances": per_instance, "aggregate": combine_instances(per_instance)})
+    return [row_result(row, results[row.id]) for row in rows]
+
+
+def row_result(row: RowPlan, rounds: list) -> dict:
+    result = {
+        "id": row.id, "label": row.label, "kind": row.kind, "format": row.format,
+        "normalization": row.normalization, "workers": row.workers, "source": row.source, "note": row.note,
+    }
+    good = [r for r in rounds if r.get("error") is None]
+    if not good:
+        result["error"] = rounds[0]["error"] if rounds else "not measured"
+        return result
+    good.sort(key=lambda r: r["aggregate"]["images_per_s"])
+    median = good[len(good) // 2]
+    headline = {k: v for k, v in median["aggregate"].items() if k != "waits_s"}
+    result.update(headline)
+    result["rounds_images_per_s"] = [r["aggregate"]["images_per_s"] for r in rounds if r.get("error") is None]
+    result["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in median["instances"]]
+    failed = [r["error"] for r in rounds if r.get("error")]
+    if failed:
+        result["failed_rounds"] = failed
+    return result
+
+
+# ---------------------------------------------------------------- goals
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    row: str
+    reference: str
+    metric: str
+    threshold: float
+    text: str
+
+
+GOALS = (
+    Goal("jpeg_vs_bare", "img/device", "bare_decode_augment", "images_per_s_per_worker", 0.90,
+         "JPEG train pipeline (img, device normalisation) per worker >= 90% of bare decode+augment"),
+    Goal("jpeg_vs_imagefolder", "img/device", "baseline_imagefolder", "images_per_s", 1.40,
+         "JPEG train pipeline (img, device normalisation) >= 1.4x torchvision ImageFolder"),
+    Goal("tensor_vs_stock_npy", "tensor/device", "baseline_webdataset_npy", "images_per_cpu_s", 3.0,
+         "tensor format >= 3x stock webdataset .npy per core (images per CPU-second)"),
+)
+
+
+def evaluate_goals(results: list, split: str) -> list:
+    by_id = {r["id"]: r for r in results}
+    evaluated = []
+    for goal in GOALS:
+        row, reference = by_id.get(goal.row), by_id.get(goal.reference)
+        entry = {"goal": goal.name, "text": goal.text, "row": goal.row, "reference": goal.reference,
+                 "metric": goal.metric, "threshold": goal.threshold}
+        if split != "train" and goal.name.startswith("jpeg"):
+            entry.update(status="not measured", why="the goals are defined for the train split (--split train)")
+        elif row is None or reference is None or "error" in row or "error" in reference:
+            missing = [name for name, r in ((goal.row, row), (goal.reference, reference)) if r is None or "error" in r]
+            entry.update(status="not measured", why=f"row(s) {', '.join(missing)} missing or failed")
+        else:
+            ratio = row[goal.metric] / reference[goal.metric]
+            entry.update(value=row[goal.metric], reference_value=reference[goal.metric], ratio=ratio,
+                         status="met" if ratio >= goal.threshold else "not met")
+        evaluated.append(entry)
+    return evaluated
+
+
+# ---------------------------------------------------------------- output: table, JSON, chart
+
+
+def _num(value, digits=0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+TABLE_COLUMNS = (
+    ("row", 36, lambda r: r["label"]),
+    ("img/s", 8, lambda r: _num(r.get("images_per_s"))),
+    ("/worker", 8, lambda r: _num(r.get("images_per_s_per_worker"))),
+    ("img/CPU-s", 9, lambda r: _num(r.get("images_per_cpu_s"))),
+    ("CPU ms/img", 10, lambda r: _num(r.get("cpu_ms_per_image"), 2)),
+    ("MB/s", 7, lambda r: _num(r.get("mb_per_s"), 1)),
+    ("p50 ms", 7, lambda r: _num(r.get("latency_ms_p50"), 1)),
+    ("p99 ms", 7, lambda r: _num(r.get("latency_ms_p99"), 1)),
+    ("batch", 0, lambda r: f"{r.get('batch_dtype', '')} {r.get('batch_shape', '')}".strip()),
+)
+
+
+def format_table(results: list) -> str:
+    def line(cells):
+        parts = []
+        for (name, width, _), cell in zip(TABLE_COLUMNS, cells):
+            parts.append(cell.ljust(width) if name in ("row", "batch") else cell.rjust(width))
+        return "  ".join(parts).rstrip()
+
+    lines = [line([c[0] for c in TABLE_COLUMNS]), line(["-" * max(c[1], 5) for c in TABLE_COLUMNS])]
+    for result in results:
+        if "error" in result:
+            lines.append(f"{result['label']:<36}  FAILED: {result['error']}")
+        else:
+            lines.append(line([c[2](result) for c in TABLE_COLUMNS]))
+    return "\n".join(lines)
+
+
+def format_goals(goals: list) -> str:
+    lines = []
+    for goal in goals:
+        if goal["status"] == "not measured":
+            lines.append(f"  [not measured] {goal['text']}: {goal['why']}")
+        else:
+            lines.append(
+                f"  [{goal['status']}] {goal['text']}: {goal['value']:,.0f} vs {goal['reference_value']:,.0f} "
+                f"{goal['metric']} = {goal['ratio']:.2f}x (needs {goal['threshold']:.2f}x)"
+            )
+    return "\n".join(lines)
+
+
+def format_instances(label: str, per_instance: list, aggregate: dict) -> str:
+    """Each instance's figures and the aggregate, as rank 0 prints them."""
+    lines = []
+    for index, m in enumerate(per_instance):
+        lines.append(
+            f"{label} instance {index}: {m['images']} images in {m['seconds']:.2f} s = {m['images_per_s']:,.1f} img/s, "
+            f"{m['images_per_cpu_s']:,.0f} img/CPU-s, p50 {m['latency_ms_p50']:.1f} ms, p99 {m['latency_ms_p99']:.1f} ms"
+        )
+    lines.append(
+        f"{label} aggregate over {len(per_instance)} instance(s): {aggregate['images']} images / "
+        f"{aggregate['seconds']:.2f} s (slowest instance) = {aggregate['images_per_s']:,.1f} img/s"
+    )
+    return "\n".join(lines)
+
+
+def host_description() -> dict:
+    import PIL
+    import torch
+
+    return {
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "pillow": PIL.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def comparison_report(results, goals, config) -> dict:
+    return {
+        "kind": "host_benchmark comparison",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host": host_description(),
+        "config": config,
+        "how_counted": {
+            "images_per_s": "images in measured batches / wall time after warm-up; instances: total / slowest",
+            "images_per_s_per_worker": "images_per_s / max(1, DataLoader workers x instances)",
+            "images_per_cpu_s": "images / CPU seconds of the process and its live DataLoader workers (/proc/<pid>/stat)",
+            "mb_per_s": "images_per_s x mean stored bytes per image of the source (shard bytes / samples; folder: file sizes)",
+            "latency_ms": "time the consumer waits in next() per measured batch",
+        },
+        "rows": results,
+        "goals": goals,
+    }
+
+
+def write_json(path, report: dict) -> None:
+    from .fileio import atomic_write_bytes
+
+    atomic_write_bytes(path, (json.dumps(report, indent=1, allow_nan=False, default=_json_default) + "\n").encode())
+
+
+def _json_default(value):
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def sanitize_nan(obj):
+    """JSON has no NaN: turn NaN into None throughout."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: sanitize_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [sanitize_nan(v) for v in obj]
+    return obj
+
+
+KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
+NORMALIZATION_COLOURS = {"host": "#1f77b4", "device": "#ff7f0e"}
+
+
+def plot_comparison(path, results: list, config: dict) -> None:
+    """Two horizontal bar panels: images/s and images per CPU-second, baselines grey and hatched."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    from .fileio import atomic_open
+
+    shown = [r for r in results if "error" not in r]
+    if not shown:
+        raise BenchmarkError("no row was measured: nothing to plot")
+    labels = [r["label"] for r in shown]
+    colours = [KIND_COLOURS.get(r["kind"]) or NORMALIZATION_COLOURS.get(r["normalization"], "#1f77b4") for r in shown]
+    hatches = ["//" if r["kind"] == "baseline" else "" for r in shown]
+    height = 1.2 + 0.45 * len(shown)
+    figure, axes = plt.subplots(1, 2, figsize=(15, height), sharey=True, gridspec_kw={"wspace": 0.08})
+    positions = np.arange(len(shown))[::-1]
+    panels = (
+        ("images_per_s", "images per second (higher is better)", lambda r: f" {r['images_per_s']:,.0f}"
+         + (f"  ({r['images_per_s_per_worker']:,.0f}/worker)" if r["kind"] != "ceiling" and r["workers"] > 1 else "")),
+        ("images_per_cpu_s", "images per CPU-second, all processes (per-core efficiency)",
+         lambda r: f" {r['images_per_cpu_s']:,.0f}"),
+    )
+    for axis, (metric, xlabel, text) in zip(axes, panels):
+        values = [r.get(metric) or 0.0 for r in shown]
+        bars = axis.barh(positions, values, color=colours, edgecolor="#424242", linewidth=0.6)
+        for bar, hatch in zip(bars, hatches):
+            bar.set_hatch(hatch)
+        for position, value, result in zip(positions, values, shown):
+            axis.text(value, position, text(result), va="center", ha="left", fontsize=8)
+        axis.set_xlabel(xlabel)
+        axis.set_xlim(0, max(values) * 1.35 if max(values) > 0 else 1)
+        axis.grid(axis="x", linestyle=":", alpha=0.6)
+        axis.set_axisbelow(True)
+    ceiling = next((r for r in shown if r["kind"] == "ceiling"), None)
+    workers = config.get("workers", 0)
+    if ceiling is not None:
+        scaled = ceiling["images_per_s"] * max(1, workers)
+        axes[0].axvline(scaled, color=KIND_COLOURS["ceiling"], linestyle="--", linewidth=1.2)
+        axes[0].text(scaled, positions[0] + 0.6, f" bare x {max(1, workers)} worker(s)", color=KIND_COLOURS["ceiling"],
+                     fontsize=8, va="bottom")
+    axes[0].set_yticks(positions, labels)
+    axes[0].set_ylim(-0.7, len(shown) - 0.2)
+    legend = [Patch(facecolor=KIND_COLOURS["ceiling"], label="bare decode+augment (ceiling)"),
+              Patch(facecolor=KIND_COLOURS["baseline"], hatch="//", edgecolor="#424242", label="baseline (stock)"),
+              Patch(facecolor=NORMALIZATION_COLOURS["host"], label="this loader, host normalisation (float)"),
+              Patch(facecolor=NORMALIZATION_COLOURS["device"], label="this loader, device normalisation (uint8)")]
+    axes[1].legend(handles=legend, loc="lower right", fontsize=8, framealpha=0.9)
+    instances = config.get("instances", 1)
+    figure.suptitle(
+        f"Host data-loading throughput, {config.get('split')} split: batch {config.get('batch_size')}, "
+        f"{workers} DataLoader worker(s)" + (f" x {instances} instances" if instances > 1 else "")
+        + f", {config.get('cpus')} CPUs, {config.get('created', '')}", fontsize=10)
+    figure.subplots_adjust(left=0.2, right=0.98, top=1 - 0.5 / height, bottom=0.55 / height + 0.05)
+    with atomic_open(path, "wb") as handle:
+        figure.savefig(handle, format="png", dpi=110)
+    plt.close(figure)
+
+
+# ---------------------------------------------------------------- distributed: gather figures to rank 0
+
+
+class Collective:
+    """Gathers each instance's figures (torch.distributed gloo); a no-op for a single instance."""
+
+    def __init__(self, instance, init_method: str | None = None):
+        self.instance = instance
+        self.dist = None
+        self.owns_group = False
+        self.warning = ""
+        if instance.count <= 1:
+            return
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.dist = dist
+            return
+        if init_method is None and not ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ):
+            self.warning = (f"{instance.describe()}: no MASTER_ADDR/MASTER_PORT and no --rendezvous: each instance "
+                            f"reports only its own figures (no aggregate)")
+            return
+        dist.init_process_group("gloo", init_method=init_method or "env://", rank=instance.index,
+                                world_size=instance.count)
+        self.dist = dist
+        self.owns_group = True
+
+    @property
+    def is_reporter(self) -> bool:
+        """Whether this instance prints: rank 0, or every instance when figures cannot be gathered."""
+        return self.dist is None or self.instance.index == 0
+
+    def gather(self, obj) -> list:
+        if self.dist is None:
+            return [obj]
+        gathered = [None] * self.instance.count
+        self.dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def barrier(self) -> None:
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def close(self) -> None:
+        if self.owns_group:
+            self.dist.destroy_process_group()
+            self.owns_group = False
+
+
+# ---------------------------------------------------------------- one source, several iterations
+
+
+def source_bytes_per_image(kind: str, path, split: str) -> float:
+    """Mean stored bytes per image of the source `--data` names (0 for generated data)."""
+    if kind == "generated" or path is None:
+        return 0.0
+    path = Path(path)
+    if (path / METADATA_FILE).is_file():
+        return converted_source(path).bytes_per_image.get(split, 0.0)
+    if is_image_folder(path):
+        return folder_source(path).bytes_per_image.get(split, 0.0)
+    return 0.0  # URLs or a list of shards: not counted (reported as 0)
+
+
+def run_iterations(make_epoch: Callable, *, iterations: int, warmup_batches: int, max_batches=None,
+                   max_seconds=None, bytes_per_image=0.0, workers=0, collective: Collective | None = None,
+                   on_iteration: Callable | None = None) -> list:
+    """Measure `iterations` times; each starts a fresh iterator (new workers), as an epoch does.
+
+    Without a batch or time limit an iteration is one whole epoch (the reference harness's
+    behaviour). Returns per iteration {"instances": [...], "aggregate": {...}}.
+    """
+    collective = collective or Collective(Instance(0, 1, "single"))
+    limited = max_batches is not None or max_seconds is not None
+    results = []
+    for iteration in range(iterations):
+        batches = EpochBatches(make_epoch, max_epochs=None if limited else 1)
+        collective.barrier()
+        try:
+            figures, error = measure_batches(batches, warmup_batches=warmup_batches, max_batches=max_batches,
+                                             max_seconds=max_seconds, bytes_per_image=bytes_per_image,
+                                             workers=workers), None
+        except Exception as exc:  # gathered first, so no instance waits forever for a failed one
+            figures, error = None, f"{type(exc).__name__}: {exc}"
+        gathered = collective.gather({"figures": figures, "error": error, "index": collective.instance.index})
+        failed = [f"instance {g['index']}: {g['error']}" for g in gathered if g["error"]]
+        if failed:
+            raise BenchmarkError("; ".join(failed))
+        per_instance = [g["figures"] for g in gathered]
+        result = {"iteration": iteration + 1, "instances": per_instance, "aggregate": combine_instances(per_instance)}
+        results.append(result)
+        if on_iteration is not None:
+            on_iteration(result)
+    return results

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""How fast can this host feed images to accelerators? Measure one source, or compare every format.
+
+One source (the reference harness's options; prints `Throughput of the iteration:<x> img/sec`):
+
+    python host_benchmark.py --data real --imagenet-data-path converted/img --batch-size 64 \\
+        --dataloader-worker 8 --normalization-location device --iterations 3 --seconds 20
+
+Format comparison of a directory holding the source folder and its converted forms
+(DIR/source/{train,validation}/, DIR/img/, DIR/tensor/, ...; found by content), against the
+bare decode+augment ceiling and the ImageFolder and stock webdataset baselines:
+
+    python host_benchmark.py --compare DIR --seconds 5 --json results.json --plot results.png
+
+Under torchrun (or poprun/SLURM/OpenMPI with MASTER_ADDR/MASTER_PORT or --rendezvous) every
+instance reads its own share; rank 0 prints each instance's figures and the aggregate.
+See datasets/benchmark.py for how every figure is counted.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def default_workers():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
+    source = parser.add_argument_group("what to read")
+    source.add_argument("--data", choices=("real", "generated", "imagenet"), default="real",
+                        help="real: a dataset converted by create_webdataset.py (a directory, shard list or URL "
+                             "pattern); imagenet: an extracted ImageNet folder (train/<class>/*.JPEG); generated: "
+                             "synthetic images made in memory (no reads). Default: real")
+    source.add_argument("--imagenet-data-path", metavar="PATH",
+                        help="the converted dataset or the extracted folder to read (--data real or imagenet)")
+    source.add_argument("--split", choices=("train", "validation"), default="train",
+                        help="which split and pipeline: train (RandomResizedCrop + flip) or validation "
+                             "(Resize + CenterCrop). Default: train")
+    source.add_argument("--compare", metavar="DIR",
+                        help="compare every format found in DIR (the source folder and its converted forms, "
+                             "detected by metadata.json's format) x each normalisation location, against the "
+                             "bare decode+augment ceiling and the ImageFolder and stock webdataset baselines")
+    source.add_argument("--formats", metavar="LIST",
+                        help="with --compare: only these formats, comma-separated (e.g. folder,img)")
+
+    loading = parser.add_argument_group("how to load")
+    loading.add_argument("--batch-size", type=positive_int, default=64, help="images per batch per instance "
+                         "(default 64)")
+    loading.add_argument("--dataloader-worker", type=non_negative_int, default=None, metavar="N",
+                         help="DataLoader worker processes per instance (default: one per usable CPU, "
+                              f"{default_workers()} here); 0 loads in the main process")
+    loading.add_argument("--disable-async-loading", action="store_true",
+                         help="load synchronously in the main process (the same as --dataloader-worker 0)")
+    loading.add_argument("--normalization-location", choices=("host", "device", "ipu"), default=None,
+                         help="host: batches are normalised float32; device (alias ipu): batches are uint8 NCHW "
+                              "and the accelerator normalises. Default: host (device with --eight-bit-io)")
+    loading.add_argument("--eight-bit-io", action="store_true",
+                         help="transfer uint8 images (implies --normalization-location device)")
+    loading.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and augmentation seed")
+
+    timing = parser.add_argument_group("how long to measure")
+    timing.add_argument("--iterations", type=positive_int, default=2,
+                        help="measurements of one source, each with fresh workers (default 2)")
+    timing.add_argument("--warmup-batches", type=non_negative_int, default=None, metavar="N",
+                        help="batches pulled before timing starts, not counted (default: 2 per worker, at least 2)")
+    limit = timing.add_mutually_exclusive_group()
+    limit.add_argument("--batches", type=positive_int, default=None, metavar="N",
+                       help="measure N batches after the warm-up (repeating epochs if needed)")
+    limit.add_argument("--seconds", type=positive_float, default=None, metavar="S",
+                       help="measure for S seconds after the warm-up (default with --compare: 5; "
+                            "otherwise one whole epoch per iteration)")
+    timing.add_argument("--rounds", type=positive_int, default=1,
+                        help="with --compare: measure every row this many times, interleaved, and report the "
+                             "round with the median images/s (default 1)")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    output.add_argument("--plot", metavar="FILE.png", help="write a bar chart (PNG)")
+
+    distributed = parser.add_argument_group("distributed")
+    distributed.add_argument("--rendezvous", metavar="URL",
+                             help="torch.distributed init method to gather figures (e.g. file:///shared/rdv or "
+                                  "tcp://host:port) when the launcher sets no MASTER_ADDR/MASTER_PORT")
+    add_instance_arguments(parser)
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.normalization_location == "ipu":
+        args.normalization_location = "device"
+    if args.eight_bit_io:
+        if args.normalization_location == "host":
+            parser.error("--eight-bit-io transfers uint8 images, which the host cannot have normalised: "
+                         "drop --normalization-location host")
+        args.normalization_location = "device"
+    args.normalization_location = args.normalization_location or "host"
+    if args.disable_async_loading:
+        if args.dataloader_worker not in (None, 0):
+            parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "
+                         f"{args.dataloader_worker} asks for workers: give one or the other")
+        args.dataloader_worker = 0
+    if args.dataloader_worker is None:
+        args.dataloader_worker = default_workers()
+    if args.warmup_batches is None:
+        args.warmup_batches = max(2, 2 * args.dataloader_worker)
+    if args.compare is not None:
+        if not os.path.isdir(args.compare):
+            parser.error(f"--compare {args.compare}: no such directory")
+        if args.batches is None and args.seconds is None:
+            args.seconds = 5.0
+    else:
+        if args.formats or args.rounds != 1:
+            parser.error("--formats and --rounds apply to --compare only")
+        if args.data in ("real", "imagenet") and not args.imagenet_data_path:
+            parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
+        path = args.imagenet_data_path
+        if path and "://" not in path and "{" not in path and not os.path.exists(path):
+            parser.error(f"--imagenet-data-path {path}: no such file or directory")
+    for name in ("json", "plot"):
+        target = getattr(args, name)
+        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            parser.error(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
+    from datasets import benchmark
+
+    try:
+        instance = instance_from_args(args)
+    except LauncherError as error:
+        print(f"host_benchmark: {error}", file=sys.stderr)
+        return 2
+    try:
+        collective = benchmark.Collective(instance, args.rendezvous)
+    except (RuntimeError, ValueError) as error:
+        print(f"host_benchmark: cannot join the other instances ({instance.describe()}): {error}", file=sys.stderr)
+        return 2
+    if collective.warning:
+        print(f"host_benchmark: warning: {collective.warning}", file=sys.stderr)
+    try:
+        if args.compare is not None:
+            return run_compare(args, instance, collective, benchmark)
+        return run_single(args, instance, collective, benchmark)
+    except benchmark.BenchmarkError as error:
+        print(f"host_benchmark: {error}", file=sys.stderr)
+        return 1
+    finally:
+        collective.close()
+
+
+def config_of(args, instance, benchmark, **extra):
+    host = benchmark.host_description()
+    return {
+        "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
+        "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
+        "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
+        "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), **extra,
+    }
+
+
+def limit_text(args):
+    if args.batches is not None:
+        return f"{args.batches} batches"
+    if args.seconds is not None:
+        return f"{args.seconds:g} s"
+    return "one epoch"
+
+
+def run_single(args, instance, collective, benchmark):
+    kind = {"real": "converted", "imagenet": "folder", "generated": "generated"}[args.data]
+    source = "generated" if args.data == "generated" else args.imagenet_data_path
+    bytes_per_image = benchmark.source_bytes_per_image(args.data, None if kind == "generated" else source, args.split)
+    loader_options = {}
+
+    def make_epoch(epoch):
+        from datasets.loader import get_data
+
+        return get_data(source, args.split, args.batch_size, args.dataloader_worker,
+                        normalization=args.normalization_location, instance=instance, seed=args.seed, epoch=epoch,
+                        **loader_options)
+
+    if collective.is_reporter:
+        print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
+              f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
+              f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
+              flush=True)
+
+    def report(result):
+        if not collective.is_reporter:
+            return
+        aggregate = result["aggregate"]
+        label = f"iteration {result['iteration']}"
+        if len(result["instances"]) > 1:
+            print(benchmark.format_instances(label, result["instances"], aggregate))
+        print(f"Throughput of the iteration:{aggregate['images_per_s']:0.1f} img/sec")
+        print(f"  {label}: {aggregate['images']} images in {aggregate['seconds']:.2f} s, "
+              f"{aggregate['images_per_s_per_worker']:,.1f} img/s per worker, {aggregate['mb_per_s']:,.1f} MB/s, "
+              f"batch wait p50 {aggregate['latency_ms_p50']:.1f} ms p99 {aggregate['latency_ms_p99']:.1f} ms, "
+              f"CPU {aggregate['cpu_ms_per_image']:.2f} ms/image ({aggregate['cores_busy']:.2f} cores busy), "
+              f"batches {aggregate['batch_dtype']} {aggregate['batch_shape']}", flush=True)
+
+    results = benchmark.run_iterations(
+        make_epoch, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,
+        max_seconds=args.seconds, bytes_per_image=bytes_per_image, workers=args.dataloader_worker,
+        collective=collective, on_iteration=report,
+    )
+    if not collective.is_reporter:
+        return 0
+    rows = []
+    for result in results:
+        row = {"id": f"iteration_{result['iteration']}", "label": f"iteration {result['iteration']}",
+               "kind": "loader", "format": args.data, "normalization": args.normalization_location,
+               "workers": args.dataloader_worker, "source": str(source), "note": ""}
+        row.update({k: v for k, v in result["aggregate"].items() if k != "waits_s"})
+        row["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in result["instances"]]
+        rows.append(row)
+    config = config_of(args, instance, benchmark, data=args.data, source=str(source),
+                       normalization=args.normalization_location)
+    write_outputs(args, rows, [], config, benchmark)
+    return 0
+
+
+def run_compare(args, instance, collective, benchmark):
+    sources = benchmark.discover_sources(args.compare)
+    if args.formats:
+        wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
+        unknown = sorted(set(wanted) - {s.format for s in sources})
+        if unknown:
+            raise benchmark.BenchmarkError(
+                f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
+                f"(found: {', '.join(s.format for s in sources)})")
+        sources = [s for s in sources if s.format in wanted]
+    rows = benchmark.plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed)
+    if collective.is_reporter:
+        print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
+              f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
+              f"{limit_text(args)} per row x {args.rounds} round(s); {instance.describe()}")
+        for source in sources:
+            print(f"  {source.format:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
+                  f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
+        print(f"measuring {len(rows)} rows ...", flush=True)
+
+    def progress(text):
+        if collective.is_reporter:
+            print(f"  {text}", file=sys.stderr, flush=True)
+
+    results = benchmark.run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
+                                       max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
+                                       progress=progress)
+    if not collective.is_reporter:
+        return 0
+    goals = benchmark.evaluate_goals(results, args.split)
+    if instance.count > 1:
+        for result in results:
+            if "error" not in result:
+                print(benchmark.format_instances(result["label"], result["instances"], result))
+    print()
+    print(benchmark.format_table(results))
+    print("\nGoals (ratios measured in this run):")
+    print(benchmark.format_goals(goals))
+    config = config_of(args, instance, benchmark, compare=str(args.compare), rounds=args.rounds,
+                       formats=[s.format for s in sources])
+    write_outputs(args, results, goals, config, benchmark)
+    failed = [r["id"] for r in results if "error" in r]
+    if failed:
+        print(f"host_benchmark: {len(failed)} row(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def write_outputs(args, rows, goals, config, benchmark):
+    if args.json:
+        report = benchmark.sanitize_nan(benchmark.comparison_report(rows, goals, config))
+        benchmark.write_json(args.json, report)
+        print(f"wrote {args.json}")
+    if args.plot:
+        benchmark.plot_comparison(args.plot, rows, config)
+        print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
