@@ -72,7 +72,7 @@ class Source:
     base: Optional[str] = None  # where shard names are relative to
     locations: dict = field(default_factory=dict)  # shard name -> path/URL (scanned shard lists)
     metadata: Optional[dict] = None
-    own_share: Optional[OwnShare] = None
+    repartition: Optional[dict] = None  # see _repartition; load_own_share() reads this instance's part
     synthetic_shape: tuple = (224, 224, 3)
     synthetic_classes: int = 1000
 
@@ -159,7 +159,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         metadata=metadata,
     )
     if use_repartition and instance_count > 1:
-        source.own_share_by_instance = _repartition(base, split, instance_count)
+        source.repartition = _repartition(base, split, instance_count)
     return source
 
 

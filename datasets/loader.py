@@ -1,0 +1,540 @@
+"""The loader training code imports: `get_data(...)` -> an iterable of (images, labels) batches.
+
+    from datasets.loader import get_data
+    from datasets.normalization import NormalizeOnDevice
+
+    train = get_data("/data/imagenet-wds", "train", batch_size=64, workers=8, normalization="device")
+    model = NormalizeOnDevice(model)          # uint8 batches are normalised on the accelerator
+    for epoch in range(epochs):
+        train.set_epoch(epoch)
+        for images, labels in train:          # images: uint8 NCHW (device) or float NCHW (host)
+            ...
+        print(train.report.summary())         # samples, skipped (with reasons), padded/dropped keys
+
+How the work is shared (datasets/partition.py has the rules and their proofs in tests):
+  * every instance (poprun / torchrun / SLURM / OpenMPI process, see datasets/launcher.py) computes
+    the same epoch order: shards permuted by (seed, epoch), samples in shard order;
+  * instance i reads a contiguous range of it: "drop" (train default: floor(n/N) each), "pad"
+    (ceil(n/N), repeating named samples) or "spread" (validation default: every sample exactly
+    once, counts differ by at most 1). When distributed_webdataset.py made a repartition for this
+    instance count, its manifest fixes each instance's samples instead;
+  * inside an instance, DataLoader workers get contiguous runs of whole batches, so each reads
+    sequential byte ranges and the instance's batch count does not depend on the worker count;
+    fewer shards (or batches) than workers leaves workers idle;
+  * last partial batch: dropped for train (`drop_last=True`, its keys are reported), kept for
+    validation. Hence, for train, every instance yields exactly `len(loader)` batches.
+
+Batches are built inside the workers, written sample by sample into one preallocated uint8 tensor
+(in shared memory, so handing it to the main process copies nothing). With host normalisation the
+worker converts it to float32/float16; with device normalisation it is sent as it is.
+
+Bad data: with on_error="skip" a sample that cannot be read or decoded is left out, counted and
+listed (key, shard, reason) in `loader.report` at the end of the epoch. For train (policies drop
+and pad) the equal-batches guarantee is kept by filling the gap with repeats of samples the same
+worker read successfully (re-read and re-augmented), listed in `report.substituted`. For validation
+("spread") nothing is substituted: each sample must count once, so the epoch is shorter. With
+on_error="fail" the first bad sample raises SampleError naming the shard and the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from .launcher import Instance, detect_instance
+from .normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
+from .partition import DEFAULT_POLICY, POLICIES, epoch_sequence, plan_instance, plan_own_share
+from .pipeline import ImagePipeline
+from .shard_reader import contiguous_runs, iter_run, payload_extension, sample_label
+from .sources import FolderItem, Source, _group_by_shard, load_own_share, resolve_source, synthetic_pool
+
+log = logging.getLogger(__name__)
+ON_ERROR = ("skip", "fail")
+
+
+class SampleError(RuntimeError):
+    """A sample that cannot be read or decoded (on_error="fail"): names the shard and the key."""
+
+
+class Batch(NamedTuple):
+    images: torch.Tensor
+    labels: torch.Tensor
+    keys: list
+
+
+@dataclass
+class Skipped:
+    key: str
+    shard: str
+    reason: str
+
+
+@dataclass
+class WorkerReport:
+    """Sent by each worker after its last batch, so skip counts reach the main process."""
+
+    worker: int
+    samples: int = 0
+    batches: int = 0
+    skipped: list = field(default_factory=list)
+    substituted: list = field(default_factory=list)  # (skipped key, key repeated in its place)
+    partial_dropped: list = field(default_factory=list)  # keys of a final partial batch left out
+
+
+@dataclass
+class EpochReport:
+    """What one instance did in one epoch; complete once the epoch's iteration finished."""
+
+    epoch: int
+    instance: int
+    instances: int
+    split: str
+    source: str
+    policy: str
+    repartition: Optional[str]
+    planned_samples: int
+    planned_batches: int
+    samples: int = 0
+    batches: int = 0
+    skipped: list = field(default_factory=list)
+    substituted: list = field(default_factory=list)
+    padded: list = field(default_factory=list)  # keys this instance reads twice (policy "pad")
+    policy_dropped: list = field(default_factory=list)  # keys no instance reads this epoch ("drop")
+    last_batch_dropped: list = field(default_factory=list)  # keys of this instance's partial last batch
+    workers_reported: int = 0
+    complete: bool = False
+
+    def add_worker(self, worker: WorkerReport) -> None:
+        self.workers_reported += 1
+        self.skipped.extend(worker.skipped)
+        self.substituted.extend(worker.substituted)
+        self.last_batch_dropped.extend(worker.partial_dropped)
+
+    def summary(self) -> str:
+        text = (f"epoch {self.epoch}, instance {self.instance} of {self.instances}, {self.split}: "
+                f"{self.samples} samples in {self.batches} batches (planned {self.planned_samples} in "
+                f"{self.planned_batches}), policy {self.policy}"
+                f"{' from ' + self.repartition if self.repartition else ''}; "
+                f"skipped {len(self.skipped)}, substituted {len(self.substituted)}, padded {len(self.padded)}, "
+                f"dropped by policy {len(self.policy_dropped)}, in the dropped last batch {len(self.last_batch_dropped)}")
+        for item in self.skipped[:10]:
+            text += f"\n  skipped {item.key} in {item.shard}: {item.reason}"
+        if len(self.skipped) > 10:
+            text += f"\n  ... and {len(self.skipped) - 10} more skipped"
+        return text
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _key(item) -> str:
+    if isinstance(item, int):
+        return f"synthetic-{item:09d}"
+    return item.key
+
+
+def _keys(items) -> list:
+    return [item if isinstance(item, str) else _key(item) for item in items]
+
+
+def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
+    """A tensor whose storage is created in shared memory when it will be sent to another process
+    (as torch's default_collate does in workers), so sending it copies nothing."""
+    if not shared:
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=dtype).new(storage).view(shape)
+
+
+class _BatchBuilder:
+    """Fills preallocated uint8 batches slot by slot and hands them out (normalised for host)."""
+
+    def __init__(self, batch_size, size, channels_last, host, dtype, scale, bias, shared):
+        self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
+        self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
+        self.count = 0
+        self.labels = [0] * batch_size
+        self.keys = [None] * batch_size
+        self._allocate(shared=shared and not host)  # host: the uint8 batch never leaves the worker
+        self.work = None
+
+    def _allocate(self, shared):
+        b, s = self.batch_size, self.size
+        if self.channels_last:
+            storage = _new_tensor((b, s, s, 3), torch.uint8, shared)
+            self.images, self.hwc = storage.permute(0, 3, 1, 2), storage.numpy()
+        else:
+            self.images = _new_tensor((b, 3, s, s), torch.uint8, shared)
+            self.hwc = self.images.numpy().transpose(0, 2, 3, 1)
+
+    def slot(self) -> np.ndarray:
+        return self.hwc[self.count]
+
+    def add(self, label: int, key: str) -> bool:
+        self.labels[self.count], self.keys[self.count] = label, key
+        self.count += 1
+        return self.count == self.batch_size
+
+    def emit(self) -> Batch:
+        n = self.count
+        images = self.images[:n]
+        if self.host:
+            if self.channels_last:
+                out = _new_tensor((n, self.size, self.size, 3), self.dtype, self.shared).permute(0, 3, 1, 2)
+            else:
+                out = _new_tensor((n, 3, self.size, self.size), self.dtype, self.shared)
+            if self.dtype == torch.float32:
+                out.copy_(images).mul_(self.scale).add_(self.bias)
+            else:  # computed in float32, rounded once, like NormalizeOnDevice
+                if self.work is None:
+                    self.work = torch.empty(self.images.shape, dtype=torch.float32)
+                work = self.work[:n]
+                work.copy_(images).mul_(self.scale).add_(self.bias)
+                out.copy_(work)
+            images = out
+        else:
+            self._allocate(self.shared)  # the sent batch belongs to the receiver now
+        batch = Batch(images, torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]))
+        self.count = 0
+        return batch
+
+
+def _shuffled(items, size: int, rng):
+    """A shuffle buffer of `size` raw (undecoded) samples: cheap to hold, decoded when drawn."""
+    buffer = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        j = rng.randrange(size)
+        yield buffer[j]
+        buffer[j] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+class ImageStream(IterableDataset):
+    """One instance's share of a split, as batches, for torch.utils.data.DataLoader(batch_size=None).
+
+    Each iteration yields `Batch`es and, last, one `WorkerReport` per worker; `ImageLoader`
+    turns that into (images, labels) and an `EpochReport`.
+    """
+
+    def __init__(self, source: Source, split: str, batch_size: int, instance: Instance, *, train: bool,
+                 policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
+                 normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
+                 use_repartition: bool = True):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        self.source, self.split, self.batch_size, self.instance = source, split, batch_size, instance
+        self.train, self.policy, self.seed, self.epoch = train, policy, seed, epoch
+        self.shuffle, self.drop_last, self.pipeline = shuffle, drop_last, pipeline
+        self.normalization, self.dtype = normalization, dtype
+        self.scale, self.bias = scale_and_bias(mean, std)
+        self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
+        self.own_share = None
+        if source.repartition is not None and use_repartition:
+            self.own_share = self._choose_repartition(source.repartition)
+        self._plans = {}
+        self._pool = None
+
+    def _choose_repartition(self, repartition):
+        manifest, their_policy, counts = repartition["location"], repartition["policy"], repartition["counts"]
+        if their_policy != self.policy:
+            log.warning("%s: made with policy %s, this loader uses %s; dealing samples at run time",
+                        manifest, their_policy, self.policy)
+            return None
+        if self.policy != "spread" and len(set(counts)) != 1:
+            log.warning("%s: instance counts %s differ; dealing samples at run time", manifest, counts)
+            return None
+        share = load_own_share(repartition, self.instance.index)
+        log.info("%s: instance %d reads its %d samples from the repartition", manifest, self.instance.index,
+                 len(share.records))
+        return share
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def plan(self, epoch: Optional[int] = None):
+        epoch = self.epoch if epoch is None else epoch
+        if epoch not in self._plans:
+            self._plans = {epoch: self._make_plan(epoch)}  # keep one: plans of 1.28M items are large
+        return self._plans[epoch]
+
+    def _make_plan(self, epoch):
+        if self.own_share is not None:
+            share = self.own_share
+            items = epoch_sequence(_group_by_shard(share.records), self.seed, epoch, self.shuffle)
+            padded_keys = set(share.padded_keys)
+            # A padded key appears twice in this instance's share; name one copy (the remainder's).
+            seen, padded = set(), []
+            for record in items:
+                if record.key in padded_keys and record.key in seen:
+                    padded.append(record.key)
+                seen.add(record.key)
+            if len(padded) < len(padded_keys):  # the original lives with another instance
+                padded = list(share.padded_keys)
+            plan = plan_own_share(items, share.counts, self.batch_size, self.drop_last, share.policy, padded)
+            plan.policy_dropped = list(share.dropped_keys)
+            return plan
+        sequence = epoch_sequence(self.source.groups, self.seed, epoch, self.shuffle)
+        return plan_instance(sequence, self.instance.index, self.instance.count, self.policy, self.batch_size,
+                             self.drop_last)
+
+    # ------------------------------------------------------------------ in the worker
+
+    def __iter__(self):
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        plan = self.plan()
+        items = plan.worker_items(worker, workers)
+        report = WorkerReport(worker)
+        if items:
+            torch.set_num_threads(1)
+            yield from self._batches(items, plan, worker, report, shared=info is not None)
+        yield report
+
+    def _rng(self, worker: int):
+        return random.Random(f"{self.seed}/{self.epoch}/{self.instance.index}/{worker}")
+
+    def _batches(self, items, plan, worker, report, shared):
+        rng = self._rng(worker)
+        builder = _BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
+                                self.normalization == "host", self.dtype, self.scale, self.bias, shared)
+        raw = self._raw_samples(items)
+        if self.shuffle and self.shuffle_buffer > 1:
+            raw = _shuffled(raw, self.shuffle_buffer, rng)
+        good = []
+        for item, shard, label, payload, kind, error in raw:
+            if error is None:
+                error = self._process(kind, payload, builder.slot(), rng)
+            if error is not None:
+                self._bad(report, _key(item), shard, error)
+                continue
+            good.append(item)
+            report.samples += 1
+            if builder.add(label, _key(item)):
+                report.batches += 1
+                yield builder.emit()
+        deficit = len(items) - report.samples
+        if deficit and plan.policy != "spread":
+            yield from self._substitute(good, deficit, builder, report, rng, worker)
+        if builder.count:
+            if self.drop_last and builder.count < self.batch_size:
+                report.partial_dropped.extend(builder.keys[:builder.count])
+                builder.count = 0
+            else:
+                report.batches += 1
+                yield builder.emit()
+
+    def _substitute(self, good, deficit, builder, report, rng, worker):
+        """Keep the batch count: repeat samples this worker read well in place of the skipped ones."""
+        if not good:
+            raise SampleError(
+                f"instance {self.instance.index}, worker {worker}: every sample of its share failed "
+                f"(first: {report.skipped[0].key} in {report.skipped[0].shard}: {report.skipped[0].reason}); "
+                f"there is no sample to repeat in their place"
+            )
+        missing = [s.key for s in report.skipped][-deficit:]
+        for n in range(deficit):
+            item = good[n % len(good)]
+            for _, shard, label, payload, kind, error in self._raw_samples([item]):
+                error = error or self._process(kind, payload, builder.slot(), rng)
+                if error is not None:
+                    raise SampleError(f"{shard}: sample {_key(item)!r} failed when read again: {error}")
+                report.substituted.append((missing[n], _key(item)))
+                report.samples += 1
+                if builder.add(label, _key(item)):
+                    report.batches += 1
+                    yield builder.emit()
+
+    def _bad(self, report, key, shard, error):
+        if self.on_error == "fail":
+            raise SampleError(f"{shard}: sample {key!r}: {error}")
+        report.skipped.append(Skipped(key, shard, error))
+
+    def _process(self, kind, payload, slot, rng) -> Optional[str]:
+        try:
+            if kind == "encoded":
+                self.pipeline.image_into(payload, slot, rng)
+            elif kind == "npy":
+                self.pipeline.tensor_into(payload, self.source.tensor_layout, slot, rng)
+            else:
+                self.pipeline.array_into(payload, slot, rng)
+        except Exception as error:  # any decoder failure is this sample's problem, reported with it
+            return f"{type(error).__name__}: {error}"
+        return None
+
+    def _raw_samples(self, items):
+        """(item, shard, label, payload, kind, error) per item, in order, without decoding."""
+        source = self.source
+        if source.kind == "webdataset":
+            for run in contiguous_runs(items, source.locate):
+                for record, sample, error in iter_run(run):
+                    if error is not None:
+                        yield record, record.shard, record.label, None, None, error
+                        continue
+                    ext = source.payload if source.payload in sample else payload_extension(sample)
+                    if ext is None:
+                        members = ", ".join(k for k in sample if not k.startswith("__"))
+                        yield record, record.shard, record.label, None, None, f"no image payload (members: {members})"
+                        continue
+                    try:
+                        label = sample_label(sample, record.label)
+                    except ValueError:
+                        yield record, record.shard, record.label, None, None, "the class label is not an integer"
+                        continue
+                    yield record, record.shard, label, sample[ext], "npy" if ext == "npy" else "encoded", None
+        elif source.kind == "folder":
+            for item in items:
+                try:
+                    with open(item.path, "rb") as handle:
+                        data = handle.read()
+                except OSError as error:
+                    yield item, item.path, item.label, None, None, f"cannot read: {error.strerror or error}"
+                    continue
+                yield item, item.path, item.label, data, "encoded", None
+        else:
+            if self._pool is None:
+                self._pool = synthetic_pool(source.synthetic_shape, self.seed)
+            for item in items:
+                yield item, "synthetic", item % source.synthetic_classes, self._pool[item % len(self._pool)], "array", None
+
+
+class ImageLoader:
+    """Iterable of (images, labels) for one instance; `len()` is the batches per epoch.
+
+    Each `for` over it is one epoch. The epoch number is the one given to `set_epoch`, or else one
+    more than the previous iteration's (so forgetting set_epoch does not repeat the same order).
+    After an iteration, `report` holds that epoch's `EpochReport`.
+    """
+
+    def __init__(self, dataset: ImageStream, workers: int, with_keys: bool = False, pin_memory: bool = False,
+                 prefetch_factor: Optional[int] = None, timeout: float = 0):
+        self.dataset, self.workers, self.with_keys = dataset, workers, with_keys
+        self.pin_memory, self.prefetch_factor, self.timeout = pin_memory, prefetch_factor, timeout
+        self.report: Optional[EpochReport] = None
+
+    @property
+    def instance(self) -> Instance:
+        return self.dataset.instance
+
+    @property
+    def epoch(self) -> int:
+        return self.dataset.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return self.dataset.plan().batches
+
+    @property
+    def samples_per_epoch(self) -> int:
+        plan = self.dataset.plan()
+        return min(len(plan.items), plan.batches * plan.batch_size)
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self):
+        dataset = self.dataset
+        epoch = dataset.epoch
+        plan = dataset.plan(epoch)
+        report = EpochReport(
+            epoch, self.instance.index, self.instance.count, dataset.split, dataset.source.description,
+            plan.policy, dataset.own_share.manifest if dataset.own_share else None,
+            self.samples_per_epoch, plan.batches,
+            padded=_keys(plan.padded), policy_dropped=_keys(plan.policy_dropped),
+            last_batch_dropped=_keys(plan.last_batch_dropped),
+        )
+        self.report = report
+        options = {}
+        if self.workers > 0:
+            options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout}
+        loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, pin_memory=self.pin_memory,
+                            persistent_workers=False, **options)
+        try:
+            for item in loader:
+                if isinstance(item, WorkerReport):
+                    report.add_worker(item)
+                    continue
+                report.batches += 1
+                report.samples += len(item.keys)
+                yield item if self.with_keys else (item.images, item.labels)
+        finally:
+            dataset.set_epoch(epoch + 1)
+        report.complete = True
+        if report.skipped:
+            warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
+        log.info("%s", report.summary())
+
+
+def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
+             normalization: str = "host", dtype="float32", instance=None, seed: int = 0, epoch: int = 0,
+             policy: Optional[str] = None, train: Optional[bool] = None, shuffle: Optional[bool] = None,
+             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: int = 224,
+             resize_size: Optional[int] = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), mean=IMAGENET_MEAN,
+             std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
+             prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
+             use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False) -> ImageLoader:
+    """Batches of one split for this instance. See the module docstring and README for the rules.
+
+    source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
+                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic".
+    split           "train" or "validation" (anything else is read like validation).
+    normalization   "host" (float32, or float16 with dtype="float16") or "device"/"ipu" (uint8 NCHW;
+                    wrap the model in datasets.normalization.NormalizeOnDevice).
+    instance        a launcher.Instance or (index, count); default: detected from the launcher.
+    policy          "drop" | "pad" | "spread"; default drop for train, spread otherwise.
+    train           pipeline and defaults of training (default: split == "train").
+    shuffle, drop_last  default: as `train`.
+    on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
+    image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
+    with_keys       yield Batch(images, labels, keys) instead of (images, labels).
+    """
+    if isinstance(instance, tuple):
+        instance = detect_instance(*instance)
+    elif instance is None:
+        instance = detect_instance()
+    train = (split == "train") if train is None else train
+    policy = policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
+    shuffle = train if shuffle is None else shuffle
+    drop_last = train if drop_last is None else drop_last
+    location = normalization_location(normalization)
+    dtype = float_dtype(dtype)
+    resize_size = resize_size or int(round(image_size * 256 / 224))
+    resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition)
+    pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
+                                          use_draft)
+    if resolved.kind == "synthetic":
+        pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft)
+    for note in notes:
+        warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
+        log.warning("%s: %s", resolved.description, note)
+    skipped_steps = [s for s in resolved.stored_steps] if not pipeline.steps or len(pipeline.steps) < 2 else []
+    dataset = ImageStream(resolved, split, batch_size, instance, train=train, policy=policy, seed=seed,
+                          epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,
+                          normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
+                          shuffle_buffer=shuffle_buffer, channels_last=channels_last,
+                          use_repartition=use_repartition)
+    loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
+                         prefetch_factor=prefetch_factor)
+    log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,
+             " + ".join(pipeline.steps) or "none",
+             f" (stored: {' + '.join(map(str, skipped_steps))})" if skipped_steps else "",
+             len(loader), batch_size)
+    return loader
