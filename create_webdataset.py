@@ -1,0 +1,159 @@
+"""Convert ImageNet (extracted folders or the downloaded archives) into WebDataset shards.
+
+    python create_webdataset.py --source SRC --target OUT [--format img|tensor] [--seed N] ...
+
+Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
+data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
+datasets.convert; its module docstring describes the output and the guarantees.
+"""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from datasets.convert import (
+    DEFAULT_IMAGE_QUALITY,
+    DEFAULT_MAX_IMAGE_PIXELS,
+    DEFAULT_SAMPLES_PER_SHARD,
+    DEFAULT_TENSOR_STEPS,
+    FORMATS,
+    ConversionError,
+    ConvertOptions,
+    UsageError,
+    convert,
+    format_summary,
+)
+from datasets.index import SPLITS
+from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
+from datasets.imagenet_source import LAYOUTS
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def quality(text):
+    value = positive_int(text)
+    if value > 100:
+        raise argparse.ArgumentTypeError(f"{value} is above 100")
+    return value
+
+
+def seed(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 2**63-1")
+    return value
+
+
+def default_workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Convert ImageNet (train/<class>/*, validation/<class>/* folders, or the "
+                    "ILSVRC2012_img_train.tar / ILSVRC2012_img_val.tar archives) into WebDataset shards "
+                    "<split>-NNNNNN.tar with a per-sample index and metadata.json, reproducibly and resumably.")
+    io_group = parser.add_argument_group("input and output")
+    io_group.add_argument("--source", required=True, type=Path,
+                          help="ImageNet folder: train/ and validation/ (or val/) class folders, or the archives "
+                               "with ILSVRC2012_validation_ground_truth.txt and synsets.txt")
+    io_group.add_argument("--source-layout", choices=LAYOUTS, default="auto",
+                          help="which layout of --source to read; auto: the folders when present, else the archives")
+    io_group.add_argument("--target", required=True, type=Path,
+                          help="output folder; must be new or empty unless --resume or --overwrite")
+    io_group.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS),
+                          help="splits to convert (default: %(default)s)")
+    fmt = parser.add_argument_group("what is stored")
+    fmt.add_argument("--format", choices=FORMATS, default="img",
+                     help="img: JPEG payloads (<key>.jpg; RGB JPEGs without steps are copied byte for byte); "
+                          "tensor: decoded uint8 HWC arrays (<key>.npy)")
+    fmt.add_argument("--train-preprocess-steps", nargs="+", default=[], metavar="STEP",
+                     help="deterministic steps applied to train images, e.g. Resize(256) CenterCrop(224); "
+                          "allowed: Resize(N), Resize(H, W), CenterCrop(N), CenterCrop(H, W). Default: none for "
+                          f"img, {' '.join(DEFAULT_TENSOR_STEPS['train'])} for tensor")
+    fmt.add_argument("--validation-preprocess-steps", nargs="+", default=[], metavar="STEP",
+                     help="the same for validation images. Default: none for img, "
+                          f"{' '.join(DEFAULT_TENSOR_STEPS['validation'])} for tensor")
+    fmt.add_argument("--image-quality", type=quality, default=DEFAULT_IMAGE_QUALITY,
+                     help="JPEG quality (1..100) for re-encoded images: with steps, or sources that are not RGB "
+                          "JPEGs (default: %(default)s)")
+    order = parser.add_argument_group("order and sharding")
+    order.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
+                       help="one global seeded permutation of each split (default: on; --no-shuffle keeps class "
+                            "order, which buffer-shuffling loaders cannot undo)")
+    order.add_argument("--seed", type=seed, default=None,
+                       help="seed of the permutation; drawn and recorded in metadata.json when not given")
+    order.add_argument("--samples-per-shard", type=positive_int, default=DEFAULT_SAMPLES_PER_SHARD,
+                       help="samples per shard, at most (default: %(default)s)")
+    order.add_argument("--max-shard-bytes", type=positive_int, default=None,
+                       help="also start a new shard before its estimated size passes this many bytes "
+                            "(estimated from the source sizes: exact for img passthrough)")
+    run = parser.add_argument_group("running")
+    run.add_argument("--workers", type=positive_int, default=default_workers(),
+                     help="processes that encode and write whole shards (default: the usable cores, "
+                          "%(default)s); the output does not depend on it")
+    run.add_argument("--resume", action="store_true",
+                     help="finish an interrupted conversion: keep shards that verify (sha256), write the rest")
+    run.add_argument("--overwrite", action="store_true",
+                     help="delete the converted dataset in --target (only files this tool writes) and convert again")
+    run.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+                     help="a bad image: skip it (counted and listed in the summary and metadata.json) or stop "
+                          "at once naming it (default: %(default)s)")
+    run.add_argument("--max-image-pixels", type=positive_int, default=DEFAULT_MAX_IMAGE_PIXELS,
+                     help="decompression-bomb guard: images declaring more pixels are not decoded and count as "
+                          "bad (default: PIL's %(default)s)")
+    run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    add_instance_arguments(parser)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        instance = instance_from_args(args)
+    except LauncherError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    options = ConvertOptions(
+        source=args.source, target=args.target, format=args.format, splits=tuple(args.splits),
+        shuffle=args.shuffle, seed=args.seed, samples_per_shard=args.samples_per_shard,
+        max_shard_bytes=args.max_shard_bytes, image_quality=args.image_quality,
+        train_steps=tuple(args.train_preprocess_steps), validation_steps=tuple(args.validation_preprocess_steps),
+        workers=args.workers, resume=args.resume, overwrite=args.overwrite, on_error=args.on_error,
+        max_image_pixels=args.max_image_pixels, source_layout=args.source_layout, instance=instance,
+        progress=args.progress,
+    )
+    try:
+        summary = convert(options)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except ConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: nothing half-written is left under a final name; run again with --resume",
+              file=sys.stderr)
+        return 130
+    print(format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

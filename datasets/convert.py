@@ -1,0 +1,938 @@
+"""Convert an ImageNet source (folders or archives) into verified, reproducible WebDataset shards.
+
+Pipeline: list the source (datasets.sources) -> plan -> encode and write whole shards in
+worker processes -> record each finished shard -> when every shard exists, write the
+per-split sample indexes and, last, metadata.json.
+
+Plan (main process, deterministic):
+  * order: with shuffle (the default), the samples of a split sorted by a keyed hash,
+    blake2b(key=f"{seed}:{split}", data=sample key): one global permutation drawn from the
+    seed, the same whatever the listing order, the Python or numpy version. Without shuffle,
+    class index then source path (ImageFolder's order). The seed is drawn when not given
+    and always recorded.
+  * shards: consecutive runs of that order, at most --samples-per-shard samples each, and,
+    with --max-shard-bytes, a new shard starts before the estimated size would pass the
+    limit. The estimate comes from the listing only (never from encoding, so the plan is
+    known before any worker starts and does not depend on --workers): tar headers + the
+    source file size for `img` (exact for passthrough payloads, approximate for re-encoded
+    ones), the exact array size for `tensor` when the steps end in a fixed size. A single
+    sample larger than the limit gets a shard of its own.
+Shards are independent: shard n's bytes depend only on its samples and the options, so any
+worker may write any shard and the output is byte-identical for every --workers value and
+instance count. --workers 1 encodes in the main process; N > 1 uses N worker processes
+that each encode and write whole shards while the main process records results.
+
+Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
+                                       <key>.json what the sample is and what was done to it
+                                       <key>.jpg (img) | <key>.npy (tensor: uint8 HWC, no pickle)
+  json: {"source", "class", "width", "height" (as stored in the source), "source_format",
+  "source_mode" (PIL's), "converted": "passthrough" | "reencoded" | "tensor", "steps",
+  and when they apply "output_width"/"output_height", "quirks" (png_as_jpeg, cmyk,
+  grayscale, exif_rotated, mode_<MODE>) and "exif_orientation"}.
+  img: an RGB JPEG with no steps is stored byte for byte ("passthrough"; checked for a
+  complete scan, not decoded: fast, and what is stored is exactly the source). Anything
+  else is decoded, converted to RGB, passed through the steps and encoded as JPEG at
+  --image-quality ("reencoded"). tensor: decoded, RGB, steps, stored as uint8 HWC.
+  EXIF orientation is recorded, NOT applied: PIL's decoder and torchvision's ImageFolder
+  loader ignore it, so the stored pixels are the ones a standard PyTorch pipeline would
+  train on, and passthrough, re-encoded and tensor outputs all agree.
+  Default steps: none for img; for tensor, when a split has no steps, Resize(256)
+  CenterCrop(256) for train (room for the loader's random crops) and Resize(256)
+  CenterCrop(224) for validation (the standard evaluation view), so every tensor of a
+  split has one shape. The steps used are recorded.
+  Decompression bombs: an image whose header declares more than --max-image-pixels pixels
+  is never decoded; it is skipped (or fails the run) with a message naming it.
+
+Crash safety and resume. Every shard is written as <name>.partial, fsynced and renamed.
+After a shard is published, the main process writes .convert-state/<shard>.json (shard
+record, sample records, skipped samples, plan fingerprint). --resume recomputes the plan,
+refuses a different one (different options or source), and for each shard keeps the file
+only if a record of this plan exists and the file's sha256 matches it; everything else is
+rewritten, stale .partial files are removed, and shards that are not in the plan are deleted
+before metadata.json is written. metadata.json is removed when a run starts and written last.
+.convert-state/ is kept after completion: a later --resume re-verifies every shard against
+it and repairs any that changed; it is safe to delete once metadata.json exists.
+
+Several instances (torchrun, poprun, SLURM; datasets.launcher): instance i writes the shards
+whose number is i modulo the count. Every instance plans identically (--seed is required
+when there is more than one instance and none was recorded) and whichever instance finds
+every shard's record after finishing its own writes the indexes and metadata.json; if none
+does (an instance crashed), a later --resume run finishes the job.
+"""
+
+import hashlib
+import io
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from .fileio import PARTIAL_SUFFIX, atomic_write_json, sha256_bytes, sha256_file
+from .index import (
+    FORMAT_VERSION,
+    METADATA_FILE,
+    PAYLOAD_EXTENSIONS,
+    SPLITS,
+    SampleRecord,
+    ShardRecord,
+    sample_index_name,
+    tar_shard_name,
+    write_metadata,
+    write_sample_index,
+)
+from .launcher import Instance
+from .npy_format import encode_npy
+from .preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
+from .imagenet_source import SourceError, open_source
+from .tar_format import BLOCK, RECORD, TarShardWriter, padding
+
+FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor")
+DEFAULT_SAMPLES_PER_SHARD = 1024
+DEFAULT_IMAGE_QUALITY = 95
+DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
+DEFAULT_TENSOR_STEPS = {"train": ("Resize(256)", "CenterCrop(256)"), "validation": ("Resize(256)", "CenterCrop(224)")}
+TENSOR_LAYOUT = "HWC"
+ON_ERROR = ("skip", "fail")
+STATE_DIR = ".convert-state"
+PLAN_FILE = "plan.json"
+SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
+EXIF_ORIENTATION = 0x0112
+JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame
+GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "F")
+# Estimate of a tensor payload when the steps give no fixed size: about what JPEG compresses away.
+TENSOR_BYTES_PER_SOURCE_BYTE = 8
+
+
+class UsageError(Exception):
+    """Bad arguments or a target that must not be touched: exit code 2."""
+
+
+class ConversionError(Exception):
+    """The conversion failed (bad data with --on-error fail, unreadable source, full disk): exit code 1."""
+
+
+class SampleSkipped(Exception):
+    """One sample cannot be converted: `reason` says why."""
+
+
+class SampleFailure(Exception):
+    """A bad sample with --on-error fail (raised in a worker, re-raised by the main process)."""
+
+    def __init__(self, source, reason):
+        super().__init__(source, reason)
+        self.source = source
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.source}: {self.reason}"
+
+
+class ShardWriteError(Exception):
+    """Writing a shard failed (full disk, permissions): names the shard."""
+
+    def __init__(self, path, reason):
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self):
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    source: Path
+    target: Path
+    format: str = "img"
+    splits: tuple = SPLITS
+    shuffle: bool = True
+    seed: int | None = None
+    samples_per_shard: int = DEFAULT_SAMPLES_PER_SHARD
+    max_shard_bytes: int | None = None
+    image_quality: int = DEFAULT_IMAGE_QUALITY
+    train_steps: tuple = ()
+    validation_steps: tuple = ()
+    workers: int = 1
+    resume: bool = False
+    overwrite: bool = False
+    on_error: str = "skip"
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    source_layout: str = "auto"
+    instance: Instance = Instance(0, 1, "single")
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """What a worker needs to turn source samples into shard members (picklable)."""
+
+    format: str
+    steps: tuple  # canonical step strings
+    image_quality: int
+    max_image_pixels: int
+    on_error: str
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    split: str
+    number: int
+    name: str
+    samples: tuple  # SourceSample, in shard order
+    encode: EncodeOptions
+    expected: dict | None = None  # ShardRecord json of this plan from an earlier run: keep if it verifies
+
+
+@dataclass
+class ShardResult:
+    split: str
+    number: int
+    shard: ShardRecord
+    samples: list  # SampleRecord
+    skipped: list  # {"path", "reason"}
+    kept: bool = False  # an earlier run's shard that verified
+
+
+# ---------------------------------------------------------------- encoding one sample
+
+
+def jpeg_scan_start(data: bytes) -> int:
+    """Offset of the first start-of-scan marker of a JPEG, walking its segments; -1 if none."""
+    if data[:2] != b"\xff\xd8":
+        return -1
+    position, end = 2, len(data)
+    while position + 4 <= end:
+        if data[position] != 0xFF:
+            return -1
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+        elif marker == 0xDA:
+            return position
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            position += 2
+        else:
+            position += 2 + int.from_bytes(data[position + 2 : position + 4], "big")
+    return -1
+
+
+def jpeg_is_complete(data: bytes) -> bool:
+    """A scan and an end-of-image marker after it: catches truncated files without decoding.
+
+    The search starts at the main image's first scan, so an EXIF thumbnail's own end marker
+    (inside an APP1 segment, before that scan) cannot hide a truncated main image.
+    """
+    scan = jpeg_scan_start(data)
+    return scan >= 0 and data.rfind(b"\xff\xd9") > scan
+
+
+def open_image(data: bytes, max_pixels: int):
+    """PIL image of `data`, header parsed, pixels not decoded. Raises SampleSkipped."""
+    limit = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None  # our own guard below gives the clearer message
+    try:
+        image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise SampleSkipped("not an image PIL can read (unknown format or corrupt header)") from None
+    except Exception as error:  # PIL raises many types for broken headers
+        raise SampleSkipped(f"cannot read the image header: {type(error).__name__}: {error}") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = limit
+    width, height = image.size
+    if width * height > max_pixels:
+        raise SampleSkipped(
+            f"decompression bomb guard: {width}x{height} = {width * height} pixels exceeds the limit of "
+            f"{max_pixels} (--max-image-pixels); not decoded")
+    return image
+
+
+def describe_source(image, name: str):
+    """(quirks, exif orientation) of an opened image."""
+    quirks = []
+    if image.format not in JPEG_FORMATS and name.lower().endswith((".jpeg", ".jpg")):
+        quirks.append(f"{(image.format or 'unknown').lower()}_as_jpeg")
+    if image.mode == "CMYK":
+        quirks.append("cmyk")
+    elif image.mode in GRAYSCALE_MODES:
+        quirks.append("grayscale")
+    elif image.mode != "RGB":
+        quirks.append(f"mode_{image.mode}")
+    try:
+        orientation = int(image.getexif().get(EXIF_ORIENTATION, 1))
+    except Exception:  # a broken EXIF block does not make the pixels unreadable
+        orientation = 1
+    if orientation != 1:
+        quirks.append("exif_rotated")
+    return quirks, orientation
+
+
+def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
+    """(payload bytes, json info) of one source image. Raises SampleSkipped."""
+    image = open_image(data, options.max_image_pixels)
+    quirks, orientation = describe_source(image, name)
+    info = {"width": image.width, "height": image.height, "source_format": image.format,
+            "source_mode": image.mode}
+    if options.format == "img" and not steps and image.format in JPEG_FORMATS and image.mode == "RGB":
+        if not jpeg_is_complete(data):
+            raise SampleSkipped("truncated or corrupt JPEG: no end-of-image marker after the scan data")
+        info["converted"] = "passthrough"
+        payload = data
+    else:
+        try:
+            image.load()
+            rgb = image.convert("RGB")
+            out = apply_steps(steps, rgb)
+        except Exception as error:  # truncated data, broken entropy coding, unsupported mode
+            raise SampleSkipped(f"cannot decode the image: {type(error).__name__}: {error}") from None
+        info["output_width"], info["output_height"] = out.size
+        if options.format == "img":
+            buffer = io.BytesIO()
+            out.save(buffer, format="JPEG", quality=options.image_quality)
+            payload = buffer.getvalue()
+            info["converted"] = "reencoded"
+        else:
+            payload = encode_npy(np.asarray(out, dtype=np.uint8))
+            info["converted"] = "tensor"
+    info["steps"] = list(options.steps)
+    if quirks:
+        info["quirks"] = quirks
+    if orientation != 1:
+        info["exif_orientation"] = orientation
+        info["exif_orientation_applied"] = False
+    return payload, info
+
+
+def sample_members(fmt: str, label: int, info: dict, payload: bytes):
+    """The tar members of one sample, in the contract's order."""
+    info_bytes = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
+    return [("cls", str(label).encode()), ("json", info_bytes), (PAYLOAD_EXTENSIONS[fmt], payload)]
+
+
+# ---------------------------------------------------------------- the shard writer, chosen by format
+
+
+def shard_file_name(fmt: str, split: str, number: int) -> str:
+    return tar_shard_name(split, number)
+
+
+def open_shard_writer(fmt: str, path: Path):
+    """The one place that picks the container: every current format writes tar shards."""
+    return TarShardWriter(path)
+
+
+# ---------------------------------------------------------------- writing one shard (in a worker)
+
+_parsed_steps = {}
+
+
+def _steps(canonical_steps):
+    steps = _parsed_steps.get(canonical_steps)
+    if steps is None:
+        steps = _parsed_steps[canonical_steps] = parse_steps(list(canonical_steps))
+    return steps
+
+
+def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
+    """Encode and write one whole shard (or keep a verified one from an earlier run)."""
+    path = Path(target) / task.name
+    if task.expected is not None and path.is_file():
+        digest, size = sha256_file(path)
+        if digest == task.expected["sha256"] and size == task.expected["bytes"]:
+            if progress:
+                progress(len(task.samples))
+            return ShardResult(task.split, task.number, ShardRecord.from_json(task.expected), [], [], kept=True)
+    options = task.encode
+    steps = _steps(options.steps)
+    payload_ext = PAYLOAD_EXTENSIONS[options.format]
+    records, skipped = [], []
+    try:
+        with open_shard_writer(options.format, path) as writer:
+            for sample in task.samples:
+                try:
+                    try:
+                        data = sample.read_bytes()
+                    except OSError as error:
+                        raise SampleSkipped(f"cannot read: {error.strerror or error}") from None
+                    payload, info = encode_payload(data, sample.source, options, steps)
+                except SampleSkipped as skip:
+                    if options.on_error == "fail":
+                        raise SampleFailure(sample.source, str(skip)) from None
+                    skipped.append({"path": sample.source, "reason": str(skip)})
+                    if progress:
+                        progress(1)
+                    continue
+                info = {"source": sample.source, "class": sample.class_name, **info}
+                written = writer.add_sample(sample.key, sample_members(options.format, sample.label, info, payload))
+                payload_member = written.members[payload_ext]
+                records.append(SampleRecord(
+                    key=sample.key, shard=task.name, label=sample.label,
+                    record_offset=written.record_offset, record_size=written.record_size,
+                    payload_offset=payload_member.data_offset, payload_size=payload_member.size,
+                    payload_sha256=sha256_bytes(payload),
+                    members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
+                ))
+                if progress:
+                    progress(1)
+    except OSError as error:  # the target: full disk, permissions (the source is handled above)
+        raise ShardWriteError(str(path), f"cannot write the shard: {error.strerror or error}") from None
+    shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256)
+    return ShardResult(task.split, task.number, shard, records, skipped)
+
+
+# ---------------------------------------------------------------- planning
+
+
+def shuffle_order(samples, seed: int, split: str):
+    """One global permutation of the split from the seed: sort by a keyed hash of each key."""
+    secret = f"{seed}:{split}".encode()
+
+    def rank(sample):
+        return hashlib.blake2b(sample.key.encode(), key=secret, digest_size=16).digest(), sample.key
+
+    return sorted(samples, key=rank)
+
+
+def estimated_sample_bytes(sample, fmt: str, fixed_size) -> int:
+    """Bytes the sample will take in a tar shard, from the listing only (see the module doc)."""
+    source_bytes = sample.size or 0
+    if fmt == "tensor":
+        if fixed_size is not None:
+            payload = fixed_size[0] * fixed_size[1] * 3 + 128  # .npy header: 128 bytes for these shapes
+        else:
+            payload = source_bytes * TENSOR_BYTES_PER_SOURCE_BYTE
+    else:
+        payload = source_bytes
+    info = 400 + len(sample.source) + len(sample.class_name)  # json fields: a safe bound
+    return 3 * BLOCK + BLOCK + (info + padding(info)) + (payload + padding(payload))
+
+
+def plan_shards(ordered, samples_per_shard: int, max_shard_bytes, estimate):
+    """Split the ordered samples into shards (lists), bounded by count and estimated bytes."""
+    budget = None if max_shard_bytes is None else max_shard_bytes - (2 * BLOCK + RECORD)
+    shards, current, current_bytes = [], [], 0
+    for sample in ordered:
+        size = estimate(sample) if budget is not None else 0
+        full = len(current) >= samples_per_shard or (budget is not None and current and current_bytes + size > budget)
+        if full:
+            shards.append(current)
+            current, current_bytes = [], 0
+        current.append(sample)
+        current_bytes += size
+    if current:
+        shards.append(current)
+    return shards
+
+
+@dataclass
+class SplitPlan:
+    split: str
+    steps: tuple  # canonical
+    shards: list  # [[SourceSample]]
+    ignored: list
+
+    @property
+    def samples(self) -> int:
+        return sum(len(s) for s in self.shards)
+
+
+@dataclass
+class Plan:
+    options: dict  # everything that decides the output bytes
+    classes: list
+    layout: str
+    splits: dict  # split -> SplitPlan
+    fingerprint: str = ""
+
+
+def steps_for(options: ConvertOptions, split: str):
+    """Canonical steps for a split, with the tensor defaults (see the module doc)."""
+    given = options.train_steps if split == "train" else options.validation_steps
+    steps = canonical(parse_steps(list(given)))
+    if not steps and options.format == "tensor":
+        steps = list(DEFAULT_TENSOR_STEPS[split])
+    return tuple(steps)
+
+
+def make_plan(options: ConvertOptions, source, seed: int) -> Plan:
+    split_plans = {}
+    for split in options.splits:
+        steps = steps_for(options, split)
+        fixed = output_size(parse_steps(list(steps)))
+        samples = source.splits[split].samples
+        ordered = shuffle_order(samples, seed, split) if options.shuffle else list(samples)
+        shards = plan_shards(ordered, options.samples_per_shard, options.max_shard_bytes,
+                             lambda s: estimated_sample_bytes(s, options.format, fixed))
+        split_plans[split] = SplitPlan(split, steps, shards, source.splits[split].ignored)
+    recorded = {
+        "format": options.format, "shuffle": options.shuffle, "seed": seed,
+        "samples_per_shard": options.samples_per_shard, "max_shard_bytes": options.max_shard_bytes,
+        "image_quality": options.image_quality, "max_image_pixels": options.max_image_pixels,
+        "splits": list(options.splits), "steps": {split: list(p.steps) for split, p in split_plans.items()},
+        "source_layout": source.layout,
+    }
+    plan = Plan(recorded, list(source.classes), source.layout, split_plans)
+    plan.fingerprint = plan_fingerprint(plan)
+    return plan
+
+
+def plan_fingerprint(plan: Plan) -> str:
+    """sha256 over the options and every shard's samples: equal fingerprints, equal output."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"options": plan.options, "classes": plan.classes}, sort_keys=True).encode())
+    for split, split_plan in plan.splits.items():
+        for number, shard in enumerate(split_plan.shards):
+            digest.update(f"\n{split} {number}\n".encode())
+            for s in shard:
+                digest.update(f"{s.key}\t{s.label}\t{s.source}\n".encode())
+    return digest.hexdigest()
+
+
+# ---------------------------------------------------------------- the target folder and its state
+
+
+def state_dir(target: Path) -> Path:
+    return target / STATE_DIR
+
+
+def record_path(target: Path, shard_name: str) -> Path:
+    return state_dir(target) / f"{shard_name}.json"
+
+
+def is_converter_output(name: str) -> bool:
+    return (bool(SHARD_FILE.match(name)) or name == METADATA_FILE or name == STATE_DIR
+            or name.endswith(".index.tsv") or name.endswith(".index.tsv" + PARTIAL_SUFFIX)
+            or name == METADATA_FILE + PARTIAL_SUFFIX)
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def check_target(options: ConvertOptions) -> None:
+    """Refuse what must not be touched, before the (possibly long) listing of the source."""
+    target = options.target
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--target {target} exists and is not a folder")
+    if options.resume and options.overwrite:
+        raise UsageError("--resume and --overwrite exclude each other: resume keeps verified shards, "
+                         "overwrite deletes them")
+    if not target.is_dir() or options.resume or options.overwrite or options.instance.count > 1:
+        return
+    entries = sorted(os.listdir(target))
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UsageError(
+            f"--target {target} is not empty ({len(entries)} entries: {shown}); pass --resume to finish an "
+            f"interrupted conversion into it, --overwrite to replace its converted dataset, or choose an "
+            f"empty folder")
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
+    """Apply --overwrite / --resume / the multi-instance rules; write the plan record."""
+    target, instance = options.target, options.instance
+    target.mkdir(parents=True, exist_ok=True)
+    state = state_dir(target)
+    recorded = read_json(state / PLAN_FILE)
+    same_plan = recorded is not None and recorded.get("fingerprint") == plan.fingerprint
+    own_names = {task_name for task_name in own_shards}
+    if options.overwrite:
+        if instance.count == 1:
+            for entry in sorted(os.listdir(target)):
+                if is_converter_output(entry):
+                    remove_path(target / entry)
+            others = [e for e in os.listdir(target)]
+            if others:
+                print(f"note: --overwrite kept {len(others)} entries it did not write in {target}: "
+                      f"{', '.join(sorted(others)[:3])}{', ...' if len(others) > 3 else ''}", file=sys.stderr)
+        else:  # peers are writing their own shards now: touch only ours
+            for name in own_names:
+                (target / name).unlink(missing_ok=True)
+                record_path(target, name).unlink(missing_ok=True)
+    elif recorded is not None and not same_plan and (options.resume or instance.count > 1):
+        raise UsageError(
+            f"--target {target} holds a conversion with other options or another source "
+            f"({describe_plan_difference(recorded.get('options', {}), plan.options)}); "
+            f"pass --overwrite to replace it")
+    elif instance.count > 1 and not options.resume:
+        present = [n for n in own_names if (target / n).exists() or record_path(target, n).exists()]
+        foreign = [e for e in os.listdir(target) if not is_converter_output(e)]
+        if present or foreign or (recorded is None and any(is_converter_output(e) for e in os.listdir(target))):
+            raise UsageError(
+                f"--target {target} already holds files of this instance or of another conversion; pass "
+                f"--resume to finish an interrupted conversion, or --overwrite")
+    state.mkdir(exist_ok=True)
+    atomic_write_json(state / PLAN_FILE, {"fingerprint": plan.fingerprint, "options": plan.options})
+    (target / METADATA_FILE).unlink(missing_ok=True)  # written again, last, when every shard exists
+    for name in own_names:
+        (target / (name + PARTIAL_SUFFIX)).unlink(missing_ok=True)
+
+
+def describe_plan_difference(old: dict, new: dict) -> str:
+    changed = [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
+               if old.get(key) != new.get(key)]
+    return "; ".join(changed) if changed else "same options, different source listing"
+
+
+def load_record(target: Path, shard_name: str, fingerprint: str):
+    record = read_json(record_path(target, shard_name))
+    if not isinstance(record, dict) or record.get("fingerprint") != fingerprint:
+        return None
+    return record
+
+
+def save_record(target: Path, result: ShardResult, fingerprint: str) -> None:
+    atomic_write_json(record_path(target, result.shard.name), {
+        "fingerprint": fingerprint,
+        "shard": result.shard.to_json(),
+        "samples": [[r.key, r.label, r.record_offset, r.record_size, r.payload_offset, r.payload_size,
+                     r.payload_sha256, r.members] for r in result.samples],
+        "skipped": result.skipped,
+    })
+
+
+def records_from_json(record: dict):
+    shard = record["shard"]["name"]
+    return [SampleRecord(key, shard, label, ro, rs, po, ps, sha, members)
+            for key, label, ro, rs, po, ps, sha, members in record["samples"]]
+
+
+# ---------------------------------------------------------------- finishing: indexes and metadata
+
+
+def finalize(options: ConvertOptions, plan: Plan):
+    """Write the indexes and metadata.json if every planned shard has a record and a file.
+
+    Returns the metadata, or None (with the number of missing shards) when not complete.
+    """
+    target = options.target
+    split_entries, missing = {}, 0
+    records_by_split = {}
+    for split, split_plan in plan.splits.items():
+        records = []
+        for number in range(len(split_plan.shards)):
+            name = shard_file_name(options.format, split, number)
+            record = load_record(target, name, plan.fingerprint)
+            path = target / name
+            if record is None or not path.is_file() or path.stat().st_size != record["shard"]["bytes"]:
+                missing += 1
+                continue
+            records.append(record)
+        records_by_split[split] = records
+    if missing:
+        return None, missing
+    planned = {shard_file_name(options.format, split, n) for split, p in plan.splits.items() for n in range(len(p.shards))}
+    for entry in os.listdir(target):  # stale shards of an earlier run never mix in
+        match = SHARD_FILE.match(entry)
+        if match and entry not in planned:
+            (target / entry).unlink(missing_ok=True)
+        elif entry.endswith(".index.tsv") and entry[: -len(".index.tsv")] not in plan.splits:
+            (target / entry).unlink(missing_ok=True)
+    for split, records in records_by_split.items():
+        split_plan = plan.splits[split]
+        samples = [r for record in records for r in records_from_json(record)]
+        skipped = [s for record in records for s in record["skipped"]]
+        index = write_sample_index(target / sample_index_name(split), samples)
+        split_entries[split] = {
+            "length": len(samples),
+            "source_samples": len(samples) + len(skipped),
+            "skipped": skipped,
+            "ignored": split_plan.ignored,
+            "transform_pipeline": list(split_plan.steps),
+            "shards": [record["shard"] for record in records],
+            "index": index,
+        }
+    metadata = build_metadata(plan, split_entries)
+    write_metadata(target, metadata)
+    return metadata, 0
+
+
+def build_metadata(plan: Plan, split_entries: dict) -> dict:
+    o = plan.options
+    return {
+        # The reference harness's keys.
+        "train_length": split_entries.get("train", {}).get("length", 0),
+        "validation_length": split_entries.get("validation", {}).get("length", 0),
+        "format": o["format"],
+        "shuffle": o["shuffle"],
+        "train_transform_pipeline": o["steps"].get("train", []),
+        "validation_transform_pipeline": o["steps"].get("validation", []),
+        "seed": o["seed"],
+        "image_quality": o["image_quality"],
+        # Added (see datasets/index.py).
+        "format_version": FORMAT_VERSION,
+        "classes": plan.classes,
+        "tensor_layout": TENSOR_LAYOUT if o["format"] == "tensor" else None,
+        "samples_per_shard": o["samples_per_shard"],
+        "max_shard_bytes": o["max_shard_bytes"],
+        "max_image_pixels": o["max_image_pixels"],
+        "source_layout": o["source_layout"],
+        "exif_orientation": "recorded in each sample's json, not applied (as PIL and torchvision's ImageFolder)",
+        "plan_fingerprint": plan.fingerprint,
+        "splits": split_entries,
+    }
+
+
+# ---------------------------------------------------------------- running
+
+
+@dataclass
+class SplitReport:
+    split: str
+    planned_samples: int = 0  # this instance's share
+    shards: int = 0  # this instance's shards
+    written: int = 0  # samples written by this run
+    skipped: list = field(default_factory=list)
+    kept_shards: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Summary:
+    options: ConvertOptions
+    plan: Plan
+    seed: int
+    reports: dict
+    elapsed: float
+    metadata: dict | None
+    missing_shards: int
+
+
+def validate_options(options: ConvertOptions) -> None:
+    if options.format not in FORMATS:
+        raise UsageError(f"--format {options.format!r}: expected one of {', '.join(FORMATS)}")
+    if options.samples_per_shard < 1:
+        raise UsageError(f"--samples-per-shard must be at least 1, got {options.samples_per_shard}")
+    if options.max_shard_bytes is not None and options.max_shard_bytes < 1:
+        raise UsageError(f"--max-shard-bytes must be positive, got {options.max_shard_bytes}")
+    if not 1 <= options.image_quality <= 100:
+        raise UsageError(f"--image-quality must be between 1 and 100, got {options.image_quality}")
+    if options.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {options.workers}")
+    if options.seed is not None and not 0 <= options.seed < 2**63:
+        raise UsageError(f"--seed must be between 0 and 2**63-1, got {options.seed}")
+    if options.on_error not in ON_ERROR:
+        raise UsageError(f"--on-error {options.on_error!r}: expected skip or fail")
+    if options.max_image_pixels < 1:
+        raise UsageError(f"--max-image-pixels must be positive, got {options.max_image_pixels}")
+    if not options.splits or any(s not in SPLITS for s in options.splits):
+        raise UsageError(f"--splits: expected one or both of {', '.join(SPLITS)}, got {list(options.splits)}")
+    if len(set(options.splits)) != len(options.splits):
+        raise UsageError(f"--splits lists a split twice: {list(options.splits)}")
+    for split in SPLITS:
+        try:
+            steps_for(options, split)
+        except PreprocessError as error:
+            flag = "--train-preprocess-steps" if split == "train" else "--validation-preprocess-steps"
+            raise UsageError(f"{flag}: {error}") from None
+
+
+def choose_seed(options: ConvertOptions) -> int:
+    if options.seed is not None:
+        return options.seed
+    if options.resume or options.instance.count > 1:
+        recorded = read_json(state_dir(options.target) / PLAN_FILE)
+        if isinstance(recorded, dict) and isinstance(recorded.get("options", {}).get("seed"), int):
+            return recorded["options"]["seed"]
+    if options.instance.count > 1:
+        raise UsageError(
+            f"--seed is required with {options.instance.count} instances: every instance must plan the same "
+            f"order ({options.instance.describe()})")
+    return secrets.randbelow(2**31)
+
+
+def convert(options: ConvertOptions) -> Summary:
+    """Run a conversion (see the module docstring). Raises UsageError or ConversionError."""
+    started = time.perf_counter()
+    validate_options(options)
+    check_target(options)
+    seed = choose_seed(options)
+    try:
+        source = open_source(options.source, options.splits, options.source_layout,
+                             sizes=options.max_shard_bytes is not None)
+    except SourceError as error:
+        raise (UsageError if error.usage else ConversionError)(str(error)) from None
+    plan = make_plan(options, source, seed)
+    instance = options.instance
+    tasks = {split: [] for split in plan.splits}
+    own_names = []
+    for split, split_plan in plan.splits.items():
+        encode = EncodeOptions(options.format, split_plan.steps, options.image_quality,
+                               options.max_image_pixels, options.on_error)
+        for number, shard in enumerate(split_plan.shards):
+            if number % instance.count != instance.index:
+                continue
+            name = shard_file_name(options.format, split, number)
+            own_names.append(name)
+            tasks[split].append(ShardTask(split, number, name, tuple(shard), encode))
+    try:
+        prepare_target(options, plan, own_names)
+    except OSError as error:
+        raise ConversionError(f"{options.target}: cannot prepare the target folder: {error.strerror or error}") from None
+    reports = {split: SplitReport(split) for split in plan.splits}
+    if options.resume or instance.count > 1:
+        for split, split_tasks in tasks.items():
+            tasks[split] = [_with_expected(options.target, task, plan.fingerprint) for task in split_tasks]
+    try:
+        run_all(options, plan, tasks, reports)
+        metadata, missing = finalize(options, plan)
+    except OSError as error:
+        raise ConversionError(f"{options.target}: {error.strerror or error} ({error.filename or 'state'})") from None
+    return Summary(options, plan, seed, reports, time.perf_counter() - started, metadata, missing)
+
+
+def _with_expected(target: Path, task: ShardTask, fingerprint: str) -> ShardTask:
+    record = load_record(target, task.name, fingerprint)
+    if record is None:
+        return task
+    return ShardTask(task.split, task.number, task.name, task.samples, task.encode, record["shard"])
+
+
+def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> None:
+    from tqdm import tqdm
+
+    target = options.target
+    executor = None
+    if options.workers > 1 and sum(len(t) for t in tasks.values()) > 1:
+        context = get_context("fork") if sys.platform.startswith("linux") else get_context()
+        executor = ProcessPoolExecutor(max_workers=options.workers, mp_context=context)
+    interactive = sys.stderr.isatty()
+    try:
+        for split, split_tasks in tasks.items():
+            report = reports[split]
+            report.shards = len(split_tasks)
+            report.planned_samples = sum(len(t.samples) for t in split_tasks)
+            bar = tqdm(total=report.planned_samples, desc=f"{split:<10}", unit="img", disable=not options.progress,
+                       mininterval=0.5 if interactive else 30, dynamic_ncols=True, file=sys.stderr)
+
+            def record(result: ShardResult):
+                if result.kept:
+                    report.kept_shards += 1
+                    if executor is not None:
+                        bar.update(len(tasks_by_number[result.number].samples))
+                else:
+                    save_record(target, result, plan.fingerprint)
+                    report.written += result.shard.samples
+                    report.skipped.extend(result.skipped)
+                    report.bytes += result.shard.bytes
+                    if executor is not None:
+                        bar.update(result.shard.samples + len(result.skipped))
+
+            tasks_by_number = {t.number: t for t in split_tasks}
+            try:
+                if executor is None:
+                    for task in split_tasks:
+                        record(write_shard(str(target), task, progress=bar.update))
+                else:
+                    run_in_pool(executor, str(target), split_tasks, record)
+            finally:
+                bar.close()
+    except SampleFailure as failure:
+        raise ConversionError(f"{failure} (--on-error fail stops at the first bad sample; "
+                              f"--on-error skip skips and lists it)") from None
+    except ShardWriteError as error:
+        raise ConversionError(str(error)) from None
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+def run_in_pool(executor, target: str, tasks, record) -> None:
+    """Run shard tasks in worker processes; record each as it finishes.
+
+    On a failure, pending shards are cancelled, running ones finish and are recorded (so a
+    --resume keeps them), then the failure is raised.
+    """
+    futures = {executor.submit(write_shard, target, task): task for task in tasks}
+    recorded = set()
+    try:
+        for future in as_completed(futures):
+            result = future.result()  # raises the worker's exception
+            record(result)
+            recorded.add(future)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        for future in futures:
+            if future in recorded or future.cancelled():
+                continue
+            try:
+                result = future.result()
+            except BaseException:
+                continue
+            record(result)
+        raise
+
+
+# ---------------------------------------------------------------- the closing summary
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def format_summary(summary: Summary, max_listed: int = 20) -> str:
+    options, plan = summary.options, summary.plan
+    instance = options.instance
+    lines = [
+        f"converted {options.source} ({plan.layout} layout) -> {options.target}: format {options.format}, "
+        f"shuffle {'on' if options.shuffle else 'off'}, seed {summary.seed}, "
+        f"{options.samples_per_shard} samples/shard, {options.workers} worker{'s' if options.workers > 1 else ''}"
+        + (f", {instance.describe()}" if instance.count > 1 else ""),
+    ]
+    processed = 0
+    written_total = shards_total = bytes_total = skipped_total = 0
+    for split, report in summary.reports.items():
+        steps = " ".join(plan.splits[split].steps) or "none"
+        kept = f", {report.kept_shards} verified shards kept from an earlier run" if report.kept_shards else ""
+        lines.append(
+            f"  {split:<10} {report.written:>8} samples written, {len(report.skipped)} skipped, "
+            f"{report.shards - report.kept_shards} shards, {human_bytes(report.bytes)}{kept}; steps: {steps}")
+        processed += report.written + len(report.skipped)
+        written_total += report.written
+        shards_total += report.shards - report.kept_shards
+        bytes_total += report.bytes
+        skipped_total += len(report.skipped)
+        ignored = plan.splits[split].ignored
+        if ignored:
+            lines.append(f"  {split:<10} {len(ignored)} files ignored as not images, e.g. {ignored[0]['path']}")
+    rate = processed / summary.elapsed if summary.elapsed > 0 else 0.0
+    lines.append(
+        f"  total      {written_total:>8} samples, {shards_total} shards, {human_bytes(bytes_total)}, "
+        f"{skipped_total} skipped, in {summary.elapsed:.1f} s ({rate:.0f} images/s)")
+    skipped = [s for r in summary.reports.values() for s in r.skipped]
+    for item in skipped[:max_listed]:
+        lines.append(f"  skipped: {item['path']}: {item['reason']}")
+    if len(skipped) > max_listed:
+        lines.append(f"  ... and {len(skipped) - max_listed} more skipped (listed in {METADATA_FILE})")
+    if summary.metadata is not None:
+        lengths = ", ".join(f"{split} {entry['length']}" for split, entry in summary.metadata["splits"].items())
+        lines.append(f"  dataset complete: {lengths} samples; {options.target / METADATA_FILE} written")
+    else:
+        lines.append(
+            f"  {summary.missing_shards} shards of other instances are not finished yet: the last instance to "
+            f"finish writes {METADATA_FILE} (or run again with --resume once all have ended)")
+    return "\n".join(lines)

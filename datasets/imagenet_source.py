@@ -1,0 +1,424 @@
+"""The images to convert: ImageNet's extracted folders or its downloaded archives, listed.
+
+`open_source(root, splits, layout)` lists every source sample of the requested splits and
+returns a `Source`: the class table and, per split, the `SourceSample`s in canonical order
+(class index, then source path), plus the files that were ignored as not being images.
+(The loader's `datasets.sources` resolves what a *training* source names; this module only
+feeds the converter.)
+
+Folder layout (what torchvision's ImageFolder reads):
+
+    train/<class>/**/<name>.<ext>        validation/<class>/**/<name>.<ext>   (or val/)
+
+Class index = position of the class folder's name in sorted order (as ImageFolder). The
+class table comes from train/ (from validation/ when there is no train/); a validation
+class folder without a train twin is an error. Files whose extension is not an image
+extension (ImageFolder's list) and hidden files are ignored and reported.
+
+Archive layout (as downloaded from image-net.org):
+
+    ILSVRC2012_img_train.tar                   a tar of <wnid>.tar, each holding <wnid>_<n>.JPEG
+    ILSVRC2012_img_val.tar                     flat: ILSVRC2012_val_00000001.JPEG ...
+    ILSVRC2012_validation_ground_truth.txt     line i: the devkit ILSVRC2012_ID of validation image i
+    synsets.txt                                line i: "<wnid> [words]", the wnid of ILSVRC2012_ID i
+                                               (the devkit's meta.mat order)
+    (both text files are also looked for under ILSVRC2012_devkit_t12/data/)
+
+Class index = position of the wnid in sorted order, as for the folders, so both layouts
+give the same labels. Archives are never extracted: a first pass reads each archive once, as
+a stream (tarfile mode "r|" on the outer tar and on each inner per-class tar), and records
+every image member's name, size and the absolute byte offset of its data in the archive
+file. In an uncompressed tar a member's data is one contiguous byte range, so a worker
+later reads a sample with one `os.pread` of that range: exactly the member's bytes, with no
+extraction and no temporary files. Why not stream again while encoding: a global shuffle
+puts samples of every class into every shard, so a stream in archive order would have to
+be re-read once per shard, or buffered whole (140 GB); reading byte ranges costs one read
+per sample, as the folder layout does, and lets any number of workers read in parallel.
+
+Keys: the file stem with "." replaced by "_" (webdataset cuts a key at the first dot of the
+basename), e.g. n01440764_10026. Keys must be unique within a split; a clash is an error
+naming both files.
+"""
+
+import os
+import re
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRAIN_DIR = "train"
+VALIDATION_DIRS = ("validation", "val")
+TRAIN_TAR = "ILSVRC2012_img_train.tar"
+VALIDATION_TAR = "ILSVRC2012_img_val.tar"
+GROUND_TRUTH_NAMES = (
+    "ILSVRC2012_validation_ground_truth.txt",
+    "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt",
+)
+SYNSETS_NAMES = ("synsets.txt", "ILSVRC2012_devkit_t12/data/synsets.txt")
+VALIDATION_NUMBER = re.compile(r"ILSVRC2012_val_(\d+)$")
+# torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+LAYOUTS = ("auto", "folder", "archive")
+STREAM_BUFFER = 1 << 20  # tarfile stream reads: large enough to run at disk speed
+
+
+class SourceError(Exception):
+    """The source cannot be converted: names the file or folder and the problem.
+
+    `usage` is True when the cause is most likely the command line (a missing path, no
+    recognisable layout) rather than the data.
+    """
+
+    def __init__(self, message, usage=False):
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass(frozen=True, slots=True)
+class FileBytes:
+    path: str
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as handle:
+            return handle.read()
+
+
+_archive_fds = {}  # path -> fd, per process: a worker reads many ranges from one archive
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveBytes:
+    """One member's data: `size` bytes at absolute `offset` in the (uncompressed) tar at `path`."""
+
+    path: str
+    offset: int
+    size: int
+
+    def read(self) -> bytes:
+        fd = _archive_fds.get(self.path)
+        if fd is None:
+            fd = _archive_fds[self.path] = os.open(self.path, os.O_RDONLY)
+        data = os.pread(fd, self.size, self.offset)
+        if len(data) != self.size:
+            raise OSError(f"archive truncated: {self.size} bytes expected at offset {self.offset} of "
+                          f"{self.path}, {len(data)} read")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSample:
+    key: str  # unique within its split, no dots
+    label: int  # class index
+    class_name: str  # class folder name / wnid
+    source: str  # where it came from, relative to the source root: "train/n01/x.JPEG",
+    #              "ILSVRC2012_img_train.tar:n01.tar:x.JPEG", "ILSVRC2012_img_val.tar:y.JPEG"
+    location: object  # FileBytes | ArchiveBytes
+    size: int | None = None  # source bytes, when known (archives; folders when sizes were asked for)
+
+    def read_bytes(self) -> bytes:
+        return self.location.read()
+
+
+@dataclass
+class SourceSplit:
+    name: str
+    samples: list  # SourceSample, in canonical order (label, source)
+    ignored: list = field(default_factory=list)  # {"path", "reason"}: files that are not images
+
+
+@dataclass
+class Source:
+    root: Path
+    layout: str  # "folder" | "archive"
+    classes: list  # class index -> class name
+    splits: dict  # split name -> SourceSplit
+
+
+def make_key(name: str) -> str:
+    """The sample key of a file name: its stem, dots replaced (webdataset splits at the first dot)."""
+    base = name.rsplit("/", 1)[-1]
+    stem = base.rsplit(".", 1)[0] if "." in base[1:] else base
+    return stem.replace(".", "_")
+
+
+def is_image_name(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
+
+
+def detect_layout(root: Path) -> str:
+    if (root / TRAIN_DIR).is_dir() or any((root / name).is_dir() for name in VALIDATION_DIRS):
+        return "folder"
+    if (root / TRAIN_TAR).is_file() or (root / VALIDATION_TAR).is_file():
+        return "archive"
+    raise SourceError(
+        f"--source {root}: found neither the folder layout (train/, validation/ or val/) nor the archive "
+        f"layout ({TRAIN_TAR}, {VALIDATION_TAR})", usage=True)
+
+
+def open_source(root, splits=("train", "validation"), layout="auto", sizes=False) -> Source:
+    """List the source samples of `splits` (see the module docstring).
+
+    `sizes`: also stat every file of the folder layout (archives always know their sizes).
+    Raises SourceError.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise SourceError(f"--source {root} does not exist", usage=True)
+    if not root.is_dir():
+        raise SourceError(f"--source {root} is not a folder", usage=True)
+    if layout not in LAYOUTS:
+        raise SourceError(f"unknown source layout {layout!r}; expected one of {', '.join(LAYOUTS)}", usage=True)
+    if layout == "auto":
+        layout = detect_layout(root)
+    source = _open_folders(root, splits, sizes) if layout == "folder" else _open_archives(root, splits)
+    for split in source.splits.values():
+        _check_unique_keys(split)
+    return source
+
+
+# ---------------------------------------------------------------- folder layout
+
+
+def _validation_dir(root: Path, required: bool):
+    found = [root / name for name in VALIDATION_DIRS if (root / name).is_dir()]
+    if len(found) > 1:
+        raise SourceError(f"--source {root} holds both validation/ and val/: keep one", usage=True)
+    if not found and required:
+        raise SourceError(
+            f"--source {root}: no validation folder (validation/ or val/); convert only the train split "
+            f"with --splits train", usage=True)
+    return found[0] if found else None
+
+
+def _class_folders(split_dir: Path):
+    try:
+        entries = sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
+    except OSError as error:
+        raise SourceError(f"{split_dir}: cannot list the folder: {error.strerror or error}") from None
+    if not entries:
+        raise SourceError(f"{split_dir}: no class folders (expected {split_dir.name}/<class>/<image files>)")
+    return entries
+
+
+def _open_folders(root: Path, splits, sizes: bool) -> Source:
+    split_dirs = {}
+    for split in splits:
+        if split == "train":
+            if not (root / TRAIN_DIR).is_dir():
+                raise SourceError(
+                    f"--source {root}: no train folder; convert only the validation split with --splits validation",
+                    usage=True)
+            split_dirs[split] = root / TRAIN_DIR
+        else:
+            split_dirs[split] = _validation_dir(root, required=True)
+    table_dir = root / TRAIN_DIR if (root / TRAIN_DIR).is_dir() else _validation_dir(root, required=True)
+    classes = _class_folders(table_dir)
+    index = {name: i for i, name in enumerate(classes)}
+    result = {}
+    for split, split_dir in split_dirs.items():
+        folders = _class_folders(split_dir)
+        unknown = [name for name in folders if name not in index]
+        if unknown:
+            raise SourceError(
+                f"{split_dir / unknown[0]}: class folder has no twin in {table_dir} ({len(unknown)} such "
+                f"folders); the class table comes from {table_dir.name}/")
+        samples, ignored = [], []
+        for class_name in folders:
+            found = _list_class_folder(root, split_dir / class_name, class_name, index[class_name], sizes, ignored)
+            if not found:
+                raise SourceError(f"{split_dir / class_name}: empty class folder (no image files); "
+                                  f"remove it or add its images")
+            samples.extend(found)
+        samples.sort(key=lambda s: (s.label, s.source))
+        result[split] = SourceSplit(split, samples, ignored)
+    return Source(root, "folder", classes, result)
+
+
+def _list_class_folder(root: Path, folder: Path, class_name: str, label: int, sizes: bool, ignored) -> list:
+    samples = []
+    # os.walk with followlinks, as ImageFolder: a class folder may hold subfolders and symlinks.
+    for directory, subdirs, files in os.walk(folder, followlinks=True):
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
+        for name in sorted(files):
+            path = Path(directory) / name
+            relative = path.relative_to(root).as_posix()
+            if name.startswith("."):
+                ignored.append({"path": relative, "reason": "hidden file"})
+                continue
+            if not is_image_name(name):
+                ignored.append({"path": relative, "reason": "not an image file extension"})
+                continue
+            size = None
+            if sizes:
+                try:
+                    size = path.stat().st_size
+                except OSError as error:
+                    raise SourceError(f"{path}: cannot stat: {error.strerror or error}") from None
+            samples.append(SourceSample(make_key(name), label, class_name, relative, FileBytes(str(path)), size))
+    return samples
+
+
+# ---------------------------------------------------------------- archive layout
+
+
+def _stream_members(fileobj, archive_label: str):
+    """The regular members of a tar read once as a stream: (tarfile, TarInfo) pairs."""
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|", bufsize=STREAM_BUFFER) as archive:
+            for member in archive:
+                if member.isfile():
+                    yield archive, member
+    except (tarfile.TarError, EOFError) as error:
+        raise SourceError(f"{archive_label}: not a readable tar archive: {error}") from None
+
+
+def list_train_archive(path: Path):
+    """({class name: [(member name, absolute data offset, size)]}, ignored) of the train tar,
+    reading it once as a stream (the outer tar and each inner per-class tar)."""
+    by_class, ignored = {}, []
+    with open(path, "rb") as handle:
+        for outer, member in _stream_members(handle, str(path)):
+            if not member.name.endswith(".tar"):
+                ignored.append({"path": f"{TRAIN_TAR}:{member.name}", "reason": "not a per-class .tar"})
+                continue
+            class_name = member.name.rsplit("/", 1)[-1][: -len(".tar")]
+            if class_name in by_class:
+                raise SourceError(f"{path}: holds {member.name} twice")
+            members = by_class[class_name] = []
+            label = f"{path}:{member.name}"
+            for _, inner in _stream_members(outer.extractfile(member), label):
+                if inner.offset_data + inner.size > member.size:
+                    raise SourceError(f"{label}: member {inner.name!r} runs past the end of the inner tar")
+                members.append((inner.name, member.offset_data + inner.offset_data, inner.size))
+    return by_class, ignored
+
+
+def _archive_samples_train(root: Path):
+    path = root / TRAIN_TAR
+    if not path.is_file():
+        raise SourceError(f"--source {root}: {TRAIN_TAR} is missing; convert only the validation split with "
+                          f"--splits validation", usage=True)
+    listed, ignored = list_train_archive(path)
+    if not listed:
+        raise SourceError(f"{path}: holds no per-class tars")
+    resolved = str(path.resolve())
+    by_class = {}
+    for class_name, members in listed.items():
+        kept = by_class[class_name] = []
+        for name, offset, size in members:
+            display = f"{TRAIN_TAR}:{class_name}.tar:{name}"
+            base = name.rsplit("/", 1)[-1]
+            if not is_image_name(base) or base.startswith("."):
+                ignored.append({"path": display, "reason": "not an image file extension"})
+                continue
+            kept.append((base, display, ArchiveBytes(resolved, offset, size), size))
+    return by_class, ignored
+
+
+def _read_lines(path: Path):
+    try:
+        return path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SourceError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _find(root: Path, names, what):
+    for name in names:
+        if (root / name).is_file():
+            return root / name
+    raise SourceError(f"--source {root}: the {what} is missing (looked for {', '.join(names)})", usage=True)
+
+
+def read_synsets(path: Path) -> list:
+    """wnid of each devkit ILSVRC2012_ID (line i -> id i)."""
+    wnids = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        words = line.split()
+        if not words or not re.fullmatch(r"n\d{8}", words[0]):
+            raise SourceError(f"{path}: line {number} {line!r} does not start with a wnid like n01440764")
+        wnids.append(words[0])
+    if len(set(wnids)) != len(wnids):
+        raise SourceError(f"{path}: a wnid is listed twice")
+    return wnids
+
+
+def read_ground_truth(path: Path, count: int) -> list:
+    """Devkit id (1-based) of each validation image number (line i -> image i)."""
+    ids = []
+    for number, line in enumerate(_read_lines(path), start=1):
+        text = line.strip()
+        if not text.isdigit() or not 1 <= int(text) <= count:
+            raise SourceError(f"{path}: line {number} {line!r} is not a class id between 1 and {count}")
+        ids.append(int(text))
+    return ids
+
+
+def _open_archives(root: Path, splits) -> Source:
+    train = _archive_samples_train(root) if "train" in splits else None
+    synsets = None
+    if "validation" in splits or train is None:
+        synsets = read_synsets(_find(root, SYNSETS_NAMES, "synset list (devkit id -> wnid)"))
+    classes = sorted(train[0]) if train is not None else sorted(synsets)
+    index = {name: i for i, name in enumerate(classes)}
+    result = {}
+    if train is not None:
+        by_class, ignored = train
+        samples = []
+        for class_name in classes:
+            members = by_class[class_name]
+            if not members:
+                raise SourceError(f"{root / TRAIN_TAR}:{class_name}.tar: empty class archive (no image files)")
+            for name, display, location, size in members:
+                samples.append(SourceSample(make_key(name), index[class_name], class_name, display, location, size))
+        samples.sort(key=lambda s: (s.label, s.source))
+        result["train"] = SourceSplit("train", samples, ignored)
+    if "validation" in splits:
+        result["validation"] = _archive_validation(root, synsets, index)
+    return Source(root, "archive", classes, result)
+
+
+def _archive_validation(root: Path, synsets, index) -> SourceSplit:
+    path = root / VALIDATION_TAR
+    if not path.is_file():
+        raise SourceError(f"--source {root}: {VALIDATION_TAR} is missing; convert only the train split with "
+                          f"--splits train", usage=True)
+    unknown = [wnid for wnid in synsets if wnid not in index]
+    if unknown:
+        raise SourceError(f"{root / TRAIN_TAR}: no per-class tar for {unknown[0]}, which the synset list names "
+                          f"({len(unknown)} such wnids)")
+    truth_path = _find(root, GROUND_TRUTH_NAMES, "validation ground-truth file")
+    truth = read_ground_truth(truth_path, len(synsets))
+    samples, ignored = [], []
+    resolved = str(path.resolve())
+    with open(path, "rb") as handle:
+        for _, member in _stream_members(handle, str(path)):
+            display = f"{VALIDATION_TAR}:{member.name}"
+            base = member.name.rsplit("/", 1)[-1]
+            if not is_image_name(base) or base.startswith("."):
+                ignored.append({"path": display, "reason": "not an image file extension"})
+                continue
+            match = VALIDATION_NUMBER.search(base.rsplit(".", 1)[0])
+            if not match:
+                raise SourceError(f"{display}: the name carries no validation image number "
+                                  f"(ILSVRC2012_val_NNNNNNNN), so its ground-truth label is unknown")
+            number = int(match.group(1))
+            if not 1 <= number <= len(truth):
+                raise SourceError(f"{display}: image number {number} has no line in {truth_path} "
+                                  f"({len(truth)} lines)")
+            wnid = synsets[truth[number - 1] - 1]
+            location = ArchiveBytes(resolved, member.offset_data, member.size)
+            samples.append(SourceSample(make_key(base), index[wnid], wnid, display, location, member.size))
+    if not samples:
+        raise SourceError(f"{path}: holds no images")
+    samples.sort(key=lambda s: (s.label, s.source))
+    return SourceSplit("validation", samples, ignored)
+
+
+def _check_unique_keys(split: SourceSplit) -> None:
+    seen = {}
+    for sample in split.samples:
+        other = seen.setdefault(sample.key, sample)
+        if other is not sample:
+            raise SourceError(
+                f"{split.name}: {sample.source} and {other.source} give the same sample key {sample.key!r}; "
+                f"keys (file stems) must be unique within a split: rename one")

@@ -1,0 +1,206 @@
+"""Deterministic preprocessing steps applied once, at conversion: parse, print, apply.
+
+Steps are written as in the reference harness, one per command-line word:
+
+    Resize(256)          shorter side to 256, aspect ratio kept   (torchvision Resize(256))
+    Resize(256, 320)     exactly 256 high and 320 wide            (torchvision Resize((256, 320)))
+    CenterCrop(224)      the central 224x224                      (torchvision CenterCrop(224))
+    CenterCrop(224, 200) the central 224 high, 200 wide           (torchvision CenterCrop((224, 200)))
+
+Sizes are (height, width), as torchvision takes them. The steps reproduce torchvision's
+transforms on PIL images exactly: the same output-size arithmetic (Resize: the shorter side
+becomes N, the longer one int(N * long / short); an image already at that size is returned
+as is), PIL's antialiased bilinear filter, the same centre rounding and zero padding for a
+crop larger than the image. They are written with PIL directly because importing torchvision
+costs 4-8 s per process (every worker, every run); tests/test_preprocess.py checks that the
+pixels equal torchvision's on many sizes. Random transforms (RandomResizedCrop, RandomCrop,
+flips...) are refused: applied once at conversion they would freeze one random draw into the
+dataset, while training needs a new draw every epoch; the loader applies them.
+
+API (also used by the loader to know which steps a dataset already holds):
+
+    parse_steps(["Resize(256)", "CenterCrop(224)"]) -> [Resize(256), CenterCrop(224)]
+    parse_step("Resize( 256 )")                     -> Resize(256); str() is the canonical form
+    apply_steps(steps, pil_image)                   -> pil_image
+    output_size(steps)                              -> (height, width) when fixed, else None
+
+`parse_steps` also accepts several steps in one string ("Resize(256) CenterCrop(224)").
+A step that does not parse raises PreprocessError quoting it. `Step.torchvision()` returns
+the equivalent torchvision transform (for loaders that compose torchvision pipelines).
+"""
+
+import re
+from dataclasses import dataclass
+
+from PIL import Image
+
+_STEP = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(([^()]*)\)\s*[,;]?")
+_SIZE = re.compile(r"\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?,?\s*")
+RANDOM_PREFIX = "Random"
+
+
+class PreprocessError(ValueError):
+    """A step that does not parse or is not allowed at conversion; the message quotes it."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: `size` is an int (Resize: shorter side; CenterCrop: a square) or (height, width)."""
+
+    size: object
+
+    name = "Step"
+
+    def __str__(self) -> str:
+        if isinstance(self.size, tuple):
+            return f"{self.name}({self.size[0]}, {self.size[1]})"
+        return f"{self.name}({self.size})"
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def apply(self, image):
+        """Apply to a PIL image; returns a PIL image."""
+        raise NotImplementedError
+
+    def torchvision(self):
+        """The equivalent torchvision transform (imports torchvision)."""
+        raise NotImplementedError
+
+    def fixed_size(self):
+        """(height, width) of every output, or None when it depends on the input."""
+        return None
+
+
+class Resize(Step):
+    name = "Resize"
+
+    def output_size(self, width: int, height: int):
+        """(width, height) after the step: torchvision's _compute_resized_output_size."""
+        if isinstance(self.size, tuple):
+            return self.size[1], self.size[0]
+        short, long = (width, height) if width <= height else (height, width)
+        new_short, new_long = self.size, int(self.size * long / short)
+        return (new_short, new_long) if width <= height else (new_long, new_short)
+
+    def apply(self, image):
+        size = self.output_size(*image.size)
+        if size == image.size:
+            return image
+        return image.resize(size, Image.BILINEAR)
+
+    def torchvision(self):
+        from .torchvision_cpu import transforms
+
+        return transforms.Resize(self.size)
+
+    def fixed_size(self):
+        return self.size if isinstance(self.size, tuple) else None
+
+
+class CenterCrop(Step):
+    name = "CenterCrop"
+
+    def apply(self, image):
+        crop_height, crop_width = self.fixed_size()
+        width, height = image.size
+        if (width, height) == (crop_width, crop_height):
+            return image
+        left = _crop_start(width, crop_width)
+        top = _crop_start(height, crop_height)
+        # PIL fills the part of the box outside the image with zeros: torchvision's padding.
+        return image.crop((left, top, left + crop_width, top + crop_height))
+
+    def torchvision(self):
+        from .torchvision_cpu import transforms
+
+        return transforms.CenterCrop(self.size)
+
+    def fixed_size(self):
+        return self.size if isinstance(self.size, tuple) else (self.size, self.size)
+
+
+def _crop_start(size: int, crop: int) -> int:
+    """torchvision's center_crop offset along one axis (negative: zero padding before the image)."""
+    if crop > size:
+        return -((crop - size) // 2)
+    return int(round((size - crop) / 2.0))
+
+
+STEP_TYPES = {cls.name: cls for cls in (Resize, CenterCrop)}
+ALLOWED_FORMS = "Resize(N), Resize(H, W), CenterCrop(N), CenterCrop(H, W)"
+
+
+def parse_step(text: str) -> Step:
+    """One step from its text; PreprocessError (quoting the text) if it is not a known step."""
+    steps = parse_steps([text])
+    if len(steps) != 1:
+        raise PreprocessError(f"preprocessing step {text!r}: expected exactly one step, found {len(steps)}")
+    return steps[0]
+
+
+def parse_steps(texts) -> list:
+    """Steps from a list of strings, each holding one or more steps; [] for no steps."""
+    if isinstance(texts, str):
+        texts = [texts]
+    steps = []
+    for text in texts:
+        if not isinstance(text, str):
+            raise PreprocessError(f"preprocessing step {text!r}: expected a string like 'Resize(256)'")
+        position = 0
+        if not text.strip():
+            raise PreprocessError(f"preprocessing step {text!r} is empty; expected one of {ALLOWED_FORMS}")
+        while position < len(text):
+            match = _STEP.match(text, position)
+            if not match or match.end() == position:
+                raise PreprocessError(
+                    f"preprocessing step {text!r} does not parse (at {text[position:]!r}); "
+                    f"expected one of {ALLOWED_FORMS}")
+            steps.append(_make_step(match.group(0).strip().rstrip(",;").strip(), match.group(1), match.group(2)))
+            position = match.end()
+            while position < len(text) and text[position].isspace():
+                position += 1
+    return steps
+
+
+def _make_step(text: str, name: str, arguments: str) -> Step:
+    if name.startswith(RANDOM_PREFIX):
+        raise PreprocessError(
+            f"preprocessing step {text!r} is random: applied once at conversion it would freeze one draw "
+            f"into the dataset; apply it in the loader, every epoch. Allowed here: {ALLOWED_FORMS}")
+    step_type = STEP_TYPES.get(name)
+    if step_type is None:
+        raise PreprocessError(f"unknown preprocessing step {text!r}; expected one of {ALLOWED_FORMS}")
+    size = _SIZE.fullmatch(arguments)
+    if not size:
+        raise PreprocessError(
+            f"preprocessing step {text!r}: expected one or two positive integer sizes, as in "
+            f"{name}(256) or {name}(256, 320)")
+    first, second = int(size.group(1)), size.group(2)
+    values = (first,) if second is None else (first, int(second))
+    if min(values) < 1:
+        raise PreprocessError(f"preprocessing step {text!r}: sizes must be at least 1")
+    return step_type(values[0] if second is None else values)
+
+
+def apply_steps(steps, image):
+    for step in steps:
+        image = step.apply(image)
+    return image
+
+
+def output_size(steps):
+    """(height, width) of every output of `steps`, or None when it depends on the input image."""
+    size = None
+    for step in steps:
+        fixed = step.fixed_size()
+        if fixed is not None:
+            size = fixed
+        elif isinstance(step, Resize):
+            size = None  # shorter side fixed, longer side follows the input's aspect ratio
+    return size
+
+
+def canonical(steps) -> list:
+    """The canonical strings of `steps`, as recorded in metadata.json."""
+    return [str(step) for step in steps]
