@@ -16,6 +16,7 @@ import hashlib
 import mmap
 import os
 import tarfile
+import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 from pathlib import Path
@@ -172,8 +173,13 @@ def _octal(field: bytes, source, offset, what) -> int:
 
 
 def _checksum_ok(header: bytes, stored: int) -> bool:
-    # The checksum field itself counts as eight spaces (0x20 * 8 = 256).
-    return sum(header[:148]) + 256 + sum(header[156:]) == stored
+    # The unsigned sum of the header's bytes, the checksum field counting as eight spaces
+    # (0x20 * 8 = 256). Summed with zlib.adler32, whose low half is 1 + the byte sum modulo
+    # 65521: exact for pieces of at most 256 bytes (256 * 255 < 65521), and ~6x faster than
+    # sum() over the bytes, which was half the cost of parsing a header.
+    adler = zlib.adler32
+    return (adler(header[:148]) & 0xFFFF) + (adler(header[156:412]) & 0xFFFF) + (adler(header[412:512]) & 0xFFFF) \
+        + 256 - 3 == stored
 
 
 def _parse_header(header: bytes, source, offset, verify_checksums):
