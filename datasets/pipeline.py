@@ -132,11 +132,10 @@ def plan_steps(train: bool, size: int, resize: int, stored: Sequence[Step]):
             warnings.append(f"{where} have a short side of {short_side} px: the runtime {first} upsamples them")
         elif first.name == RESIZE and short_side > first.size:
             warnings.append(f"the runtime {first} undoes the stored {stored[-1]} (resamples the images again)")
-        if first.name == RANDOM_RESIZED_CROP and (square or short_side < first.size):
+        if first.name == RANDOM_RESIZED_CROP and short_side < first.size:
             warnings.append(
-                f"{where} are {'cropped to ' + str(short_side) + 'x' + str(short_side) if square else 'small'}: "
-                f"the runtime {first} upsamples its random crops to {first.size} px and cannot sample "
-                f"what the stored crop removed"
+                f"{where} have a short side of {short_side} px: the runtime {first} upsamples even its "
+                f"largest crops to {first.size} px"
             )
     return remaining, warnings
 

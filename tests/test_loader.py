@@ -1,0 +1,400 @@
+"""datasets.loader on the converted sample dataset (36 train / 12 validation samples, shards of 8).
+
+Real stack throughout: real shards from create_webdataset.py, real DataLoader workers, real HTTP
+servers (`python -m http.server`, and a Range-capable one), torchvision as the reference.
+"""
+
+import functools
+import http.server
+import io
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import run_script
+from datasets.index import read_sample_index
+from datasets.launcher import Instance
+from datasets.loader import SampleError, get_data
+from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
+from datasets.npy_format import decode_npy
+from datasets.pipeline import parse_stored_steps, plan_steps
+from datasets.tar_format import iter_tar_samples
+from datasets.torchvision_cpu import transforms
+
+SINGLE = Instance(0, 1, "explicit")
+
+
+def keys_of(directory, split):
+    return [r.key for r in read_sample_index(Path(directory) / f"{split}.index.tsv")]
+
+
+def read_all(loader):
+    """(images, labels, keys) of one epoch, concatenated."""
+    images, labels, keys = [], [], []
+    for batch in loader:
+        images.append(batch.images)
+        labels.append(batch.labels)
+        keys.extend(batch.keys)
+    return torch.cat(images), torch.cat(labels), keys
+
+
+def stored_payloads(directory, split, ext):
+    """key -> payload bytes, read with the plain tar reader."""
+    found = {}
+    for shard in sorted(Path(directory).glob(f"{split}-*.tar")):
+        for sample in iter_tar_samples(shard):
+            found[sample["__key__"]] = bytes(sample[ext])
+    return found
+
+
+@pytest.fixture(scope="module")
+def img(converted):
+    return converted("img")
+
+
+@pytest.fixture(scope="module")
+def tensor(converted):
+    return converted("tensor")
+
+
+# ------------------------------------------------------------------ pipelines and normalisation
+
+
+def test_validation_pixels_equal_torchvision(img, sample_source):
+    """Resize(256) + CenterCrop(224), converted shards and the ImageFolder source alike."""
+    reference = transforms.Compose([transforms.Resize(256), transforms.CenterCrop(224), transforms.PILToTensor()])
+    payloads = stored_payloads(img, "validation", "jpg")
+    for source in (img, sample_source):
+        loader = get_data(source, "validation", 5, 0, normalization="device", instance=SINGLE, with_keys=True,
+                          use_draft=False)
+        images, labels, keys = read_all(loader)
+        assert images.dtype == torch.uint8 and images.shape == (12, 3, 224, 224)
+        for image, key in zip(images, keys):
+            name = key.rsplit("/", 1)[-1]
+            expected = reference(Image.open(io.BytesIO(payloads[name])).convert("RGB"))
+            assert torch.equal(image, expected), key
+
+
+def test_host_and_device_normalisation_agree(img):
+    host = get_data(img, "validation", 4, 0, normalization="host", instance=SINGLE, with_keys=True)
+    device = get_data(img, "validation", 4, 0, normalization="ipu", instance=SINGLE, with_keys=True)
+    host_images, host_labels, host_keys = read_all(host)
+    raw, labels, keys = read_all(device)
+    assert raw.dtype == torch.uint8 and host_images.dtype == torch.float32
+    assert keys == host_keys and torch.equal(labels, host_labels)
+    on_device = NormalizeOnDevice(torch.nn.Identity())(raw)
+    assert on_device.dtype == torch.float32
+    assert (on_device - host_images).abs().max().item() <= 1e-6
+    reference = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)(raw.float() / 255)
+    assert (reference - host_images).abs().max().item() <= 1e-5
+    half, _, _ = read_all(get_data(img, "validation", 4, 0, normalization="host", dtype="float16",
+                                   instance=SINGLE, with_keys=True))
+    assert half.dtype == torch.float16
+    assert torch.equal(half, NormalizeOnDevice(torch.nn.Identity(), dtype=torch.float16)(raw))
+
+
+def test_stored_steps_are_skipped(tensor):
+    """The tensor format stores validation as Resize(256) + CenterCrop(224): the loader copies it."""
+    payloads = stored_payloads(tensor, "validation", "npy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = get_data(tensor, "validation", 5, 1, normalization="device", instance=SINGLE, with_keys=True)
+        images, _, keys = read_all(loader)
+    assert len(keys) == 12
+    for image, key in zip(images, keys):
+        stored = decode_npy(payloads[key])
+        assert stored.shape == (224, 224, 3)
+        assert torch.equal(image, torch.from_numpy(stored.copy()).permute(2, 0, 1)), key
+    # train runs its random crops on the stored 256x256 crops
+    train = get_data(tensor, "train", 4, 0, normalization="device", instance=SINGLE)
+    assert train.dataset.pipeline.steps == ("RandomResizedCrop", "RandomHorizontalFlip")
+    assert next(iter(train))[0].shape == (4, 3, 224, 224)
+
+
+def test_stored_step_that_runtime_upsamples_is_a_warning(tensor):
+    with pytest.warns(UserWarning, match=r"short side of 256 px: the runtime RandomResizedCrop\(288\) upsamples"):
+        get_data(tensor, "train", 4, 0, instance=SINGLE, image_size=288)
+    steps = parse_stored_steps(["Resize(128)"])
+    remaining, notes = plan_steps(False, 224, 256, steps)
+    assert [s.name for s in remaining] == ["Resize", "CenterCrop"] and "upsamples" in notes[0]
+    remaining, notes = plan_steps(False, 224, 256, parse_stored_steps("Resize(512)"))
+    assert "undoes the stored Resize(512)" in notes[0]
+    remaining, notes = plan_steps(False, 224, 256, parse_stored_steps(["Resize(256)"]))
+    assert [s.name for s in remaining] == ["CenterCrop"] and notes == []
+
+
+def test_train_is_deterministic_per_epoch_and_changes_with_it(img):
+    def epoch_keys(epoch, workers):
+        loader = get_data(img, "train", 4, workers, instance=SINGLE, epoch=epoch, with_keys=True,
+                          normalization="device")
+        return read_all(loader)
+
+    first, _, keys0 = epoch_keys(3, 2)
+    again, _, keys0_again = epoch_keys(3, 2)
+    _, _, keys1 = epoch_keys(4, 2)
+    assert keys0 == keys0_again and torch.equal(first, again)
+    assert keys0 != keys1 and sorted(keys0) == sorted(keys1) == sorted(keys_of(img, "train"))
+    # iterating again without set_epoch moves to the next epoch
+    loader = get_data(img, "train", 4, 2, instance=SINGLE, epoch=3, with_keys=True, normalization="device")
+    assert read_all(loader)[2] == keys0 and loader.report.epoch == 3
+    assert read_all(loader)[2] == keys1 and loader.report.epoch == 4
+
+
+# ------------------------------------------------------------------ shares: instances x workers
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_simulated_instances_validation_exactly_once(img, count, workers):
+    seen = []
+    for index in range(count):
+        loader = get_data(img, "validation", 2, workers, instance=Instance(index, count, "explicit"),
+                          with_keys=True, normalization="device")
+        seen += read_all(loader)[2]
+        assert loader.report.complete and not loader.report.skipped
+    assert Counter(seen) == Counter(keys_of(img, "validation"))
+
+
+@pytest.mark.parametrize("count", [2, 3, 5])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("policy", ["drop", "pad"])
+def test_simulated_instances_train_equal_batches(img, count, workers, policy):
+    all_keys = keys_of(img, "train")
+    read, batches, padded, last_batches, policy_dropped = Counter(), set(), Counter(), Counter(), []
+    for index in range(count):
+        loader = get_data(img, "train", 3, workers, instance=Instance(index, count, "explicit"), with_keys=True,
+                          normalization="device", policy=policy, epoch=1)
+        n = 0
+        for batch in loader:
+            n += 1
+            assert len(batch.keys) == 3
+            read.update(batch.keys)
+        assert n == len(loader) == loader.report.batches
+        batches.add(n)
+        padded.update(loader.report.padded)
+        last_batches.update(loader.report.last_batch_dropped)
+        policy_dropped = loader.report.policy_dropped  # the same list on every instance
+    assert len(batches) == 1
+    # what was read, plus what the reports say was left out, is the dataset plus the named repeats
+    assert read + last_batches + Counter(policy_dropped) == Counter(all_keys) + padded
+    if policy == "drop":
+        assert not padded and len(policy_dropped) == 36 % count
+    else:
+        assert not policy_dropped and sum(padded.values()) == -(-36 // count) * count - 36
+
+
+def test_fewer_shards_than_workers(img):
+    """2 validation shards, 3 workers; and a one-shard source read by 2 workers."""
+    loader = get_data(img, "validation", 2, 3, instance=SINGLE, with_keys=True, normalization="device")
+    assert Counter(read_all(loader)[2]) == Counter(keys_of(img, "validation"))
+    one_shard = [str(img / "validation-000001.tar")]
+    loader = get_data(one_shard, "validation", 1, 2, instance=SINGLE, with_keys=True, normalization="device")
+    keys = read_all(loader)[2]
+    assert len(keys) == 4 and loader.report.workers_reported == 2
+
+
+def test_repartition_is_used_when_present(img, tmp_path):
+    target = tmp_path / "ds"
+    shutil.copytree(img, target)
+    result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3, "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    validation, train_batches = [], set()
+    for index in range(3):
+        instance = Instance(index, 3, "explicit")
+        loader = get_data(target, "validation", 2, 1, instance=instance, with_keys=True, normalization="device")
+        validation += read_all(loader)[2]
+        assert loader.report.repartition.endswith("distributed/3-instances/manifest.json")
+        loader = get_data(target, "train", 4, 2, instance=instance, with_keys=True, normalization="device")
+        keys = read_all(loader)[2]
+        train_batches.add(len(keys) // 4)
+        assert loader.report.repartition and len(keys) == 12
+    assert Counter(validation) == Counter(keys_of(img, "validation"))
+    assert train_batches == {3}
+
+
+def test_foreign_shards_without_index_are_scanned(img, tmp_path):
+    for shard in img.glob("validation-*.tar"):
+        shutil.copy(shard, tmp_path / shard.name)
+    with pytest.warns(UserWarning, match="without a sample index"):
+        loader = get_data(tmp_path, "validation", 5, 2, instance=Instance(1, 2, "explicit"), with_keys=True,
+                          normalization="device")
+    second = read_all(loader)[2]
+    with pytest.warns(UserWarning, match="without a sample index"):
+        first = read_all(get_data(tmp_path, "validation", 5, 0, instance=Instance(0, 2, "explicit"),
+                                  with_keys=True, normalization="device"))[2]
+    assert Counter(first + second) == Counter(keys_of(img, "validation"))
+
+
+def test_synthetic_source(tmp_path):
+    loader = get_data("synthetic", "train", 8, 2, instance=Instance(1, 3, "explicit"), synthetic_length=100,
+                      normalization="host")
+    batches = list(loader)
+    assert len(batches) == len(loader) == 33 // 8
+    assert batches[0][0].shape == (8, 3, 224, 224) and batches[0][0].dtype == torch.float32
+
+
+def test_bad_arguments_are_clear(img):
+    with pytest.raises(ValueError, match="normalization location 'gpu'"):
+        get_data(img, "train", 4, normalization="gpu", instance=SINGLE)
+    with pytest.raises(ValueError, match="on_error"):
+        get_data(img, "train", 4, on_error="ignore", instance=SINGLE)
+    with pytest.raises(ValueError, match="unknown policy 'even'"):
+        get_data(img, "train", 4, policy="even", instance=SINGLE)
+    with pytest.raises(Exception, match="no such file"):
+        get_data(img / "missing", "train", 4, instance=SINGLE)
+
+
+# ------------------------------------------------------------------ bad data
+
+
+def _corrupt_copy(img, tmp_path, split="train"):
+    target = tmp_path / "corrupt"
+    shutil.copytree(img, target)
+    records = read_sample_index(target / f"{split}.index.tsv")
+    return target, records
+
+
+def test_corrupt_image_is_skipped_and_replaced_in_train(img, tmp_path):
+    target, records = _corrupt_copy(img, tmp_path)
+    bad = records[9]
+    with open(target / bad.shard, "r+b") as handle:  # destroy the JPEG's start marker: not an image any more
+        handle.seek(bad.payload_offset)
+        handle.write(b"\0" * 16)
+    loader = get_data(target, "train", 4, 2, instance=SINGLE, with_keys=True, normalization="device")
+    with pytest.warns(UserWarning, match="1 samples skipped"):
+        _, _, keys = read_all(loader)
+    report = loader.report
+    assert len(keys) == 36 and report.batches == len(loader) == 9
+    assert [(s.key, s.shard) for s in report.skipped] == [(bad.key, bad.shard)]
+    assert "UnidentifiedImageError" in report.skipped[0].reason
+    assert bad.key not in keys and len(report.substituted) == 1
+    (missing, repeated), = report.substituted
+    assert missing == bad.key and Counter(keys)[repeated] == 2
+    # validation does not substitute: one sample fewer
+    with pytest.raises(SampleError, match=rf"{bad.shard}: sample '{bad.key}'"):
+        read_all(get_data(target, "train", 4, 1, instance=SINGLE, with_keys=True, on_error="fail"))
+
+
+def test_truncated_shard_skip_and_fail(img, tmp_path):
+    target, records = _corrupt_copy(img, tmp_path, "validation")
+    shard = records[0].shard
+    in_shard = [r for r in records if r.shard == shard]
+    cut = in_shard[5]
+    with open(target / shard, "r+b") as handle:
+        handle.truncate(cut.record_offset + cut.record_size // 2)
+    loader = get_data(target, "validation", 4, 2, instance=SINGLE, with_keys=True, normalization="device")
+    with pytest.warns(UserWarning, match="skipped"):
+        _, _, keys = read_all(loader)
+    lost = [r.key for r in in_shard[5:]]
+    assert sorted(s.key for s in loader.report.skipped) == sorted(lost)
+    assert all("truncated" in s.reason and s.shard == shard for s in loader.report.skipped)
+    assert Counter(keys) == Counter(k for k in keys_of(img, "validation") if k not in lost)
+    with pytest.raises(SampleError, match=rf"{shard}: sample '{cut.key}'.*truncated"):
+        read_all(get_data(target, "validation", 4, 0, instance=SINGLE, with_keys=True, on_error="fail"))
+
+
+# ------------------------------------------------------------------ http
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url, process=None):
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(f"the server exited: {process.stderr.read()}")
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer")
+
+
+@pytest.fixture(scope="module")
+def http_base(img):
+    """`python -m http.server` serving the converted dataset (it ignores Range: answers 200)."""
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                                "--directory", str(img)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_for(base + "metadata.json", process)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A file server that honours single byte ranges (206), as nginx, S3 and most CDNs do."""
+
+    ranges_served = 0
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        header = self.headers.get("Range")
+        path = Path(self.translate_path(self.path))
+        if not header or not path.is_file():
+            return super().send_head()
+        start, _, stop = header.removeprefix("bytes=").partition("-")
+        size = path.stat().st_size
+        start, stop = int(start), min(int(stop) + 1 if stop else size, size)
+        handle = open(path, "rb")
+        handle.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        self.send_header("Content-Length", str(stop - start))
+        self.end_headers()
+        type(self).ranges_served += 1
+        return io.BytesIO(handle.read(stop - start))
+
+
+def test_http_reads_equal_local_reads(img, http_base):
+    local = get_data(img, "train", 4, 2, instance=Instance(1, 2, "explicit"), with_keys=True,
+                     normalization="device")
+    remote = get_data(http_base, "train", 4, 2, instance=Instance(1, 2, "explicit"), with_keys=True,
+                      normalization="device")
+    local_images, local_labels, local_keys = read_all(local)
+    remote_images, remote_labels, remote_keys = read_all(remote)
+    assert remote_keys == local_keys and torch.equal(remote_labels, local_labels)
+    assert torch.equal(remote_images, local_images)  # same samples, same seeded augmentation
+    # a brace pattern of shard URLs finds the dataset's index beside them
+    pattern = http_base + "validation-{000000..000001}.tar"
+    _, _, keys = read_all(get_data(pattern, "validation", 5, 1, instance=SINGLE, with_keys=True))
+    assert Counter(keys) == Counter(keys_of(img, "validation"))
+
+
+def test_http_range_requests(img):
+    handler = functools.partial(_RangeHandler, directory=str(img))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        expected = read_all(get_data(img, "validation", 3, 0, instance=Instance(1, 3, "explicit"),
+                                     with_keys=True, normalization="device"))
+        got = read_all(get_data(base, "validation", 3, 0, instance=Instance(1, 3, "explicit"),
+                                with_keys=True, normalization="device"))
+        assert got[2] == expected[2] and torch.equal(got[0], expected[0])
+        assert _RangeHandler.ranges_served >= 1
+    finally:
+        server.shutdown()
+        server.server_close()
