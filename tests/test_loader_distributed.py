@@ -1,0 +1,97 @@
+"""The loader under real torchrun: K = 2 and 3 processes x 0, 1 and 2 DataLoader workers.
+
+A dedicated dataset whose sizes divide by neither 2 nor 3 (35 train, 25 validation samples,
+shards of 8, so the last shards are partial), batches of 3. One torchrun launch per K; the script
+loops over worker counts and policies and writes the keys each rank read to a JSON file.
+"""
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, REPO, run_script
+from datasets.index import read_sample_index
+
+BATCH = 3
+WORKERS = (0, 1, 2)
+CONFIGS = (("validation", "spread"), ("train", "drop"), ("train", "pad"))
+
+RANK_SCRIPT = """
+import json, sys
+from datasets.launcher import detect_instance
+from datasets.loader import get_data
+
+source, out_dir, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+instance = detect_instance()
+result = {}
+for workers in (0, 1, 2):
+    for split, policy in (("validation", "spread"), ("train", "drop"), ("train", "pad")):
+        loader = get_data(source, split, batch, workers, normalization="device", with_keys=True, policy=policy,
+                          epoch=2, seed=7, instance=instance)
+        keys, batches = [], 0
+        for images, labels, batch_keys in loader:
+            assert images.shape[0] == len(batch_keys) == labels.shape[0]
+            keys += batch_keys
+            batches += 1
+        report = loader.report
+        result[f"{workers}/{split}/{policy}"] = {
+            "keys": keys, "batches": batches, "len": len(loader), "complete": report.complete,
+            "padded": report.padded, "policy_dropped": report.policy_dropped,
+            "last_batch_dropped": report.last_batch_dropped, "skipped": len(report.skipped),
+        }
+with open(f"{out_dir}/rank{instance.index}.json", "w") as handle:
+    json.dump({"instance": [instance.index, instance.count, instance.source], "result": result}, handle)
+print(instance.describe(), "samples:", {k: len(v["keys"]) for k, v in result.items()})
+"""
+
+
+@pytest.fixture(scope="module")
+def uneven_dataset(tmp_path_factory):
+    from datasets.sample import build_sample_dataset
+
+    root = tmp_path_factory.mktemp("uneven")
+    build_sample_dataset(root / "source", seed=1, classes=5, train_per_class=7, val_per_class=5)
+    target = root / "img"
+    result = run_script("create_webdataset.py", "--source", root / "source", "--target", target, "--format", "img",
+                        "--samples-per-shard", 8, "--seed", 0)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_torchrun_exactly_once_and_equal_batches(uneven_dataset, tmp_path, processes):
+    script = tmp_path / "rank_script.py"
+    script.write_text(RANK_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", processes,
+                        script, uneven_dataset, out, BATCH, timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(processes)]
+    assert [r["instance"] for r in ranks] == [[i, processes, "torchrun"] for i in range(processes)]
+    keys = {split: [r.key for r in read_sample_index(uneven_dataset / f"{split}.index.tsv")]
+            for split in ("train", "validation")}
+    assert len(keys["train"]) == 35 and len(keys["validation"]) == 25
+
+    for workers in WORKERS:
+        for split, policy in CONFIGS:
+            runs = [r["result"][f"{workers}/{split}/{policy}"] for r in ranks]
+            where = f"{processes} instances, {workers} workers, {split}/{policy}"
+            assert all(run["complete"] and run["skipped"] == 0 for run in runs), where
+            assert all(run["batches"] == run["len"] for run in runs), where
+            read = Counter(k for run in runs for k in run["keys"])
+            if split == "validation":
+                assert read == Counter(keys["validation"]), where
+                continue
+            assert len({run["batches"] for run in runs}) == 1, where
+            padded = Counter(k for run in runs for k in run["padded"])
+            last_batches = Counter(k for run in runs for k in run["last_batch_dropped"])
+            policy_dropped = runs[0]["policy_dropped"]
+            assert all(run["policy_dropped"] == policy_dropped for run in runs), where
+            assert read + last_batches + Counter(policy_dropped) == Counter(keys["train"]) + padded, where
+            if policy == "drop":
+                assert not padded and len(policy_dropped) == 35 % processes, where
+            else:
+                assert not policy_dropped and sum(padded.values()) == -(-35 // processes) * processes - 35, where
