@@ -111,16 +111,20 @@ def parse_sample_index(data: bytes, source="<index>"):
     lines = data.decode().splitlines()
     if not lines or lines[0].split("\t") != _COLUMNS:
         raise DatasetError(f"{source}: not a sample index (expected header {' '.join(_COLUMNS)})")
+    # Positional construction (the header was just checked to be _COLUMNS, in order): about 3x
+    # faster than building a dict per line, which matters for 1.28M lines.
+    converters = [int if c in _INT_COLUMNS else str for c in _COLUMNS]
+    width = len(_COLUMNS)
     records = []
+    append = records.append
     for number, line in enumerate(lines[1:], start=2):
         values = line.split("\t")
-        if len(values) != len(_COLUMNS):
-            raise DatasetError(f"{source}: line {number} has {len(values)} fields, expected {len(_COLUMNS)}")
+        if len(values) != width:
+            raise DatasetError(f"{source}: line {number} has {len(values)} fields, expected {width}")
         try:
-            row = {c: (int(v) if c in _INT_COLUMNS else v) for c, v in zip(_COLUMNS, values)}
+            append(SampleRecord(*[convert(v) for convert, v in zip(converters, values)]))
         except ValueError:
             raise DatasetError(f"{source}: line {number} has a non-integer offset, size or label") from None
-        records.append(SampleRecord(**row))
     return records
 
 
