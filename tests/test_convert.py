@@ -1,0 +1,496 @@
+"""create_webdataset.py end to end: what it writes, that it is reproducible, resumable and honest
+about bad input.
+
+Outputs are read back with the stock tools (webdataset.WebDataset, GNU tar, Python's tarfile,
+PIL), not with the project's own reader, so a writer bug cannot hide behind a matching reader bug.
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tarfile
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, run_script
+from datasets.index import read_metadata, read_sample_index
+from datasets.preprocess import apply_steps, parse_steps
+
+SPLIT_DIRS = {"train": "train", "validation": "validation"}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def convert(source, target, *args):
+    return run_script("create_webdataset.py", "--source", source, "--target", target, "--no-progress", *args)
+
+
+def converted_ok(source, target, *args):
+    result = convert(source, target, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def output_hashes(directory: Path) -> dict:
+    """sha256 of every shard, index and metadata.json."""
+    names = sorted(p.name for p in directory.iterdir() if p.suffix in (".tar", ".tsv") or p.name == "metadata.json")
+    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
+
+
+def tar_samples(path: Path):
+    """[(key, {ext: bytes})] read with Python's tarfile."""
+    samples = []
+    with tarfile.open(path) as archive:
+        for member in archive.getmembers():
+            key, ext = member.name.split(".", 1)
+            if not samples or samples[-1][0] != key:
+                samples.append((key, {}))
+            samples[-1][1][ext] = archive.extractfile(member).read()
+    return samples
+
+
+def all_samples(directory: Path, split: str):
+    return [s for shard in sorted(directory.glob(f"{split}-*.tar")) for s in tar_samples(shard)]
+
+
+def class_index(source: Path, split_dir: str, class_name: str) -> int:
+    return sorted(p.name for p in (source / "train").iterdir() if p.is_dir()).index(class_name)
+
+
+def copy_folders(source: Path, destination: Path) -> Path:
+    """A private copy of the folder layout, to damage."""
+    for name in ("train", "validation"):
+        shutil.copytree(source / name, destination / name)
+    return destination
+
+
+def first_image(folder: Path, split="train") -> Path:
+    return sorted((folder / split).rglob("*.JPEG"))[0]
+
+
+def png_bomb(side: int) -> bytes:
+    """A real, valid PNG of side x side black pixels: ~300 KB on disk, side*side*3 bytes decoded."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    compressor = zlib.compressobj(1)
+    row = bytes(1 + 3 * side)  # filter byte 0 + RGB zeros
+    idat = b"".join(compressor.compress(row) for _ in range(side)) + compressor.flush()
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="module")
+def quirk_source(tmp_path_factory):
+    """The sample dataset with every quirk injected (both layouts)."""
+    from datasets.sample import build_sample_dataset
+
+    out = tmp_path_factory.mktemp("quirk-source")
+    build_sample_dataset(out, classes=4, train_per_class=3, val_per_class=2, seed=1, quirks=True)
+    return out
+
+
+# ---------------------------------------------------------------- output format
+
+
+def test_img_passthrough_is_standard_webdataset_byte_identical_to_the_source(converted, sample_source):
+    import webdataset as wds
+
+    target = converted("img")
+    metadata = read_metadata(target)
+    for split, per_class in (("train", SAMPLE_SIZE["train_per_class"]), ("validation", SAMPLE_SIZE["val_per_class"])):
+        urls = [str(target / s["name"]) for s in metadata["splits"][split]["shards"]]
+        seen = set()
+        for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
+            info = json.loads(sample["json"])
+            source_file = sample_source / info["source"]
+            assert info["converted"] == "passthrough"
+            assert sample["jpg"] == source_file.read_bytes(), info["source"]
+            class_name = source_file.parent.name
+            assert info["class"] == class_name
+            assert int(sample["cls"]) == class_index(sample_source, split, class_name) == metadata["classes"].index(class_name)
+            assert sample["__key__"] == source_file.stem
+            with Image.open(source_file) as image:
+                assert (info["width"], info["height"]) == image.size
+            seen.add(sample["__key__"])
+        assert len(seen) == SAMPLE_SIZE["classes"] * per_class == metadata[f"{split}_length"]
+
+
+def test_gnu_tar_lists_shards_with_fixed_owner_time_and_member_order(converted):
+    target = converted("img")
+    listing = subprocess.run(["tar", "--numeric-owner", "-tvf", str(target / "train-000000.tar")],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(listing) == 3 * SAMPLES_PER_SHARD
+    for line in listing:
+        mode, owner, _size, date, _time, _name = line.split(maxsplit=5)
+        assert (mode, owner, date) == ("-rw-r--r--", "0/0", "1970-01-01")
+    names = [line.split()[-1] for line in listing]
+    assert [n.split(".", 1)[1] for n in names[:3]] == ["cls", "json", "jpg"]
+
+
+def test_metadata_and_sample_index_describe_every_shard_and_sample(converted):
+    target = converted("img")
+    metadata = read_metadata(target)
+    for key in ("train_length", "validation_length", "format", "shuffle", "train_transform_pipeline",
+                "validation_transform_pipeline", "seed", "image_quality", "format_version", "classes",
+                "tensor_layout", "splits"):
+        assert key in metadata
+    assert (metadata["format"], metadata["shuffle"], metadata["seed"], metadata["image_quality"]) == ("img", True, 0, 95)
+    for split, entry in metadata["splits"].items():
+        assert entry["source_samples"] == entry["length"] + len(entry["skipped"])
+        for shard in entry["shards"]:
+            data = (target / shard["name"]).read_bytes()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (shard["bytes"], shard["sha256"])
+        records = read_sample_index(target / entry["index"]["name"])
+        assert len(records) == entry["length"]
+        for record in records:
+            data = (target / record.shard).read_bytes()
+            payload = data[record.payload_offset: record.payload_offset + record.payload_size]
+            assert hashlib.sha256(payload).hexdigest() == record.payload_sha256
+            # The record range is a complete run of tar members: parse it alone.
+            piece = data[record.record_offset: record.record_offset + record.record_size] + bytes(1024)
+            with tarfile.open(fileobj=io.BytesIO(piece)) as archive:
+                names = archive.getnames()
+                assert names == [f"{record.key}.cls", f"{record.key}.json", f"{record.key}.jpg"]
+                assert int(archive.extractfile(names[0]).read()) == record.label
+            offsets = record.member_offsets()
+            assert list(offsets) == ["cls", "json", "jpg"] and offsets["cls"] == record.record_offset
+
+
+def test_tensor_pixels_equal_the_source_decoded_and_preprocessed(converted, sample_source):
+    target = converted("tensor")
+    metadata = read_metadata(target)
+    assert metadata["tensor_layout"] == "HWC"
+    expected_shape = {"train": (256, 256, 3), "validation": (224, 224, 3)}
+    for split in ("train", "validation"):
+        steps = parse_steps(metadata[f"{split}_transform_pipeline"])
+        assert steps, "tensor format records the default steps it used"
+        samples = all_samples(target, split)
+        assert len(samples) == metadata[f"{split}_length"]
+        for key, members in samples:
+            array = np.load(io.BytesIO(members["npy"]), allow_pickle=False)
+            assert array.dtype == np.uint8 and array.shape == expected_shape[split]
+            info = json.loads(members["json"])
+            with Image.open(sample_source / info["source"]) as image:
+                expected = np.asarray(apply_steps(steps, image.convert("RGB")))
+            assert np.array_equal(array, expected), key
+            assert info["converted"] == "tensor" and info["steps"] == metadata[f"{split}_transform_pipeline"]
+
+
+def test_archive_layout_gives_the_folder_layouts_samples_labels_and_order(converted, sample_source, tmp_path):
+    folders = converted("img")
+    archives = tmp_path / "from-archives"
+    converted_ok(sample_source, archives, "--source-layout", "archive", "--samples-per-shard", SAMPLES_PER_SHARD,
+                 "--seed", 0)
+    metadata = read_metadata(archives)
+    assert metadata["source_layout"] == "archive" and metadata["classes"] == read_metadata(folders)["classes"]
+    for split in ("train", "validation"):
+        from_folders = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(folders / f"{split}.index.tsv")]
+        from_archives = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(archives / f"{split}.index.tsv")]
+        assert from_archives == from_folders
+    info = json.loads(all_samples(archives, "train")[0][1]["json"])
+    assert info["source"].startswith("ILSVRC2012_img_train.tar:n") and ".tar:" in info["source"]
+
+
+# ---------------------------------------------------------------- reproducibility
+
+
+def test_workers_do_not_change_the_bytes_and_the_seed_changes_the_order(sample_source, tmp_path):
+    common = ("--samples-per-shard", 5, "--train-preprocess-steps", "Resize(64)")
+    converted_ok(sample_source, tmp_path / "w1", "--workers", 1, "--seed", 7, *common)
+    converted_ok(sample_source, tmp_path / "w2", "--workers", 2, "--seed", 7, *common)
+    one, two = output_hashes(tmp_path / "w1"), output_hashes(tmp_path / "w2")
+    assert len(one) > 10 and one == two
+
+    converted_ok(sample_source, tmp_path / "seed8", "--workers", 2, "--seed", 8, *common)
+    keys7 = [r.key for r in read_sample_index(tmp_path / "w1" / "train.index.tsv")]
+    keys8 = [r.key for r in read_sample_index(tmp_path / "seed8" / "train.index.tsv")]
+    assert keys7 != keys8 and sorted(keys7) == sorted(keys8)
+    # Shuffled: the first shard mixes classes (class-sorted order would not).
+    labels = [r.label for r in read_sample_index(tmp_path / "w1" / "train.index.tsv")]
+    assert len(set(labels[:5])) > 1
+
+
+def test_a_drawn_seed_is_recorded_and_reproduces_the_output(sample_source, tmp_path):
+    converted_ok(sample_source, tmp_path / "drawn", "--splits", "validation")
+    seed = read_metadata(tmp_path / "drawn")["seed"]
+    assert isinstance(seed, int)
+    converted_ok(sample_source, tmp_path / "again", "--splits", "validation", "--seed", seed)
+    assert output_hashes(tmp_path / "drawn") == output_hashes(tmp_path / "again")
+
+
+def test_no_shuffle_keeps_imagefolder_order(sample_source, tmp_path):
+    converted_ok(sample_source, tmp_path, "--no-shuffle", "--splits", "train")
+    records = read_sample_index(tmp_path / "train.index.tsv")
+    assert read_metadata(tmp_path)["shuffle"] is False
+    expected = sorted((p.parent.name, p.name) for p in (sample_source / "train").rglob("*.JPEG"))
+    assert [r.key for r in records] == [Path(name).stem for _, name in expected]
+
+
+def test_max_shard_bytes_bounds_passthrough_shards(sample_source, tmp_path):
+    limit = 200_000
+    converted_ok(sample_source, tmp_path, "--splits", "train", "--seed", 0, "--max-shard-bytes", limit)
+    shards = read_metadata(tmp_path)["splits"]["train"]["shards"]
+    assert len(shards) > 36 // 1024 + 1
+    for shard in shards:
+        assert shard["bytes"] <= limit or shard["samples"] == 1, shard
+
+
+# ---------------------------------------------------------------- crash safety and resume
+
+
+def test_sigkill_then_resume_gives_the_uninterrupted_bytes(sample_source, tmp_path):
+    # Upscaling to 1024 px makes each sample slow enough (tens of ms) to be killed mid-run.
+    args = ("--samples-per-shard", 2, "--seed", 3, "--workers", 2, "--splits", "train",
+            "--train-preprocess-steps", "Resize(1024)")
+    reference = tmp_path / "reference"
+    converted_ok(sample_source, reference, *args)
+
+    target = tmp_path / "killed"
+    command = [PYTHON, str(REPO / "create_webdataset.py"), "--source", str(sample_source), "--target", str(target),
+               "--no-progress", *map(str, args)]
+    process = subprocess.Popen(command, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    state = target / ".convert-state"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(state.glob("train-*.json"))) < 3:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)  # the whole job: main process and its workers
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    finished = sorted(p.name for p in target.glob("train-*.tar"))
+    assert 3 <= len(finished) < 18, "killed partway"
+    assert not (target / "metadata.json").exists()
+    for name in finished:  # nothing incomplete under a final name
+        with tarfile.open(target / name) as archive:
+            assert len(archive.getnames()) == 6
+
+    refused = convert(sample_source, target, *args)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    resumed = converted_ok(sample_source, target, *args, "--resume")
+    assert "verified shards kept" in resumed.stdout
+    assert output_hashes(target) == output_hashes(reference)
+    assert not list(target.glob("*.partial"))
+
+
+def test_resume_rewrites_a_damaged_shard_and_removes_stale_ones(sample_source, tmp_path):
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4)
+    converted_ok(sample_source, tmp_path, *args)
+    reference = output_hashes(tmp_path)
+    damaged = tmp_path / "validation-000001.tar"
+    data = bytearray(damaged.read_bytes())
+    data[3000] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    (tmp_path / "validation-000042.tar").write_bytes(b"stale shard of an earlier run")
+    (tmp_path / "validation-000000.tar.partial").write_bytes(b"half-written")
+    result = converted_ok(sample_source, tmp_path, *args, "--resume")
+    assert "2 verified shards kept" in result.stdout and "1 shards" in result.stdout
+    assert output_hashes(tmp_path) == reference
+    assert not (tmp_path / "validation-000042.tar").exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_resume_with_other_options_is_refused_and_overwrite_replaces(sample_source, tmp_path):
+    converted_ok(sample_source, tmp_path, "--seed", 0, "--splits", "validation")
+    result = convert(sample_source, tmp_path, "--seed", 1, "--splits", "validation", "--resume")
+    assert result.returncode == 2
+    assert "other options" in result.stderr and "seed: 0 -> 1" in result.stderr
+    (tmp_path / "notes.txt").write_text("the user's file")
+    converted_ok(sample_source, tmp_path, "--seed", 1, "--splits", "validation", "--overwrite")
+    assert read_metadata(tmp_path)["seed"] == 1
+    assert (tmp_path / "notes.txt").read_text() == "the user's file"
+
+
+def test_two_instances_write_alternate_shards_and_the_last_writes_metadata(sample_source, tmp_path):
+    args = ("--seed", 5, "--splits", "train", "--samples-per-shard", 4)
+    converted_ok(sample_source, tmp_path / "single", *args)
+    target = tmp_path / "multi"
+    first = converted_ok(sample_source, target, *args, "--instance-index", 1, "--instance-count", 2)
+    assert "not finished yet" in first.stdout and not (target / "metadata.json").exists()
+    assert sorted(p.name for p in target.glob("*.tar")) == [f"train-{n:06d}.tar" for n in (1, 3, 5, 7)]
+    second = converted_ok(sample_source, target, *args, "--instance-index", 0, "--instance-count", 2)
+    assert "dataset complete" in second.stdout
+    assert output_hashes(target) == output_hashes(tmp_path / "single")
+
+    needs_seed = convert(sample_source, tmp_path / "noseed", "--instance-index", 0, "--instance-count", 2)
+    assert needs_seed.returncode == 2 and "--seed is required" in needs_seed.stderr
+
+
+# ---------------------------------------------------------------- quirks
+
+
+def test_every_quirk_converts_and_is_recorded(quirk_source, tmp_path):
+    quirks = json.loads((quirk_source / "quirks.json").read_text())
+    assert {q["kind"] for q in quirks} == {"png_as_jpeg", "cmyk", "grayscale", "exif_rotated"}
+    converted_ok(quirk_source, tmp_path / "img", "--seed", 0)
+    converted_ok(quirk_source, tmp_path / "tensor", "--seed", 0, "--format", "tensor")
+    for fmt in ("img", "tensor"):
+        samples = {key: members for split in ("train", "validation")
+                   for key, members in all_samples(tmp_path / fmt, split)}
+        for quirk in quirks:
+            members = samples[Path(quirk["name"]).stem]
+            info = json.loads(members["json"])
+            assert quirk["kind"] in info["quirks"], info
+            source_file = quirk_source / quirk["folder_path"]
+            if fmt == "tensor":
+                assert info["converted"] == "tensor"
+                with Image.open(source_file) as image:
+                    expected = np.asarray(apply_steps(parse_steps(info["steps"]), image.convert("RGB")))
+                assert np.array_equal(np.load(io.BytesIO(members["npy"])), expected)
+            elif quirk["kind"] == "exif_rotated":
+                # Recorded, not applied: the bytes are the source's, orientation tag and all.
+                assert info["converted"] == "passthrough" and info["exif_orientation"] == 6
+                assert info["exif_orientation_applied"] is False
+                assert members["jpg"] == source_file.read_bytes()
+            else:
+                assert info["converted"] == "reencoded"
+                with Image.open(io.BytesIO(members["jpg"])) as stored, Image.open(source_file) as original:
+                    assert (stored.format, stored.mode, stored.size) == ("JPEG", "RGB", original.size)
+                    assert info["source_mode"] == original.mode and info["source_format"] == original.format
+                    difference = np.abs(np.asarray(stored, dtype=int) - np.asarray(original.convert("RGB"), dtype=int))
+                    assert difference.mean() < 4  # the same picture, after one JPEG generation at quality 95
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_corrupt_images_are_skipped_counted_and_listed(sample_source, tmp_path):
+    source = copy_folders(sample_source, tmp_path / "source")
+    truncated = first_image(source)
+    truncated.write_bytes(truncated.read_bytes()[:5000])
+    garbage = sorted((source / "validation").rglob("*.JPEG"))[0]
+    garbage.write_bytes(b"this is not an image" * 100)
+    (truncated.parent / "bomb.png").write_bytes(png_bomb(10_000))  # 100M pixels > PIL's 89M default
+    (truncated.parent / "notes.txt").write_text("not an image")
+    target = tmp_path / "out"
+    result = converted_ok(source, target, "--seed", 0)
+    rel = lambda p: p.relative_to(source).as_posix()  # noqa: E731
+    assert f"skipped: {rel(truncated)}: truncated or corrupt JPEG" in result.stdout
+    assert f"skipped: {rel(garbage)}: not an image PIL can read" in result.stdout
+    assert "decompression bomb guard: 10000x10000 = 100000000 pixels" in result.stdout
+    assert "1 files ignored as not images" in result.stdout
+    metadata = read_metadata(target)
+    train, validation = metadata["splits"]["train"], metadata["splits"]["validation"]
+    assert {s["path"] for s in train["skipped"]} == {rel(truncated), rel(truncated.parent / "bomb.png")}
+    assert train["source_samples"] == 37 and train["length"] == 35
+    assert validation["skipped"] == [{"path": rel(garbage), "reason": validation["skipped"][0]["reason"]}]
+    assert validation["source_samples"] == validation["length"] + 1 == 12
+    assert train["ignored"] == [{"path": rel(truncated.parent / "notes.txt"), "reason": "not an image file extension"}]
+
+
+def test_on_error_fail_stops_naming_the_file(sample_source, tmp_path):
+    source = copy_folders(sample_source, tmp_path / "source")
+    broken = first_image(source)
+    broken.write_bytes(broken.read_bytes()[:3000])
+    for workers in (1, 2):
+        target = tmp_path / f"out{workers}"
+        result = convert(source, target, "--on-error", "fail", "--workers", workers, "--seed", 0)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"error: {broken.relative_to(source).as_posix()}: truncated or corrupt JPEG" in result.stderr
+        assert not (target / "metadata.json").exists()
+        assert not list(target.glob("*.partial"))
+
+
+def test_a_tight_pixel_limit_guards_like_a_bomb(sample_source, tmp_path):
+    result = convert(sample_source, tmp_path, "--splits", "validation", "--max-image-pixels", 1000,
+                     "--on-error", "fail", "--seed", 0)
+    assert result.returncode == 1
+    assert "decompression bomb guard" in result.stderr and "exceeds the limit of 1000 (--max-image-pixels)" in result.stderr
+
+
+def test_empty_class_folder_is_an_error_naming_it(sample_source, tmp_path):
+    source = copy_folders(sample_source, tmp_path / "source")
+    empty = source / "validation" / sorted(os.listdir(source / "validation"))[0]
+    for image in empty.iterdir():
+        image.unlink()
+    result = convert(source, tmp_path / "out")
+    assert result.returncode == 1
+    assert f"error: {empty}: empty class folder" in result.stderr
+
+
+@pytest.mark.parametrize("steps, expected", [
+    (["Resize(256", "CenterCrop(224)"], "'Resize(256' does not parse"),
+    (["Blur(3)"], "unknown preprocessing step 'Blur(3)'"),
+    (["RandomResizedCrop(224)"], "'RandomResizedCrop(224)' is random"),
+])
+def test_unknown_step_is_a_usage_error_quoting_it(sample_source, tmp_path, steps, expected):
+    result = convert(sample_source, tmp_path, "--train-preprocess-steps", *steps)
+    assert result.returncode == 2
+    assert "--train-preprocess-steps" in result.stderr and expected in result.stderr
+    assert not tmp_path.joinpath("metadata.json").exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--image-quality", "0"], "--image-quality: 0 must be at least 1"),
+    (["--image-quality", "101"], "--image-quality: 101 is above 100"),
+    (["--samples-per-shard", "0"], "--samples-per-shard: 0 must be at least 1"),
+    (["--format", "png"], "invalid choice: 'png'"),
+])
+def test_bad_arguments_exit_2(sample_source, tmp_path, args, expected):
+    result = convert(sample_source, tmp_path / "out", *args)
+    assert result.returncode == 2 and expected in result.stderr
+
+
+def test_missing_source_and_non_empty_target_are_usage_errors(sample_source, tmp_path):
+    missing = tmp_path / "nowhere"
+    result = convert(missing, tmp_path / "out")
+    assert result.returncode == 2 and f"--source {missing} does not exist" in result.stderr
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "something").write_text("x")
+    result = convert(sample_source, occupied)
+    assert result.returncode == 2 and "is not empty" in result.stderr and "--resume" in result.stderr
+
+
+def test_duplicate_keys_and_a_truncated_archive_are_errors(sample_source, tmp_path):
+    source = copy_folders(sample_source, tmp_path / "source")
+    classes = sorted(os.listdir(source / "train"))
+    original = first_image(source)
+    clash = source / "train" / classes[1] / original.name
+    shutil.copy(original, clash)
+    result = convert(source, tmp_path / "out1", "--splits", "train")
+    assert result.returncode == 1
+    assert "give the same sample key" in result.stderr and original.name in result.stderr
+
+    archives = tmp_path / "archives"
+    archives.mkdir()
+    data = (sample_source / "ILSVRC2012_img_train.tar").read_bytes()
+    (archives / "ILSVRC2012_img_train.tar").write_bytes(data[: len(data) // 2])
+    result = convert(archives, tmp_path / "out2", "--splits", "train")
+    assert result.returncode == 1
+    assert "ILSVRC2012_img_train.tar" in result.stderr and "not a readable tar archive" in result.stderr
+
+
+def _tiny_filesystem(path: Path):
+    """A 1 MiB tmpfs (needs root), else None."""
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True)
+    return path if mounted.returncode == 0 else None
+
+
+def test_full_disk_fails_cleanly_naming_the_shard(sample_source, tmp_path):
+    disk = _tiny_filesystem(tmp_path / "disk")
+    if disk is None:
+        pytest.skip("mounting a 1 MiB tmpfs needs root")
+    try:
+        target = disk / "out"
+        result = convert(sample_source, target, "--seed", 0, "--splits", "train", "--samples-per-shard", 8)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "No space left on device" in result.stderr and "-0000" in result.stderr and ".tar" in result.stderr
+        assert not list(target.glob("*.partial")), "the partial shard is removed"
+        for shard in target.glob("*.tar"):  # what has a final name is complete
+            with tarfile.open(shard) as archive:
+                assert len(archive.getnames()) == 3 * 8
+        assert not (target / "metadata.json").exists()
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
