@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+from datasets.index import DatasetError
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 
 
@@ -184,7 +185,7 @@ def main(argv=None):
         if args.compare is not None:
             return run_compare(args, instance, collective, benchmark)
         return run_single(args, instance, collective, benchmark)
-    except benchmark.BenchmarkError as error:
+    except (benchmark.BenchmarkError, DatasetError, OSError, ValueError) as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 1
     finally:
@@ -210,17 +211,12 @@ def limit_text(args):
 
 
 def run_single(args, instance, collective, benchmark):
-    kind = {"real": "converted", "imagenet": "folder", "generated": "generated"}[args.data]
-    source = "generated" if args.data == "generated" else args.imagenet_data_path
-    bytes_per_image = benchmark.source_bytes_per_image(args.data, None if kind == "generated" else source, args.split)
-    loader_options = {}
-
-    def make_epoch(epoch):
-        from datasets.loader import get_data
-
-        return get_data(source, args.split, args.batch_size, args.dataloader_worker,
-                        normalization=args.normalization_location, instance=instance, seed=args.seed, epoch=epoch,
-                        **loader_options)
+    # The loader names generated data "synthetic": images made in memory, nothing read.
+    source = "synthetic" if args.data == "generated" else args.imagenet_data_path
+    bytes_per_image = benchmark.source_bytes_per_image(args.data, None if args.data == "generated" else source,
+                                                       args.split)
+    loader = benchmark.loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
+                                      args.normalization_location, instance, seed=args.seed).make_iterable
 
     if collective.is_reporter:
         print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
@@ -243,7 +239,7 @@ def run_single(args, instance, collective, benchmark):
               f"batches {aggregate['batch_dtype']} {aggregate['batch_shape']}", flush=True)
 
     results = benchmark.run_iterations(
-        make_epoch, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,
+        loader, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,
         max_seconds=args.seconds, bytes_per_image=bytes_per_image, workers=args.dataloader_worker,
         collective=collective, on_iteration=report,
     )
