@@ -780,7 +780,7 @@ def repartition(
     verify_shards(dataset, to_verify, progress)  # before anything is written
 
     out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / ".lock", "w")
+    lock = os.open(out, os.O_RDONLY)  # lock the folder itself: no lock file left behind
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -814,7 +814,7 @@ def repartition(
         for path in out.glob("*.plan.json"):
             path.unlink(missing_ok=True)
     finally:
-        lock.close()
+        os.close(lock)
     return RepartitionResult(
         out,
         plans,
@@ -842,8 +842,10 @@ def _size(n: int) -> str:
 
 def _shard_summary(names, limit=4):
     names = list(names)
+    if not names:
+        return "(no whole shard)"
     if len(names) <= limit:
-        return ", ".join(names) or "-"
+        return ", ".join(names)
     return ", ".join(names[: limit - 1]) + f", ... {names[-1]} ({len(names)} shards)"
 
 

@@ -322,6 +322,11 @@ def check_output(target, num_instances, expected_policies=None):
     assert manifest["source_metadata_sha256"] == hashlib.sha256(metadata_bytes).hexdigest()
     assert not list(out.glob("*.partial")) and not list(out.glob("*.plan.json"))
     payload_ext = PAYLOAD_EXTENSIONS[metadata["format"]]
+    # Nothing else in the folder: no partial, stamp or lock file, no leftover of another plan.
+    expected_files = {MANIFEST_FILE} | {
+        Path(item[key]).name for entry in manifest["splits"].values() for item in entry["instances"]
+        for key in ("index", "shard_list", "remainder") if item[key]}
+    assert {path.name for path in out.iterdir()} == expected_files
     for split, entry in manifest["splits"].items():
         if expected_policies:
             assert entry["policy"] == expected_policies[split]
@@ -396,7 +401,7 @@ def snapshot(directory):
 
 
 def contents(directory):
-    return {k: v[3] for k, v in snapshot(directory).items() if not k.endswith(".lock")}
+    return {k: v[3] for k, v in snapshot(directory).items()}
 
 
 @pytest.fixture(scope="module")
@@ -678,3 +683,148 @@ def test_damaged_dataset_is_a_data_error(small_datasets, damage, message):
     assert result.returncode == 1, result.stdout + result.stderr
     assert message in result.stderr
     assert_nothing_written(target, before)
+
+
+def test_a_second_run_at_the_same_time_is_refused(small_datasets):
+    import fcntl
+
+    target = small_datasets()
+    out = output_dir(target, 2)
+    out.mkdir(parents=True)
+    held = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        result = run_cli(target, "--num-instances", 2)
+    finally:
+        os.close(held)
+    assert result.returncode == 2 and "another repartition for 2 instances is running" in result.stderr
+    assert list(out.iterdir()) == []
+    assert run_cli(target, "--num-instances", 2).returncode == 0
+    check_output(target, 2)
+
+
+# ================================================================== real conversions, the CLI as users run it
+
+DEFAULTS = {"train": "drop", "validation": "spread"}
+
+
+@pytest.fixture(scope="module")
+def real_dataset(converted, sample_source, tmp_path_factory):
+    """real_dataset(fmt, per_shard) -> a private copy of the sample source converted by create_webdataset.py.
+
+    Copies, because the shared conversions are read by other test files, which must not find our
+    distributed/ folders in them. per_shard 8 reuses conftest's cached conversion; others are converted here.
+    """
+    cache = {}
+
+    def get(fmt, per_shard):
+        if (fmt, per_shard) not in cache:
+            if per_shard == 8:
+                cache[fmt, per_shard] = converted(fmt)
+            else:
+                target = tmp_path_factory.mktemp(f"converted-{fmt}-{per_shard}")
+                result = run_script("create_webdataset.py", "--source", sample_source, "--target", target,
+                                    "--format", fmt, "--samples-per-shard", per_shard, "--seed", 0)
+                assert result.returncode == 0, result.stdout + result.stderr
+                cache[fmt, per_shard] = target
+        copy = tmp_path_factory.mktemp(f"repartition-{fmt}-{per_shard}") / "dataset"
+        shutil.copytree(cache[fmt, per_shard], copy)
+        return copy
+
+    return get
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+@pytest.mark.parametrize("per_shard", [8, 5])
+def test_real_conversion_for_every_instance_count(real_dataset, fmt, per_shard):
+    """36 train / 12 validation samples; shards of 8 (last partial: 4) or 5 (last: 1 and 2)."""
+    target = real_dataset(fmt, per_shard)
+    before = snapshot(target)
+    for n in NS:
+        result = run_cli(target, "--num-instances", n, "--quiet")
+        assert result.returncode == 0, result.stdout + result.stderr
+        check_output(target, n, DEFAULTS)
+    result = run_cli(target, "--num-instances", 7, "--remainder", "pad", "--overwrite", "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    check_output(target, 7, {"train": "pad", "validation": "pad"})
+    assert {k: v for k, v in snapshot(target).items() if not k.startswith("distributed/")} == before
+    if (fmt, per_shard) == ("img", 8):
+        # The project's validator agrees that the dataset and its repartitions are intact.
+        checked = run_script("validate_dataset.py", target, "--no-progress", "--workers", 1)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_remainder_shards_are_standard_tar(real_dataset):
+    """Stock webdataset reads an instance's shard list; GNU tar lists a remainder shard's members."""
+    import webdataset
+
+    target = real_dataset("img", 8)
+    assert run_cli(target, "--num-instances", 3, "--quiet").returncode == 0
+    manifest = json.loads((output_dir(target, 3) / MANIFEST_FILE).read_text())
+    instance = next(i for i in manifest["splits"]["validation"]["instances"] if i["remainder"])
+    urls = [str(target / name) for name in (target / instance["shard_list"]).read_text().split()]
+    index = read_sample_index(target / instance["index"])
+    stock = [(s["__key__"], hashlib.sha256(s["jpg"]).hexdigest(), int(s["cls"]))
+             for s in webdataset.WebDataset(urls, shardshuffle=False, empty_check=False)]
+    assert stock == [(r.key, r.payload_sha256, r.label) for r in index]
+
+    listing = subprocess.run(["tar", "-tvf", target / instance["remainder"]], capture_output=True, text=True, check=True)
+    names = [line.split()[-1] for line in listing.stdout.splitlines()]
+    copied = [r for r in index if r.shard == instance["remainder"]]
+    assert names == [f"{r.key}.{ext}" for r in copied for ext in r.member_offsets()]
+    original = {m.name: m for s in {o.shard for o in original_records(target, "validation").values()}
+                for m in iter_tar_members(target / s)}
+    for member in iter_tar_members(target / instance["remainder"]):
+        assert bytes(member.data) == bytes(original[member.name].data)
+
+
+# ================================================================== end to end: the loader under torchrun
+
+E2E_SCRIPT = """
+import json, sys
+from datasets.launcher import detect_instance
+from datasets.loader import get_data
+
+source, out_dir = sys.argv[1], sys.argv[2]
+instance = detect_instance()
+result = {}
+for split, batch in (("validation", 2), ("train", 4)):
+    loader = get_data(source, split, batch, 1, normalization="device", with_keys=True, instance=instance)
+    keys, batches = [], 0
+    for images, labels, batch_keys in loader:
+        keys += batch_keys
+        batches += 1
+    report = loader.report
+    print(f"instance {instance.index} of {instance.count}, {split}: {len(keys)} samples in {batches} batches"
+          f" ({report.repartition})", flush=True)
+    result[split] = {"keys": keys, "batches": batches, "repartition": report.repartition, "policy": report.policy}
+with open(f"{out_dir}/rank{instance.index}.json", "w") as handle:
+    json.dump(result, handle)
+"""
+
+
+def test_three_torchrun_instances_read_the_repartition(real_dataset, tmp_path):
+    target = real_dataset("img", 8)
+    made = run_cli(target, "--num-instances", 3, "--quiet")
+    assert made.returncode == 0, made.stdout + made.stderr
+    manifest = check_output(target, 3, DEFAULTS)
+    script = tmp_path / "read_share.py"
+    script.write_text(E2E_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 3, script, target, out,
+                        timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(3)]
+    for split in ("validation", "train"):
+        entry = manifest["splits"][split]
+        for rank, share in enumerate(ranks):
+            assert share[split]["repartition"].endswith("distributed/3-instances/manifest.json")
+            assert f"instance {rank} of 3, {split}: {len(share[split]['keys'])} samples" in result.stdout
+            # Each instance reads exactly the samples its repartition index lists.
+            listed = [r.key for r in read_sample_index(target / entry["instances"][rank]["index"])]
+            assert sorted(share[split]["keys"]) == sorted(listed)
+    validation = [key for share in ranks for key in share["validation"]["keys"]]
+    assert sorted(validation) == sorted(original_records(target, "validation"))  # every sample exactly once
+    assert len({share["train"]["batches"] for share in ranks}) == 1  # equal batch counts for training
+    assert [len(share["train"]["keys"]) for share in ranks] == [12, 12, 12]
