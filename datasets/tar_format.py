@@ -185,6 +185,10 @@ class TarMember(NamedTuple):
 
 
 def _octal(field: bytes, source, offset, what) -> int:
+    try:  # the common case, digits then NULs/spaces: one call (identical result when it parses)
+        return int(field.rstrip(b"\0 "), 8)
+    except ValueError:
+        pass
     if field[:1] == b"\x80":  # GNU base-256 for large values
         return int.from_bytes(field[1:], "big")
     text = field.split(b"\0", 1)[0].strip(b" ")
@@ -219,6 +223,13 @@ def _parse_header(header: bytes, source, offset, verify_checksums):
     return name.decode("utf-8", "surrogateescape"), size, header[156:157]
 
 
+def _describe(what) -> str:
+    """`what` of a read: a text, or (name, size) of a member, formatted only when a read fails."""
+    if isinstance(what, tuple):
+        return f"member {what[0]!r} ({what[1]} bytes)"
+    return what
+
+
 def _blocks_from_mmap(path, stop_at):
     """(header, data view) pairs from a local file, mapped: no copy of the data."""
     with open(path, "rb") as handle:
@@ -231,7 +242,8 @@ def _blocks_from_mmap(path, stop_at):
 
     def read(n, position, what):
         if position + n > size:
-            raise TarFormatError(path, position, f"truncated: {what} needs {n} bytes, only {max(size - position, 0)} remain")
+            raise TarFormatError(path, position, f"truncated: {_describe(what)} needs {n} bytes, only "
+                                                 f"{max(size - position, 0)} remain")
         return view[position : position + n]
 
     return read, end
@@ -241,7 +253,7 @@ def _blocks_from_stream(stream, source):
     def read(n, where, what):
         data = stream.read(n)
         if len(data) != n:
-            raise TarFormatError(source, where, f"truncated: {what} needs {n} bytes, only {len(data)} remain")
+            raise TarFormatError(source, where, f"truncated: {_describe(what)} needs {n} bytes, only {len(data)} remain")
         return memoryview(data)
 
     return read
@@ -269,8 +281,8 @@ def iter_tar_members(source, offset=0, verify_checksums=True, stop_at=None, stre
             return
         name, size, kind = _parse_header(header, source, offset, verify_checksums)
         data_offset = offset + BLOCK
-        pad = padding(size)
-        data = read(size + pad, data_offset, f"member {name!r} ({size} bytes)")[:size]
+        pad = -size % BLOCK
+        data = read(size + pad, data_offset, (name, size))[:size]
         header_offset, offset = offset, data_offset + size + pad
         if kind == b"L":  # GNU long name for the next member
             long_name = bytes(data).rstrip(b"\0").decode("utf-8", "surrogateescape")
