@@ -1,6 +1,6 @@
 """Convert ImageNet (extracted folders or the downloaded archives) into WebDataset shards.
 
-    python create_webdataset.py --source SRC --target OUT [--format img|tensor] [--seed N] ...
+    python create_webdataset.py --source SRC --target OUT [--format img|tensor|tfrecord] [--seed N] ...
 
 Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
 data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
@@ -81,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = parser.add_argument_group("what is stored")
     fmt.add_argument("--format", choices=FORMATS, default="img",
                      help="img: JPEG payloads (<key>.jpg; RGB JPEGs without steps are copied byte for byte); "
-                          "tensor: decoded uint8 HWC arrays (<key>.npy)")
+                          "tensor: decoded uint8 HWC arrays (<key>.npy); "
+                          "tfrecord: the img payloads as TF-slim TFRecord shards <split>-00000-of-NNNNN of "
+                          "tf.train.Example records (labels stored 1..N as TF-slim does), each with a .tfindex")
     fmt.add_argument("--train-preprocess-steps", nargs="+", default=[], metavar="STEP",
                      help="deterministic steps applied to train images, e.g. Resize(256) CenterCrop(224); "
                           "allowed: Resize(N), Resize(H, W), CenterCrop(N), CenterCrop(H, W). Default: none for "

@@ -58,7 +58,7 @@ def progress_bar(total, description):
     from tqdm import tqdm
 
     return tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1000, file=sys.stderr,
-                dynamic_ncols=True, leave=False)
+                dynamic_ncols=True, leave=False, disable=None)  # no bar in logs (non-TTY)
 
 
 def render(report):

@@ -43,6 +43,12 @@ Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
   Decompression bombs: an image whose header declares more than --max-image-pixels pixels
   is never decoded; it is skipped (or fails the run) with a message naming it.
 
+tfrecord (--format tfrecord): the same samples, payloads and guarantees, in TF-slim TFRecord
+shards <split>-00000-of-01024 of tf.train.Example records with TF-slim's ImageNet feature names,
+each with its <shard>.tfindex (the tfrecord package's index); labels stored 1..N as TF-slim
+does, "label_offset": 1 in metadata.json (see datasets.tfrecord_format). The per-sample json
+is not stored (TF-slim has no place for it); the sample index and metadata are as for tar.
+
 Crash safety and resume. Every shard is written as <name>.partial, fsynced and renamed.
 After a shard is published, the main process writes .convert-state/<shard>.json (shard
 record, sample records, skipped samples, plan fingerprint). --resume recomputes the plan,
@@ -95,8 +101,10 @@ from .npy_format import encode_npy
 from .preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from .imagenet_source import SourceError, open_source
 from .tar_format import BLOCK, RECORD, TarShardWriter, padding
+from .tfrecord_format import LABEL_OFFSET, TFRecordShardWriter, tfrecord_shard_name
 
-FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor")
+FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor", "tfrecord")
+JPEG_PAYLOAD_FORMATS = ("img", "tfrecord")  # formats whose payload is a JPEG (passthrough or re-encoded)
 DEFAULT_SAMPLES_PER_SHARD = 1024
 DEFAULT_IMAGE_QUALITY = 95
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
@@ -106,6 +114,8 @@ ON_ERROR = ("skip", "fail")
 STATE_DIR = ".convert-state"
 PLAN_FILE = "plan.json"
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
+# TF-slim shard names, and each shard's index file (see tfrecord_format)
+TFRECORD_FILE = re.compile(r"^(?P<shard>[A-Za-z0-9_]+-\d{5}-of-\d{5})(?P<index>\.tfindex)?(?P<partial>\.partial)?$")
 EXIF_ORIENTATION = 0x0112
 JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "F")
@@ -282,7 +292,7 @@ def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
     quirks, orientation = describe_source(image, name)
     info = {"width": image.width, "height": image.height, "source_format": image.format,
             "source_mode": image.mode}
-    if options.format == "img" and not steps and image.format in JPEG_FORMATS and image.mode == "RGB":
+    if options.format in JPEG_PAYLOAD_FORMATS and not steps and image.format in JPEG_FORMATS and image.mode == "RGB":
         if not jpeg_is_complete(data):
             raise SampleSkipped("truncated or corrupt JPEG: no end-of-image marker after the scan data")
         info["converted"] = "passthrough"
@@ -295,7 +305,7 @@ def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
         except Exception as error:  # truncated data, broken entropy coding, unsupported mode
             raise SampleSkipped(f"cannot decode the image: {type(error).__name__}: {error}") from None
         info["output_width"], info["output_height"] = out.size
-        if options.format == "img":
+        if options.format in JPEG_PAYLOAD_FORMATS:
             buffer = io.BytesIO()
             out.save(buffer, format="JPEG", quality=options.image_quality)
             payload = buffer.getvalue()
@@ -321,13 +331,53 @@ def sample_members(fmt: str, label: int, info: dict, payload: bytes):
 # ---------------------------------------------------------------- the shard writer, chosen by format
 
 
-def shard_file_name(fmt: str, split: str, number: int) -> str:
+def shard_file_name(fmt: str, split: str, number: int, count: int) -> str:
+    """`count`: the split's number of shards (TF-slim names hold it)."""
+    if fmt == "tfrecord":
+        return tfrecord_shard_name(split, number, count)
     return tar_shard_name(split, number)
 
 
 def open_shard_writer(fmt: str, path: Path):
-    """The one place that picks the container: every current format writes tar shards."""
+    """The one place that picks the container: tar shards, or TFRecord shards for tfrecord."""
+    if fmt == "tfrecord":
+        return TFRecordShardWriter(path)
     return TarShardWriter(path)
+
+
+def add_to_shard(fmt: str, writer, shard_name: str, sample, info: dict, payload: bytes) -> SampleRecord:
+    """Write one encoded sample with the format's writer; return its SampleRecord."""
+    if fmt == "tfrecord":
+        width, height = info.get("output_width", info["width"]), info.get("output_height", info["height"])
+        written = writer.add_sample(sample.key, sample.label, sample.class_name, payload, height, width,
+                                    sample.source.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+        return SampleRecord(
+            key=sample.key, shard=shard_name, label=sample.label,
+            record_offset=written.record_offset, record_size=written.record_size,
+            payload_offset=written.payload_offset, payload_size=written.payload_size,
+            payload_sha256=sha256_bytes(payload))
+    written = writer.add_sample(sample.key, sample_members(fmt, sample.label, info, payload))
+    payload_member = written.members[PAYLOAD_EXTENSIONS[fmt]]
+    return SampleRecord(
+        key=sample.key, shard=shard_name, label=sample.label,
+        record_offset=written.record_offset, record_size=written.record_size,
+        payload_offset=payload_member.data_offset, payload_size=payload_member.size,
+        payload_sha256=sha256_bytes(payload),
+        members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
+    )
+
+
+def is_shard_file(name: str) -> bool:
+    """A shard, a shard's companion index, or a partial one, of any format."""
+    return bool(SHARD_FILE.match(name) or TFRECORD_FILE.match(name))
+
+
+def planned_file(name: str, planned) -> bool:
+    """Whether a shard file (or a TFRecord shard's index) belongs to the planned shards."""
+    match = TFRECORD_FILE.match(name)
+    if match and match["index"] and not match["partial"]:
+        return match["shard"] in planned
+    return name in planned
 
 
 # ---------------------------------------------------------------- writing one shard (in a worker)
@@ -353,7 +403,6 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
             return ShardResult(task.split, task.number, ShardRecord.from_json(task.expected), [], [], kept=True)
     options = task.encode
     steps = _steps(options.steps)
-    payload_ext = PAYLOAD_EXTENSIONS[options.format]
     records, skipped = [], []
     try:
         with open_shard_writer(options.format, path) as writer:
@@ -372,15 +421,7 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                         progress(1)
                     continue
                 info = {"source": sample.source, "class": sample.class_name, **info}
-                written = writer.add_sample(sample.key, sample_members(options.format, sample.label, info, payload))
-                payload_member = written.members[payload_ext]
-                records.append(SampleRecord(
-                    key=sample.key, shard=task.name, label=sample.label,
-                    record_offset=written.record_offset, record_size=written.record_size,
-                    payload_offset=payload_member.data_offset, payload_size=payload_member.size,
-                    payload_sha256=sha256_bytes(payload),
-                    members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
-                ))
+                records.append(add_to_shard(options.format, writer, task.name, sample, info, payload))
                 if progress:
                     progress(1)
     except OSError as error:  # the target: full disk, permissions (the source is handled above)
@@ -509,7 +550,7 @@ def record_path(target: Path, shard_name: str) -> Path:
 
 
 def is_converter_output(name: str) -> bool:
-    return (bool(SHARD_FILE.match(name)) or name == METADATA_FILE or name == STATE_DIR
+    return (is_shard_file(name) or name == METADATA_FILE or name == STATE_DIR
             or name.endswith(".index.tsv") or name.endswith(".index.tsv" + PARTIAL_SUFFIX)
             or name == METADATA_FILE + PARTIAL_SUFFIX)
 
@@ -630,7 +671,7 @@ def finalize(options: ConvertOptions, plan: Plan):
     for split, split_plan in plan.splits.items():
         records = []
         for number in range(len(split_plan.shards)):
-            name = shard_file_name(options.format, split, number)
+            name = shard_file_name(options.format, split, number, len(split_plan.shards))
             record = load_record(target, name, plan.fingerprint)
             path = target / name
             if record is None or not path.is_file() or path.stat().st_size != record["shard"]["bytes"]:
@@ -640,10 +681,10 @@ def finalize(options: ConvertOptions, plan: Plan):
         records_by_split[split] = records
     if missing:
         return None, missing
-    planned = {shard_file_name(options.format, split, n) for split, p in plan.splits.items() for n in range(len(p.shards))}
+    planned = {shard_file_name(options.format, split, n, len(p.shards))
+               for split, p in plan.splits.items() for n in range(len(p.shards))}
     for entry in os.listdir(target):  # stale shards of an earlier run never mix in
-        match = SHARD_FILE.match(entry)
-        if match and entry not in planned:
+        if is_shard_file(entry) and not planned_file(entry, planned):
             (target / entry).unlink(missing_ok=True)
         elif entry.endswith(".index.tsv") and entry[: -len(".index.tsv")] not in plan.splits:
             (target / entry).unlink(missing_ok=True)
@@ -682,6 +723,7 @@ def build_metadata(plan: Plan, split_entries: dict) -> dict:
         "format_version": FORMAT_VERSION,
         "classes": plan.classes,
         "tensor_layout": TENSOR_LAYOUT if o["format"] == "tensor" else None,
+        **({"label_offset": LABEL_OFFSET} if o["format"] == "tfrecord" else {}),
         "samples_per_shard": o["samples_per_shard"],
         "max_shard_bytes": o["max_shard_bytes"],
         "max_image_pixels": o["max_image_pixels"],
@@ -781,7 +823,7 @@ def convert(options: ConvertOptions) -> Summary:
         for number, shard in enumerate(split_plan.shards):
             if number % instance.count != instance.index:
                 continue
-            name = shard_file_name(options.format, split, number)
+            name = shard_file_name(options.format, split, number, len(split_plan.shards))
             own_names.append(name)
             tasks[split].append(ShardTask(split, number, name, tuple(shard), encode))
     try:

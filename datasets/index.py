@@ -3,7 +3,8 @@
 A converted dataset directory holds:
 
     metadata.json                 written last: its presence means the dataset is complete
-    <split>-000000.tar ...        shards (TF-slim names for the tfrecord format)
+    <split>-000000.tar ...        shards (TF-slim names for the tfrecord format:
+                                  <split>-00000-of-01024, each with its <shard>.tfindex)
     <split>.index.tsv             one line per sample, so any sample can be found and checked alone
 
 metadata.json keeps the reference harness's keys (`train_length`, `validation_length`,
@@ -13,6 +14,8 @@ metadata.json keeps the reference harness's keys (`train_length`, `validation_le
     "format_version": 1,
     "classes": ["n01440764", ...],          class index -> class folder name
     "tensor_layout": "HWC" | null,
+    "label_offset": 1,                      tfrecord only: shards store label + 1 (TF-slim's 1..N);
+                                            labels in the sample index are always 0-based
     "splits": {"train": {
         "length": samples written,
         "source_samples": samples found in the source (= length + len(skipped)),
@@ -33,7 +36,8 @@ from .fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 SPLITS = ("train", "validation")
-PAYLOAD_EXTENSIONS = {"img": "jpg", "tensor": "npy"}
+# format -> the payload's extension in sample dicts (tfrecord: JPEG in tf.train.Example records)
+PAYLOAD_EXTENSIONS = {"img": "jpg", "tensor": "npy", "tfrecord": "jpg"}
 
 
 class DatasetError(Exception):
