@@ -169,6 +169,55 @@ def test_our_example_parser_agrees_with_protobuf(shard):
             assert [bytes(v) if isinstance(v, memoryview) else v for v in ours[name]] == values, name
 
 
+@pytest.mark.parametrize(
+    "features",
+    [
+        {"image/encoded": (bytes(range(256)) * 700, "byte"), "image/class/label": (1000, "int"), "b": (b"", "byte")},
+        {"ints": ([0, -1, 2**63 - 1, -(2**63), 300], "int"), "floats": ([0.5, -2.25, 1e30], "float"), "k" * 200: (b"x", "byte")},
+        {"empty_bytes": ([], "byte"), "empty_ints": ([], "int"), "empty_floats": ([], "float"), "many": ([b"a", b"bc"], "byte")},
+    ],
+)
+def test_our_example_encoding_is_protobufs_deterministic_serialization(features):
+    from tfrecord import example_pb2
+
+    from datasets.tfrecord_format import serialize_example
+
+    def feature(value, dtype):
+        values = value if isinstance(value, list) else [value]
+        kind = {"byte": "bytes_list", "int": "int64_list", "float": "float_list"}[dtype]
+        lists = {"bytes_list": example_pb2.BytesList, "int64_list": example_pb2.Int64List, "float_list": example_pb2.FloatList}
+        return example_pb2.Feature(**{kind: lists[kind](value=values)})
+
+    expected = example_pb2.Example(features=example_pb2.Features(feature={k: feature(*v) for k, v in features.items()}))
+    assert serialize_example(features) == expected.SerializeToString(deterministic=True)
+
+
+def test_our_masked_crc_equals_the_tfrecord_packages():
+    from tfrecord.writer import TFRecordWriter
+
+    from datasets.tfrecord_format import masked_crc32c
+
+    for data in (b"", b"a", struct.pack("<Q", 123456), bytes(range(256)) * 40):
+        assert struct.pack("<I", masked_crc32c(data)) == TFRecordWriter.masked_crc(data)
+        assert masked_crc32c(data) == independent_masked_crc(data)
+
+
+def test_writing_and_reading_do_not_import_torch(tmp_path):
+    """`import tfrecord` imports torch (seconds per process): converter and validator workers must not pay it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from datasets.tfrecord_format import TFRecordShardWriter, iter_tfrecord_samples\n"
+        f"with TFRecordShardWriter({str(tmp_path / 'x')!r}) as w: w.add_sample('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
+        f"assert [s['__key__'] for s in iter_tfrecord_samples({str(tmp_path / 'x')!r}, 1)] == ['k']\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfrecord', 'google')))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def flipped(raw: bytes, position: int) -> bytes:
     return raw[:position] + bytes([raw[position] ^ 0x01]) + raw[position + 1 :]
 
