@@ -79,6 +79,7 @@ from .index import (
     write_sample_index,
 )
 from .tar_format import BLOCK, TarShardWriter
+from .tfrecord_format import TFRecordShardWriter
 
 POLICIES = ("spread", "pad", "drop")
 MANIFEST_FILE = "manifest.json"
@@ -114,7 +115,9 @@ class RemainderFormat:
 
 
 _TAR = RemainderFormat(".tar", TarShardWriter, TarShardWriter.finished_size, BLOCK)
-REMAINDER_FORMATS = {"img": _TAR, "tensor": _TAR}
+# TFRecord remainders get the writer's `<name>.tfindex` beside them, like every converted shard.
+_TFRECORD = RemainderFormat(".tfrecord", TFRecordShardWriter, TFRecordShardWriter.finished_size, 1)
+REMAINDER_FORMATS = {"img": _TAR, "tensor": _TAR, "tfrecord": _TFRECORD}
 
 
 def remainder_format(fmt: str) -> RemainderFormat:

@@ -55,6 +55,13 @@ from datasets.repartition import (
     repartition,
 )
 from datasets.tar_format import TarShardWriter, iter_tar_members, iter_tar_samples
+from datasets.tfrecord_format import (
+    TFRecordShardWriter,
+    iter_tfrecord_samples,
+    read_tfrecord_index,
+    tfrecord_index_path,
+    tfrecord_shard_name,
+)
 
 NS = (1, 2, 3, 4, 7, 8)
 POLICY_NAMES = ("spread", "drop", "pad")
@@ -266,6 +273,8 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0):
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    if fmt == "tfrecord":
+        return build_tfrecord_dataset(directory, counts, per_shard, rng)
     ext = PAYLOAD_EXTENSIONS[fmt]
     splits = {}
     for split, total in counts.items():
@@ -290,14 +299,49 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0):
             shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256).to_json())
         index = write_sample_index(directory / sample_index_name(split), records)
         splits[split] = {"length": total, "source_samples": total, "skipped": [], "shards": shards, "index": index}
+    write_test_metadata(directory, fmt, counts, splits, seed)
+    return directory
+
+
+def write_test_metadata(directory, fmt, counts, splits, seed=0):
     write_metadata(directory, {
         "train_length": counts.get("train", 0), "validation_length": counts.get("validation", 0),
         "format": fmt, "shuffle": False, "seed": seed, "image_quality": 95,
         "train_transform_pipeline": [], "validation_transform_pipeline": [],
         "format_version": 1, "classes": ["a", "b", "c", "d"], "tensor_layout": "HWC" if fmt == "tensor" else None,
-        "splits": splits,
+        "splits": splits, **({"label_offset": 1} if fmt == "tfrecord" else {}),
     })
+
+
+def build_tfrecord_dataset(directory, counts, per_shard, rng):
+    """The same, in TF-slim TFRecord shards written with the core TFRecord writer."""
+    splits = {}
+    for split, total in counts.items():
+        shards, records = [], []
+        starts = range(0, total, per_shard)
+        for n, start in enumerate(starts):
+            name = tfrecord_shard_name(split, n, len(starts))
+            with TFRecordShardWriter(directory / name) as writer:
+                for number in range(start, min(start + per_shard, total)):
+                    key, label = f"{split}_{number:05d}", number % 4
+                    payload = rng.integers(0, 256, int(rng.integers(200, 3000)), dtype=np.uint8).tobytes()
+                    written = writer.add_sample(key, label, "abcd"[label], payload, 8, 8, f"{key}.JPEG")
+                    records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
+                                                written.payload_offset, written.payload_size,
+                                                hashlib.sha256(payload).hexdigest(), ""))
+            shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256).to_json())
+        index = write_sample_index(directory / sample_index_name(split), records)
+        splits[split] = {"length": total, "source_samples": total, "skipped": [], "shards": shards, "index": index}
+    write_test_metadata(directory, "tfrecord", counts, splits)
     return directory
+
+
+def read_samples(path, fmt):
+    """(key, payload sha256) of every sample of a shard, read with the project's reader for the format."""
+    if fmt == "tfrecord":
+        return [(s["__key__"], hashlib.sha256(s["jpg"]).hexdigest()) for s in iter_tfrecord_samples(path, 1)]
+    ext = PAYLOAD_EXTENSIONS[fmt]
+    return [(s["__key__"], hashlib.sha256(s[ext]).hexdigest()) for s in iter_tar_samples(path)]
 
 
 def original_records(target, split):
@@ -321,11 +365,14 @@ def check_output(target, num_instances, expected_policies=None):
     assert manifest["format"] == metadata["format"]
     assert manifest["source_metadata_sha256"] == hashlib.sha256(metadata_bytes).hexdigest()
     assert not list(out.glob("*.partial")) and not list(out.glob("*.plan.json"))
-    payload_ext = PAYLOAD_EXTENSIONS[metadata["format"]]
+    fmt = metadata["format"]
     # Nothing else in the folder: no partial, stamp or lock file, no leftover of another plan.
     expected_files = {MANIFEST_FILE} | {
         Path(item[key]).name for entry in manifest["splits"].values() for item in entry["instances"]
         for key in ("index", "shard_list", "remainder") if item[key]}
+    if fmt == "tfrecord":  # each TFRecord shard has its tfrecord2idx index beside it
+        expected_files |= {tfrecord_index_path(item["remainder"]).name for entry in manifest["splits"].values()
+                           for item in entry["instances"] if item["remainder"]}
     assert {path.name for path in out.iterdir()} == expected_files
     for split, entry in manifest["splits"].items():
         if expected_policies:
@@ -340,10 +387,7 @@ def check_output(target, num_instances, expected_policies=None):
             listed = (target / instance["shard_list"]).read_text().split()
             assert listed == instance["shards"] + ([instance["remainder"]] if instance["remainder"] else [])
             index = read_sample_index(target / instance["index"])
-            on_disk = []
-            for name in listed:
-                for sample in iter_tar_samples(target / name):
-                    on_disk.append((sample["__key__"], hashlib.sha256(sample[payload_ext]).hexdigest(), name))
+            on_disk = [(key, digest, name) for name in listed for key, digest in read_samples(target / name, fmt)]
             assert [(r.key, r.payload_sha256, r.shard) for r in index] == on_disk
             assert len(index) == instance["samples"]
             for record in index:
@@ -362,7 +406,11 @@ def check_output(target, num_instances, expected_policies=None):
                 digest, size = sha256_file(target / instance["remainder"])
                 assert instance["remainder_record"] == {
                     "name": instance["remainder"], "samples": instance["copied_samples"], "bytes": size, "sha256": digest}
-                assert instance["copied_bytes"] == sum(r.record_size for r in index if r.shard == instance["remainder"])
+                copied = [r for r in index if r.shard == instance["remainder"]]
+                assert instance["copied_bytes"] == sum(r.record_size for r in copied)
+                if fmt == "tfrecord":
+                    assert read_tfrecord_index(tfrecord_index_path(target / instance["remainder"])) == [
+                        (r.record_offset, r.record_size) for r in copied]
             reads.append([r.key for r in index])
 
         counts = [len(keys) for keys in reads]
@@ -420,7 +468,7 @@ def small_datasets(tmp_path_factory):
     return build
 
 
-@pytest.mark.parametrize("fmt", ["img", "tensor"])
+@pytest.mark.parametrize("fmt", ["img", "tensor", "tfrecord"])
 @pytest.mark.parametrize("counts, per_shard", [
     ({"train": 36, "validation": 12}, 8),  # partial last shard
     ({"train": 40, "validation": 17}, 5),  # train divides, validation does not
@@ -546,6 +594,16 @@ def test_sigkill_then_rerun_ends_complete_and_correct(small_datasets, tmp_path, 
     reference = small_datasets()
     repartition(reference, 4, policies={"validation": "pad"})
     target = small_datasets()
+    sigkill_then_rerun(target, reference, event, after)
+
+
+def test_sigkill_then_rerun_tfrecord(small_datasets):
+    reference = small_datasets("tfrecord")
+    repartition(reference, 4, policies={"validation": "pad"})
+    sigkill_then_rerun(small_datasets("tfrecord"), reference, "copied", 3)
+
+
+def sigkill_then_rerun(target, reference, event, after):
     killed = kill_during(target, 4, event, after, "validation=pad")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     out = output_dir(target, 4)
@@ -814,7 +872,8 @@ def test_three_torchrun_instances_read_the_repartition(real_dataset, tmp_path):
     out.mkdir()
     result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 3, script, target, out,
                         timeout=240, env={"OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # A rank's traceback comes first in stderr; torchrun's summary comes last.
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[:4000] + result.stderr[-1000:]
     ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(3)]
     for split in ("validation", "train"):
         entry = manifest["splits"][split]
