@@ -186,11 +186,13 @@ def compare_with_manifest(recorded: dict, current: dict):
         differences.append((path, "added", f"added: not in the manifest ({entry.size:,} bytes){same}"))
     for path in sorted(set(recorded) & set(current)):
         old, new = recorded[path], current[path]
+        if old.sha256 == new.sha256 and old.size == new.size:
+            continue
+        other = [p for p in recorded_by_hash.get(new.sha256, []) if p != path]
+        whose = f"; it holds the content of {', '.join(other[:3])} (swapped?)" if other else ""
         if old.size != new.size:
-            differences.append((path, "changed", f"changed: {new.size:,} bytes, the manifest says {old.size:,}"))
-        elif old.sha256 != new.sha256:
-            other = [p for p in recorded_by_hash.get(new.sha256, []) if p != path]
-            whose = f"; it holds the content of {', '.join(other[:3])} (swapped?)" if other else ""
+            differences.append((path, "changed", f"changed: {new.size:,} bytes, the manifest says {old.size:,}{whose}"))
+        else:
             differences.append((path, "changed", f"changed: sha256 {new.sha256[:16]}... differs from the manifest's "
                                                  f"{old.sha256[:16]}...{whose}"))
     return differences

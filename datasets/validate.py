@@ -84,6 +84,9 @@ RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
 RAW_TASK_FILES = 256
 
 
+NOT_IN_INDEX = "sample is in the shard but not in the sample index"
+
+
 class ValidationUsageError(Exception):
     """The path cannot be validated at all (missing, unreadable, not a dataset): exit code 2."""
 
@@ -253,6 +256,7 @@ class ShardTask:
     deep: bool
     tensor_layout: Optional[str] = None
     group: Optional[str] = None  # split whose keys must be unique across shards; None for repartitions
+    label_offset: int = 0  # metadata's label_offset: stored label - label_offset = class index (tfrecord: 1)
 
 
 @dataclass
@@ -418,12 +422,12 @@ class _TarWalk:
                         if _unsafe_member_name(member_name):
                             self.problem(f"unsafe member name {member_name!r} (absolute or with '..'): extracting "
                                          f"the shard would write outside its folder", key)
-                    if group is None or key != group[0]:
+                    # A new sample starts at a new key, or at a member its sample already has: the
+                    # same key again (webdataset stops there with "duplicate file name").
+                    if group is None or key != group[0] or ext in group[2]:
                         if group is not None:
                             self.finish(*group)
                         group = (key, member.header_offset, {})
-                    if ext in group[2]:
-                        self.problem(f"member {member_name!r} appears twice in one sample", key)
                     group[2][ext] = member
                     end_of_members = member_end + (-len(member.data) % BLOCK)
                 if group is not None:
@@ -483,7 +487,7 @@ class _TarWalk:
                 local.append(f"unexpected member {key}.{ext} (a sample holds .cls, .json and one .{task.payload_ext})")
         entry = self.index.by_key.get(key)
         if entry is None:
-            local.append("sample is in the shard but not in the sample index")
+            local.append(NOT_IN_INDEX)
         label_member = members.get("cls")
         if label_member is not None:
             label_text = bytes(label_member.data)
@@ -531,10 +535,28 @@ class ShardFormat:
     companions: Callable[[str], tuple] = shard_companions_none  # e.g. a TFRecord shard's own index file
 
 
-# The one place that maps a dataset format to its shard check. A TFRecord checker plugs in here
-# ("tfrecord": ShardFormat(check_tfrecord_shard, companions=...)) and in CONTAINER_OF_FORMAT.
-SHARD_FORMATS = {"tar": ShardFormat(check_tar_shard)}
-CONTAINER_OF_FORMAT = {"img": "tar", "tensor": "tar"}
+def check_tfrecord_shard(task: ShardTask) -> ShardResult:
+    from .validate_tfrecord import check_tfrecord_shard as check  # imports this module: imported on use
+
+    return check(task)
+
+
+def tfrecord_companions(shard_name):
+    from .tfrecord_format import INDEX_SUFFIX
+
+    return (shard_name + INDEX_SUFFIX,)
+
+
+# The one place that maps a dataset format to its shard check.
+SHARD_FORMATS = {"tar": ShardFormat(check_tar_shard),
+                 "tfrecord": ShardFormat(check_tfrecord_shard, companions=tfrecord_companions)}
+CONTAINER_OF_FORMAT = {"img": "tar", "tensor": "tar", "tfrecord": "tfrecord"}
+
+
+def label_offset_of(metadata) -> int:
+    """metadata.json's label_offset (tfrecord shards store label + 1, as TF-slim); 0 when absent."""
+    value = metadata.get("label_offset", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def run_shard_task(task: ShardTask) -> ShardResult:
@@ -736,7 +758,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
                 problems.append(_missing_shard_problem(shard.name, shard, grouped.get(shard.name, [])))
                 continue
             tasks.append(ShardTask(str(path), shard.name, container, shard, tuple(grouped.get(shard.name, [])),
-                                   payload_ext, classes, deep, deep, layout, split))
+                                   payload_ext, classes, deep, deep, layout, split, label_offset_of(metadata)))
 
     repartitions = _plan_repartition_checks(root, metadata, metadata_sha256, states, container, payload_ext,
                                             classes, deep, layout, problems)
@@ -746,6 +768,8 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
     results = {}
     for result in _run_tasks(tasks, workers, progress, "shards"):
         results[result.name] = result
+    _explain_foreign_samples(states, results)
+    for result in results.values():
         problems.extend(result.problems)
 
     _cross_shard_checks(states, results, problems)
@@ -772,6 +796,24 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         "mb_per_s": round(checked / seconds / 1e6, 1) if seconds > 0 else None,
     }
     return report
+
+
+def _explain_foreign_samples(states, results):
+    """A sample the index places in another shard says which: shards swapped, renamed or mixed."""
+    for state in states.values():
+        home = None
+        for shard in state.shards:
+            result = results.get(shard.name)
+            if result is None or not any(p.problem == NOT_IN_INDEX for p in result.problems):
+                continue
+            if home is None:
+                home = {record.key: record.shard for record in state.records}
+            result.problems = [
+                error(p.file, f"sample belongs to {home[p.key]} according to the sample index (shards swapped, "
+                              f"renamed or mixed?)", p.key)
+                if p.problem == NOT_IN_INDEX and home.get(p.key, p.file) != p.file else p
+                for p in result.problems
+            ]
 
 
 def _cross_shard_checks(states, results, problems):
@@ -911,7 +953,8 @@ def _plan_repartition_checks(root, metadata, metadata_sha256, states, container,
                     continue
                 tasks_record = remainder_record
                 plan.tasks.append(ShardTask(str(path), remainder, container, tasks_record, mine, payload_ext, classes,
-                                            True, deep, layout, None))
+                                            True, deep, layout, None, label_offset_of(metadata)))
+                plan.expected_files.update(SHARD_FORMATS[container].companions(remainder))
     return plans
 
 
@@ -1002,6 +1045,12 @@ def _check_repartition(root, plan, states, problems):
                                                      f"{source.shard} (payload sha256 or label)", record.key))
             for record in records:
                 readers[record.key].append(number)
+        for name, instance_keys in (("padded_keys", list(padded.elements())), ("dropped_keys", sorted(dropped))):
+            if name in entry and sorted(entry[name]) != sorted(instance_keys):
+                problems.append(error(where, f"{split}: the split's {name} differ from its instances' {name}"))
+        if "total_samples" in entry and entry["total_samples"] != len(state.records):
+            problems.append(error(where, f"{split}: total_samples {entry['total_samples']!r}, the split has "
+                                         f"{len(state.records):,} samples"))
         _check_union(where, split, policy, state, readers, padded, dropped, problems)
         _check_counts(where, split, policy, actual_counts, len(state.records), problems)
     _check_repartition_folder_files(root, plan, problems)
