@@ -195,6 +195,26 @@ def test_simulated_instances_train_equal_batches(img, count, workers, policy):
         assert not policy_dropped and sum(padded.values()) == -(-36 // count) * count - 36
 
 
+@pytest.mark.parametrize("normalization", ["device", "host"])
+def test_batches_kept_by_the_caller_are_never_overwritten(img, normalization):
+    """Output buffers are reused only once nothing references them (see BatchRing)."""
+    loader = get_data(img, "train", 2, 2, instance=SINGLE, with_keys=True, normalization=normalization)
+    kept, copies = [], []
+    for batch in loader:
+        kept.append(batch.images)
+        copies.append(batch.images.clone())
+    assert len(kept) == 18 and all(torch.equal(k, c) for k, c in zip(kept, copies))
+    assert loader.dataset.ring.fresh > 0  # the ring ran out of free slots and did not wait
+    # The same epoch again, dropping each batch: the workers reuse their buffers, same content.
+    again = get_data(img, "train", 2, 2, instance=SINGLE, with_keys=True, normalization=normalization)
+    for _ in range(2):  # the second epoch reuses buffers received in the first
+        copies_again = [batch.images.clone() for batch in again]
+    again.set_epoch(0)
+    copies_again = [batch.images.clone() for batch in again]
+    assert again.dataset.ring.reused > 0
+    assert all(torch.equal(a, b) for a, b in zip(copies, copies_again))
+
+
 def test_fewer_shards_than_workers(img):
     """2 validation shards, 3 workers; and a one-shard source read by 2 workers."""
     loader = get_data(img, "validation", 2, 3, instance=SINGLE, with_keys=True, normalization="device")
