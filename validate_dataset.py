@@ -61,6 +61,10 @@ def progress_bar(total, description):
                 dynamic_ncols=True, leave=False, disable=None)  # no bar in logs (non-TTY)
 
 
+def plural(count, noun):
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
 def render(report):
     """The lines printed to stdout: verdicts, problems (at most MAX_LINES_PER_FILE per file), notes, summary."""
     lines = report.verdict_lines()
@@ -79,8 +83,8 @@ def render(report):
             if report.mode == "converted" else f"{stats.get('files_checked', 0):,} files")
     rate = f" ({stats['mb_per_s']:,} MB/s)" if stats.get("mb_per_s") else ""
     lines.append(f"Checked {what}, {stats.get('bytes_checked', 0) / 1e6:,.1f} MB in {stats.get('seconds', 0):.1f} s"
-                 f"{rate} with {stats.get('workers', 1)} worker(s): {len(report.errors)} errors, "
-                 f"{len(report.warnings)} warnings.")
+                 f"{rate} with {plural(stats.get('workers', 1), 'worker')}: {plural(len(report.errors), 'error')}, "
+                 f"{plural(len(report.warnings), 'warning')}.")
     return lines
 
 

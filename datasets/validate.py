@@ -161,7 +161,9 @@ class Report:
 
 
 def _sorted_problems(problems):
-    return sorted(problems, key=lambda p: (p.severity != ERROR, p.file, p.key or ""))
+    # Errors first, grouped by file; within a file the order they were found in (a shard's own
+    # problems, then its samples in shard order), which sorted() keeps as it is stable.
+    return sorted(problems, key=lambda p: (p.severity != ERROR, p.file))
 
 
 # ================================================================================ payload checks
@@ -363,7 +365,7 @@ def check_tar_shard(task: ShardTask) -> ShardResult:
                                               f"({record.sha256[:16]}...){detail}"))
         if record is not None and len(walk.found) != record.samples:
             shard_problems.append(error(name, f"{len(walk.found)} samples in the shard, metadata says {record.samples}"))
-        result.problems = walk.problems + shard_problems
+        result.problems = shard_problems + walk.problems
         result.keys = walk.found
         result.payloads_hashed = walk.payloads_hashed
         result.payloads_decoded = walk.payloads_decoded
@@ -730,6 +732,9 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
     metadata_sha256 = sha256_bytes(metadata_bytes)
     fmt = metadata.get("format")
     container = CONTAINER_OF_FORMAT.get(fmt)
+    if container is None and fmt in PAYLOAD_EXTENSIONS:
+        raise ValidationUsageError(f"{root}: format {fmt!r} has no shard check yet (SHARD_FORMATS in "
+                                   f"datasets/validate.py); this validator checks {', '.join(CONTAINER_OF_FORMAT)}")
     if container is None:
         problems.append(error(METADATA_FILE, f"unknown format {fmt!r} (this validator knows {', '.join(CONTAINER_OF_FORMAT)})"))
         report.verdicts["Dataset"] = False
@@ -1291,8 +1296,14 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
         for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
             problems.append(error(path, text))
     if have_manifest or write_manifest:
+        by_folder = defaultdict(list)
         for where, text in imagenet_findings:
-            report.notes.append(f"{where} {text} (informational: checked against {raw_checksum.MANIFEST_FILE})")
+            by_folder[where].append(text)
+        for where, texts in by_folder.items():
+            report.notes.append(f"{where} not the standard ImageNet layout ({'; '.join(texts)}); informational: "
+                                f"this folder is checked against its {raw_checksum.MANIFEST_FILE}")
+        if have_manifest:
+            report.notes.append(f"checked against {raw_checksum.MANIFEST_FILE} ({len(recorded):,} files recorded)")
     else:
         for where, text in imagenet_findings:
             problems.append(error(where, text))
