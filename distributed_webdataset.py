@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     except (DatasetError, TarFormatError, OSError) as error:
         close()
         print(f"error: {error}", file=sys.stderr)
-        print("nothing was published: the original dataset is untouched", file=sys.stderr)
+        print("the original dataset is untouched", file=sys.stderr)
         return 1
     close()
 

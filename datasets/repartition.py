@@ -64,6 +64,7 @@ import hashlib
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -79,7 +80,7 @@ from .index import (
     write_sample_index,
 )
 from .tar_format import BLOCK, TarShardWriter
-from .tfrecord_format import TFRecordShardWriter
+from .tfrecord_format import TFRecordShardWriter, describe_damage
 
 POLICIES = ("spread", "pad", "drop")
 MANIFEST_FILE = "manifest.json"
@@ -102,8 +103,8 @@ def output_dir(target, num_instances: int) -> Path:
 # ------------------------------------------------------------------------------------------ formats
 # The one place where the dataset format decides how remainder shards are written. A format
 # needs a writer (context manager publishing atomically, with `add_raw_record(raw) -> offset`,
-# `.sha256`, `.bytes_written`), the finished size for given record bytes, and the alignment its
-# records must have.
+# `.sha256`, `.bytes_written`), the finished size for given record bytes, the alignment its
+# records must have, and optionally what the shard's own checks say about a damaged shard.
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,12 @@ class RemainderFormat:
     open_writer: Callable
     finished_size: Callable[[int], int]
     record_alignment: int
+    describe_damage: Callable[[Path], str] = lambda path: ""  # e.g. TFRecord: which record's CRC fails
 
 
 _TAR = RemainderFormat(".tar", TarShardWriter, TarShardWriter.finished_size, BLOCK)
 # TFRecord remainders get the writer's `<name>.tfindex` beside them, like every converted shard.
-_TFRECORD = RemainderFormat(".tfrecord", TFRecordShardWriter, TFRecordShardWriter.finished_size, 1)
+_TFRECORD = RemainderFormat(".tfrecord", TFRecordShardWriter, TFRecordShardWriter.finished_size, 1, describe_damage)
 REMAINDER_FORMATS = {"img": _TAR, "tensor": _TAR, "tfrecord": _TFRECORD}
 
 
@@ -507,6 +509,8 @@ def decide(existing: Optional[dict], request: Request, source_sha256: str, fmt: 
     """What to do given an existing manifest (pure)."""
     if existing is None:
         return Decision(list(request.policies), {}, [], False, [])
+    if not isinstance(existing.get("splits"), dict):
+        return Decision(list(request.policies), {}, [], True, [])  # unusable: replace it
     if (
         existing.get("source_metadata_sha256") != source_sha256
         or existing.get("num_instances") != request.num_instances
@@ -579,11 +583,14 @@ class _SourceReader:
         self._fd = None
 
     def read(self, record: SampleRecord) -> bytes:
-        if record.shard != self._name:
-            self.close()
-            self._fd = os.open(self.target / record.shard, os.O_RDONLY)
-            self._name = record.shard
-        raw = os.pread(self._fd, record.record_size, record.record_offset)
+        try:
+            if record.shard != self._name:
+                self.close()
+                self._fd = os.open(self.target / record.shard, os.O_RDONLY)
+                self._name = record.shard
+            raw = os.pread(self._fd, record.record_size, record.record_offset)
+        except OSError as error:
+            raise DatasetError(f"{self.target / record.shard}: cannot read: {error.strerror or error}") from None
         if len(raw) != record.record_size:
             raise DatasetError(
                 f"{self.target / record.shard}: truncated: sample {record.key!r} needs bytes "
@@ -625,9 +632,11 @@ def verify_shards(dataset: SourceDataset, pairs, progress=None):
         except OSError as error:
             raise DatasetError(f"{path}: cannot read the shard: {error.strerror or error}") from None
         if digest != shard.sha256 or size != shard.bytes:
+            damage = remainder_format(dataset.format).describe_damage(path)
             raise DatasetError(
                 f"{path}: sha256 {digest[:16]}... does not match metadata.json ({shard.sha256[:16]}...): the shard "
-                f"changed since conversion; re-convert it (create_webdataset.py --resume) or check it with validate_dataset.py"
+                f"changed since conversion{f' ({damage})' if damage else ''}; re-convert it "
+                f"(create_webdataset.py --resume) or check it with validate_dataset.py"
             )
         if progress:
             progress("verified", split=split, name=shard.name, bytes=size)
@@ -640,6 +649,18 @@ def _remove_split_files(out: Path, split: str):
             path.unlink(missing_ok=True)
 
 
+@contextmanager
+def _writing(path):
+    """Turn a failed write (a full disk, a read-only mount) into a DatasetError naming the file."""
+    try:
+        yield
+    except OSError as error:
+        raise DatasetError(
+            f"{path}: cannot write: {error.strerror or error}; no manifest was written, so no loader uses this "
+            f"repartition; re-run once fixed (finished remainder shards are kept)"
+        ) from None
+
+
 def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=None) -> dict:
     """Write one split's remainder shards, shard lists and indexes; return its manifest entry."""
     fmt = remainder_format(dataset.format)
@@ -648,7 +669,8 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
     stamp_path = out / f"{plan.split}.plan.json"
     if _read_json_or_none(stamp_path) != stamp:
         _remove_split_files(out, plan.split)  # anything here was made for another plan
-        atomic_write_json(stamp_path, stamp)
+        with _writing(stamp_path):
+            atomic_write_json(stamp_path, stamp)
     for path in out.glob(f"{plan.split}-*{PARTIAL_SUFFIX}"):
         path.unlink(missing_ok=True)  # left by a killed run
 
@@ -670,7 +692,7 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
                     if progress:
                         progress("kept", split=plan.split, name=remainder_name, bytes=size)
                 else:
-                    with fmt.open_writer(remainder_path) as writer:
+                    with _writing(remainder_path), fmt.open_writer(remainder_path) as writer:
                         for record, placed in zip(instance.copied, copied_records):
                             offset = writer.add_raw_record(reader.read(record))
                             if offset != placed.record_offset:
@@ -682,9 +704,11 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
                         progress("written", split=plan.split, name=remainder_name, bytes=size)
                 remainder_record = ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest)
             read_order = [r for name in instance.shards for r in records_by_shard[name]] + copied_records
-            write_sample_index(out / index_name, read_order)
+            with _writing(out / index_name):
+                write_sample_index(out / index_name, read_order)
             shard_list = list(instance.shards) + ([remainder_record.name] if remainder_record else [])
-            atomic_write_bytes(out / list_name, "".join(f"{name}\n" for name in shard_list).encode())
+            with _writing(out / list_name):
+                atomic_write_bytes(out / list_name, "".join(f"{name}\n" for name in shard_list).encode())
             entries.append(
                 {
                     "instance": instance.instance,
@@ -789,13 +813,23 @@ def repartition(
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RepartitionUsageError(f"{out}: another repartition for {num_instances} instances is running") from None
+        # Decide again under the lock: another run may have finished since the first look.
+        existing = read_manifest(dataset.target, num_instances)
+        decision = decide(existing, request, dataset.metadata_sha256, dataset.format)
+        if not decision.build:
+            return RepartitionResult(out, [], kept, False, True, False, len(to_verify),
+                                     sum(shard.bytes for _, shard in to_verify), time.perf_counter() - started,
+                                     existing, dataset.format)
         manifest_path = out / MANIFEST_FILE
         if decision.stale:
             manifest_path.unlink(missing_ok=True)
+            for split in set(existing.get("splits") or {}) - set(decision.build):
+                _remove_split_files(out, split)  # made from the old metadata.json and not rebuilt now
         elif existing is not None and decision.drop_manifest_splits:
             # The manifest must never point at files that are about to be rewritten.
             trimmed = dict(existing, splits=dict(decision.keep))
-            atomic_write_json(manifest_path, trimmed)
+            with _writing(manifest_path):
+                atomic_write_json(manifest_path, trimmed)
         entries = dict(decision.keep)
         for plan in plans:
             entries[plan.split] = _write_split(dataset, plan, out, progress)
@@ -813,7 +847,8 @@ def repartition(
             "verified_shards": verify,
             "splits": ordered,
         }
-        atomic_write_json(manifest_path, manifest)
+        with _writing(manifest_path):
+            atomic_write_json(manifest_path, manifest)
         for path in out.glob("*.plan.json"):
             path.unlink(missing_ok=True)
     finally:

@@ -267,7 +267,7 @@ def test_decide_existing_manifest():
 # ================================================================== small real datasets (core writer)
 
 
-def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0):
+def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0, payload_bytes=(200, 3000)):
     """A dataset in the converter's on-disk form, written with the core tar writer and index code."""
     counts = counts or {"train": 36, "validation": 12}
     directory = Path(directory)
@@ -289,7 +289,7 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0):
                         side = int(rng.integers(4, 12))
                         payload = encode_npy(rng.integers(0, 256, (side, side, 3), dtype=np.uint8))
                     else:
-                        payload = rng.integers(0, 256, int(rng.integers(200, 3000)), dtype=np.uint8).tobytes()
+                        payload = rng.integers(0, 256, int(rng.integers(*payload_bytes)), dtype=np.uint8).tobytes()
                     meta = json.dumps({"source": f"{key}.JPEG"}).encode()
                     written = writer.add_sample(key, [("cls", str(label).encode()), ("json", meta), (ext, payload)])
                     members = ";".join(f"{e}:{m.header_offset}" for e, m in written.members.items())
@@ -887,3 +887,26 @@ def test_three_torchrun_instances_read_the_repartition(real_dataset, tmp_path):
     assert sorted(validation) == sorted(original_records(target, "validation"))  # every sample exactly once
     assert len({share["train"]["batches"] for share in ranks}) == 1  # equal batch counts for training
     assert [len(share["train"]["keys"]) for share in ranks] == [12, 12, 12]
+
+
+def test_full_disk_names_the_file_and_a_rerun_finishes(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a 1 MiB tmpfs needs root")
+    try:
+        # ~650 KB of shards; N=8 copies 28 of the 36 samples (~500 KB): the disk fills mid-copy.
+        target = build_dataset(disk / "dataset", "img", {"train": 36}, 8, payload_bytes=(15000, 20000))
+        before = {k: v for k, v in snapshot(target).items()}
+        result = run_cli(target, "--num-instances", 8)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "No space left on device" in result.stderr and "train-remainder-" in result.stderr
+        out = output_dir(target, 8)
+        assert not (out / MANIFEST_FILE).exists() and not list(out.glob("*.partial"))
+        assert {k: v for k, v in snapshot(target).items() if not k.startswith("distributed/")} == before
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
+        again = run_cli(target, "--num-instances", 8)
+        assert again.returncode == 0, again.stdout + again.stderr
+        check_output(target, 8, {"train": "drop"})
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
