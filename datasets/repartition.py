@@ -18,18 +18,22 @@ Planning (pure functions, `plan_split`):
      if it fits under that instance's target. The shards that fit nowhere form the pool.
      Why this bounds the copying: a shard stays in the pool only if it is larger than every
      instance's remaining room at that moment, and room only shrinks; so at the end every
-     instance lacks fewer samples than the largest shard holds. At most about one shard's worth is
-     copied per instance, and nothing at all when the shards already divide evenly.
+     instance lacks fewer samples than any pool shard holds (with an empty pool, only `pad` leaves
+     room: its pad slots). At most one shard's worth is copied per instance, and nothing at all
+     when the shards already divide evenly.
   3. The pool's samples (in dataset order) fill each instance's remaining room, in instance order;
      `drop` leaves out the pool's last T%N samples; `pad` first reserves pad slots (dealt one at a
      time over the instances with room) and fills them with distinct samples the receiving instance
-     does not already read.
-  Planning is linear in the number of samples (plus a sort of the shards by size).
+     does not already read. Dropped samples belong to no instance; the manifest lists them at the
+     split and, one each, at the first T%N instances (those `spread` would give one more sample).
+  Planning is linear in the number of samples (plus a sort of the shards by size); see
+  benchmarks/repartition_benchmark.py for ImageNet-sized figures.
 
 Execution copies each planned sample's whole byte range (SampleRecord.record_offset/record_size)
-verbatim into the instance's remainder shard: tar headers hold no offsets, so the copy is valid as
-it is, and every payload stays byte-identical. Nothing is decoded or re-encoded. Each copied
-payload's sha256 is checked against the index while copying.
+verbatim into the instance's remainder shard: tar headers and TFRecord framing hold no offsets, so
+the copy is valid as it is, and every payload stays byte-identical. Nothing is decoded or
+re-encoded. Each copied payload's sha256 is checked against the index while copying. The writer is
+chosen by the dataset's format in one table, REMAINDER_FORMATS.
 
 Safety:
   * The original shards, indexes and metadata.json are only read.
@@ -39,7 +43,7 @@ Safety:
     one shard per instance is read twice, once to hash, once to copy). `verify="all"` hashes every
     shard of the selected splits: on ImageNet (~150 GB) that is ~80 s of sha256 per core at
     ~1.8 GB/s, and usually longer because the disk or NFS is slower than that. Whole shards that
-    are not copied from are otherwise checked by the loader/validator when read.
+    are not copied from are left to validate_dataset.py, which checks every shard.
   * Files are written atomically (datasets.fileio), the manifest last. A per-split plan stamp
     (`<split>.plan.json`, removed once the manifest is written) lets a re-run after a crash or
     SIGKILL keep the remainder shards it already finished for the same plan, and discard anything
