@@ -369,6 +369,17 @@ def read_tfrecord_index(path):
     return entries
 
 
+def describe_damage(source, limit=3) -> str:
+    """What the records' CRCs say about a shard (e.g. one whose sha256 no longer matches): "" if nothing.
+
+    For messages: "record 4 (at byte 1234): data CRC mismatch (...)", the first `limit` problems.
+    """
+    problems = check_tfrecord_shard(source).problems
+    shown = [f"record {p.record} (at byte {p.offset}): {p.problem}" if p.record is not None else p.problem for p in problems[:limit]]
+    more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
+    return "; ".join(shown) + more
+
+
 # ---------------------------------------------------------------------------------------
 # tf.train.Example wire format
 #
