@@ -325,7 +325,9 @@ class ImageStream(IterableDataset):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.source, self.split, self.batch_size, self.instance = source, split, batch_size, instance
-        self.train, self.policy, self.seed, self.epoch = train, policy, seed, epoch
+        self.train, self.policy, self.seed = train, policy, seed
+        # Shared memory: persistent DataLoader workers see the epoch the main process sets.
+        self._epoch = torch.tensor([epoch], dtype=torch.int64).share_memory_()
         self.shuffle, self.drop_last, self.pipeline = shuffle, drop_last, pipeline
         self.normalization, self.dtype = normalization, dtype
         self.scale, self.bias = scale_and_bias(mean, std)
@@ -351,8 +353,12 @@ class ImageStream(IterableDataset):
                  len(share.records))
         return share
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch[0])
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self._epoch[0] = int(epoch)
 
     def plan(self, epoch: Optional[int] = None):
         epoch = self.epoch if epoch is None else epoch
@@ -522,6 +528,7 @@ class ImageLoader:
         # being filled, and one spare; beyond that a worker allocates fresh buffers (still correct).
         dataset.ring = BatchRing(workers, (prefetch_factor or 2) + 3 if workers else 3)
         self.report: Optional[EpochReport] = None
+        self._loader = None
 
     @property
     def instance(self) -> Instance:
@@ -558,11 +565,16 @@ class ImageLoader:
             last_batch_dropped=_keys(plan.last_batch_dropped),
         )
         self.report = report
-        options = {}
-        if self.workers > 0:
-            options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout}
-        loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, pin_memory=self.pin_memory,
-                            persistent_workers=False, **options)
+        if self._loader is None:
+            options = {}
+            if self.workers > 0:
+                # Persistent workers: no process start-up per epoch (it dominates short epochs);
+                # they read the epoch from shared memory at each new iteration.
+                options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout,
+                           "persistent_workers": True}
+            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers,
+                                      pin_memory=self.pin_memory, **options)
+        loader = self._loader
         ring = dataset.ring
         ring.release_returned()
         try:
@@ -627,7 +639,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
         log.warning("%s: %s", resolved.description, note)
-    skipped_steps = [s for s in resolved.stored_steps] if not pipeline.steps or len(pipeline.steps) < 2 else []
+    skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
     dataset = ImageStream(resolved, split, batch_size, instance, train=train, policy=policy, seed=seed,
                           epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
