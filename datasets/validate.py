@@ -612,14 +612,14 @@ def _check_metadata(metadata, problems):
         total = sum(shard.samples for shard in shards)
         length = entry.get("length")
         if length is not None and length != total:
-            problems.append(error(meta, f"split {split!r}: length {length:,}, its shards hold {total:,} samples"))
+            problems.append(error(meta, f"split {split!r}: length {length!r}, its shards hold {total:,} samples"))
         top = metadata.get(f"{split}_length")
         if top is not None and top != total:
-            problems.append(error(meta, f"{split}_length is {top:,}, the {split} shards hold {total:,} samples"))
+            problems.append(error(meta, f"{split}_length is {top!r}, the {split} shards hold {total:,} samples"))
         skipped = entry.get("skipped") or []
         source_samples = entry.get("source_samples")
         if source_samples is not None and source_samples != total + len(skipped):
-            problems.append(error(meta, f"split {split!r}: {source_samples:,} source samples, but "
+            problems.append(error(meta, f"split {split!r}: {source_samples!r} source samples, but "
                                         f"{total:,} written + {len(skipped):,} skipped = {total + len(skipped):,}"))
         for item in skipped:
             if isinstance(item, dict):
@@ -742,10 +742,16 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
     payload_ext = PAYLOAD_EXTENSIONS.get(fmt, fmt)
     classes = tuple(metadata.get("classes") or ())
     layout = metadata.get("tensor_layout")
-    split_shards = _check_metadata(metadata, problems)
-    states = {}
-    for split, shards in split_shards.items():
-        states[split] = _load_split_index(root, split, metadata["splits"][split], shards, problems)
+    try:
+        split_shards = _check_metadata(metadata, problems)
+        states = {}
+        for split, shards in split_shards.items():
+            states[split] = _load_split_index(root, split, metadata["splits"][split], shards, problems)
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a value of the wrong type
+        problems.append(error(METADATA_FILE, f"malformed: {type(exc).__name__}: {exc}"))
+        report.problems = _sorted_problems(problems)
+        report.verdicts["Dataset"] = False
+        return report
 
     tasks = []
     expected_files = {METADATA_FILE}
@@ -779,7 +785,11 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
 
     _cross_shard_checks(states, results, problems)
     for plan in repartitions:
-        _check_repartition(root, plan, states, problems)
+        try:
+            _check_repartition(root, plan, states, problems)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a value of the wrong type
+            problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}",
+                                  f"malformed repartition manifest: {type(exc).__name__}: {exc}"))
     _check_extra_files(root, expected_files, repartitions, problems)
 
     report.problems = _sorted_problems(problems)
@@ -908,59 +918,81 @@ def _plan_repartition_checks(root, metadata, metadata_sha256, states, container,
             continue
         plan = _RepartitionPlan(relative, manifest, [], {}, {manifest_name})
         plans.append(plan)
-        match = re.fullmatch(r"(\d+)-instances", folder.name)
-        n = manifest.get("num_instances")
-        if match is None or n != int(match.group(1)):
-            problems.append(error(manifest_name, f"num_instances {n!r} does not match the folder name {folder.name}"))
-        if manifest.get("format") != metadata.get("format"):
-            problems.append(error(manifest_name, f"format {manifest.get('format')!r}, the dataset is {metadata.get('format')!r}"))
-        if manifest.get("source_metadata_sha256") != metadata_sha256:
-            problems.append(error(manifest_name, "stale repartition: made from a different metadata.json (the dataset "
-                                                 f"was re-converted or edited); re-run distributed_webdataset.py "
-                                                 f"--num-instances {n}"))
-            plan.manifest = {}  # its records describe another dataset: comparing them would only add noise
-            _expect_repartition_files(plan, manifest)
-            continue
-        _expect_repartition_files(plan, manifest)
-        for split, entry in manifest["splits"].items():
-            state = states.get(split)
-            if state is None:
-                problems.append(error(manifest_name, f"split {split!r} is not in metadata.json"))
-                continue
-            for number, instance in enumerate(entry.get("instances") or []):
-                index_name = instance.get("index")
-                records = None
-                if isinstance(index_name, str):
-                    try:
-                        records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
-                    except OSError as exc:
-                        problems.append(error(index_name, f"cannot read the instance's sample index: {exc.strerror or exc}"))
-                    except DatasetError as exc:
-                        problems.append(error(index_name, str(exc).removeprefix(f"{index_name}: ")))
-                else:
-                    problems.append(error(manifest_name, f"{split} instance {number}: no sample index named"))
-                plan.instance_records[(split, number)] = records
-                remainder = instance.get("remainder")
-                if remainder is None:
-                    continue
-                try:
-                    remainder_record = ShardRecord.from_json(instance.get("remainder_record"))
-                except (KeyError, TypeError, ValueError):
-                    problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} has no valid record"))
-                    remainder_record = None
-                if remainder_record is not None and remainder_record.name != remainder:
-                    problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} but its record "
-                                                         f"names {remainder_record.name}"))
-                path = Path(root) / remainder
-                mine = tuple(r for r in (records or []) if r.shard == remainder)
-                if not path.is_file():
-                    problems.append(error(remainder, f"missing remainder shard of {split} instance {number}"))
-                    continue
-                tasks_record = remainder_record
-                plan.tasks.append(ShardTask(str(path), remainder, container, tasks_record, mine, payload_ext, classes,
-                                            True, deep, layout, None, label_offset_of(metadata)))
-                plan.expected_files.update(SHARD_FORMATS[container].companions(remainder))
+        try:
+            _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, container, payload_ext,
+                                  classes, deep, layout, problems)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a value of the wrong type
+            problems.append(error(manifest_name, f"malformed repartition manifest: {type(exc).__name__}: {exc}"))
+            plan.manifest, plan.tasks = {}, []
     return plans
+
+
+def _relative_path_problem(name):
+    """Why a path a manifest names is unsafe to open (absolute, or climbing out with ..), or None."""
+    if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
+        return f"{name!r} is not a path inside the dataset"
+    return None
+
+
+def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, container, payload_ext, classes,
+                          deep, layout, problems):
+    manifest = plan.manifest
+    manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
+    match = re.fullmatch(r"(\d+)-instances", folder.name)
+    n = manifest.get("num_instances")
+    if match is None or n != int(match.group(1)):
+        problems.append(error(manifest_name, f"num_instances {n!r} does not match the folder name {folder.name}"))
+    if manifest.get("format") != metadata.get("format"):
+        problems.append(error(manifest_name, f"format {manifest.get('format')!r}, the dataset is {metadata.get('format')!r}"))
+    _expect_repartition_files(plan, manifest)
+    if manifest.get("source_metadata_sha256") != metadata_sha256:
+        problems.append(error(manifest_name, "stale repartition: made from a different metadata.json (the dataset "
+                                             f"was re-converted or edited); re-run distributed_webdataset.py "
+                                             f"--num-instances {n}"))
+        plan.manifest = {}  # its records describe another dataset: comparing them would only add noise
+        return
+    for split, entry in manifest["splits"].items():
+        state = states.get(split)
+        if state is None:
+            problems.append(error(manifest_name, f"split {split!r} is not in metadata.json"))
+            continue
+        for number, instance in enumerate(entry.get("instances") or []):
+            index_name = instance.get("index")
+            records = None
+            unsafe = _relative_path_problem(index_name)
+            if unsafe:
+                problems.append(error(manifest_name, f"{split} instance {number}: its sample index {unsafe}"))
+            else:
+                try:
+                    records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
+                except OSError as exc:
+                    problems.append(error(index_name, f"cannot read the instance's sample index: {exc.strerror or exc}"))
+                except DatasetError as exc:
+                    problems.append(error(index_name, str(exc).removeprefix(f"{index_name}: ")))
+            plan.instance_records[(split, number)] = records
+            remainder = instance.get("remainder")
+            if remainder is None:
+                continue
+            unsafe = _relative_path_problem(remainder)
+            if unsafe:
+                problems.append(error(manifest_name, f"{split} instance {number}: its remainder shard {unsafe}"))
+                continue
+            try:
+                remainder_record = ShardRecord.from_json(instance.get("remainder_record"))
+            except (KeyError, TypeError, ValueError):
+                problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} has no valid record"))
+                remainder_record = None
+            if remainder_record is not None and remainder_record.name != remainder:
+                problems.append(error(manifest_name, f"{split} instance {number}: remainder {remainder} but its record "
+                                                     f"names {remainder_record.name}"))
+            path = Path(root) / remainder
+            if not path.is_file():
+                problems.append(error(remainder, f"missing remainder shard of {split} instance {number}"))
+                continue
+            mine = tuple(r for r in (records or []) if r.shard == remainder)
+            plan.tasks.append(ShardTask(str(path), remainder, container, remainder_record, mine, payload_ext, classes,
+                                        True, deep, layout, None, label_offset_of(metadata)))
+            plan.expected_files.update(SHARD_FORMATS[container].companions(remainder))
 
 
 def _expect_repartition_files(plan, manifest):
@@ -1063,7 +1095,11 @@ def _check_repartition(root, plan, states, problems):
 
 def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
     name = instance.get("shard_list")
-    if not isinstance(name, str):
+    if name is None:
+        return
+    if _relative_path_problem(name):
+        problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}", f"{label}: its shard list "
+                                                                       f"{_relative_path_problem(name)}"))
         return
     try:
         lines = (Path(root) / name).read_text().split()
@@ -1353,7 +1389,8 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None) -
     if not root.is_dir():
         raise ValidationUsageError(f"{root}: not a directory")
     try:
-        next(os.scandir(root), None)
+        with os.scandir(root) as entries:
+            next(entries, None)
     except OSError as exc:
         raise ValidationUsageError(f"{root}: cannot read: {exc.strerror or exc}") from None
     if workers < 1:

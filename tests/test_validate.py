@@ -336,6 +336,24 @@ def test_repartition_remainder_corrupt_and_duplicate_reader(dataset):
     assert_found(report, ERROR, "distributed/3-instances/manifest.json", copied[1].key, "not named as padding")
 
 
+def test_malformed_metadata_and_manifest_are_problems_not_crashes(dataset):
+    result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    manifest_path = dataset / "distributed/2-instances/manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["splits"]["train"]["instances"][0] = "not an object"
+    manifest["splits"]["validation"]["instances"][1]["index"] = "../../../etc/passwd"
+    manifest_path.write_text(json.dumps(manifest))
+    report = validate(dataset)
+    assert_found(report, ERROR, "distributed/2-instances/manifest.json", None, "malformed repartition manifest")
+    meta = metadata(dataset)
+    meta["splits"]["train"]["shards"] = 5
+    write_metadata(dataset, meta)
+    report = validate(dataset)
+    assert report.exit_code == 1
+    assert_found(report, ERROR, "metadata.json", None, "malformed")
+
+
 def test_deep_finds_what_only_decoding_can(dataset):
     """A payload corrupted and resealed everywhere (index and metadata): only --deep finds it."""
     index = records(dataset)
