@@ -572,11 +572,15 @@ class ImageLoader:
                 # they read the epoch from shared memory at each new iteration.
                 options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout,
                            "persistent_workers": True}
-            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers,
-                                      pin_memory=self.pin_memory, **options)
+            # pin_memory is done here, after BatchRing.receive: DataLoader's pin thread would hand
+            # over a pinned copy, and the ring would then keep serving that stale copy.
+            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, **options)
         loader = self._loader
         ring = dataset.ring
         ring.release_returned()
+        pin = self.pin_memory and torch.cuda.is_available()
+        if self.pin_memory and not pin:
+            log.info("pin_memory ignored: no CUDA device")
         try:
             for item in loader:
                 if isinstance(item, WorkerReport):
@@ -584,6 +588,8 @@ class ImageLoader:
                     continue
                 batch = Batch(ring.receive(item), item.labels, item.keys)
                 item = None
+                if pin:
+                    batch = Batch(batch.images.pin_memory(), batch.labels.pin_memory(), batch.keys)
                 ring.release_returned()
                 report.batches += 1
                 report.samples += len(batch.keys)
