@@ -169,6 +169,12 @@ def main(argv=None):
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
     from datasets import benchmark
 
+    import torch
+
+    # Every pipeline's torch ops run on one thread per process, as in DataLoader workers (torch
+    # sets that there): otherwise rows with --dataloader-worker 0 would use several cores and
+    # the loader (which sets it when it runs in-process) would change the rows measured after it.
+    torch.set_num_threads(1)
     try:
         instance = instance_from_args(args)
     except LauncherError as error:
@@ -313,7 +319,7 @@ def write_outputs(args, rows, goals, config, benchmark):
         benchmark.write_json(args.json, report)
         print(f"wrote {args.json}")
     if args.plot:
-        benchmark.plot_comparison(args.plot, rows, config)
+        benchmark.plot_comparison(args.plot, rows, config, goals)
         print(f"wrote {args.plot}")
 
 

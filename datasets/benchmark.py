@@ -49,6 +49,7 @@ Adding a format (e.g. tfrecord) is one `FORMATS` entry; a stock pipeline for it 
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import math
@@ -194,15 +195,32 @@ class EpochBatches:
             iterator = iter(self.make_iterable(epoch))
             self.epochs_started += 1
             produced = False
-            for batch in iterator:
-                if not produced:
-                    # Workers exist by now even if iter() started them lazily.
-                    self.on_new_iterator()
-                produced = True
-                yield batch
+            try:
+                for batch in iterator:
+                    if not produced:
+                        # Workers exist by now even if iter() started them lazily.
+                        self.on_new_iterator()
+                    produced = True
+                    yield batch
+            finally:
+                close_iterator(iterator)
             if not produced:
                 return  # an empty epoch: repeating would loop forever
             epoch += 1
+
+
+def close_iterator(iterator) -> None:
+    """Stop an iterator's worker processes now, not whenever garbage collection gets to it.
+
+    A DataLoader iterator left alive would be inherited by the next row's forked workers,
+    whose exit then tries to shut down processes that are not theirs.
+    """
+    close = getattr(iterator, "close", None)  # generators (e.g. the project's loader)
+    if close is not None:
+        close()
+    shutdown = getattr(iterator, "_shutdown_workers", None)  # torch DataLoader's multi-process iterator
+    if shutdown is not None:
+        shutdown()
 
 
 def percentile_ms(values, q) -> float:
@@ -237,6 +255,14 @@ def measure_batches(batches: Iterable, *, warmup_batches: int = 2, max_batches: 
     if isinstance(batches, EpochBatches):
         batches.on_new_iterator = meter.discover
     iterator = iter(batches)
+    try:
+        return _measure(iterator, meter, warmup_batches, max_batches, max_seconds, bytes_per_image, workers,
+                        on_batch)
+    finally:
+        close_iterator(iterator)
+
+
+def _measure(iterator, meter, warmup_batches, max_batches, max_seconds, bytes_per_image, workers, on_batch):
     for number in range(warmup_batches):
         try:
             next(iterator)
@@ -559,9 +585,42 @@ def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance
                         max_epochs=None)
 
 
+def stored_at_output_size(source: Source, split: str, size: int = IMAGE_SIZE) -> bool:
+    """Whether the converter already cropped this split's tensors to the output size."""
+    steps = (source.metadata or {}).get(f"{split}_transform_pipeline") or []
+    return any(str(step).replace(" ", "") in (f"CenterCrop({size})", f"CenterCrop({size},{size})") for step in steps)
+
+
+def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
+    """torchvision (v2, on uint8 CHW tensors) doing what the train/validation pipeline must still do.
+
+    train: RandomResizedCrop + flip, as for JPEGs (antialiased, like PIL's resampling);
+    validation: nothing when the tensors are stored at the output size, else Resize + CenterCrop.
+    None when nothing is left to do.
+    """
+    import torch
+
+    from .torchvision_cpu import transforms_v2 as v2
+
+    if split == "train":
+        steps = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
+    elif stored_at_output_size(source, split, size):
+        return None
+    else:
+        steps = [v2.Resize(resize, antialias=True), v2.CenterCrop(size)]
+    return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
+
+
 def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
-    """Stock webdataset: decode() (np.load for .npy) + DataLoader; uint8 as stored, no transform."""
+    """Stock webdataset: decode() (np.load for .npy) + DataLoader, uint8 throughout.
+
+    With the augmentation the split still needs (train: RandomResizedCrop + flip in torchvision
+    v2 on the tensor), so that it does the same work as the loader's tensor rows.
+    """
     dataset = _webdataset_pipeline(source.shards.get(split, []), instance, workers).decode().to_tuple("npy", "cls")
+    transform = tensor_transform(source, split)
+    if transform is not None:
+        dataset = dataset.map_tuple(transform, int)
     return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
                         max_epochs=None)
 
@@ -584,7 +643,9 @@ BASELINES = {
                       webdataset_pil_baseline,
                       'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)'),
         BaselineEntry("webdataset_npy", "tensor", "webdataset .npy decode() (baseline)",
-                      webdataset_npy_baseline, 'WebDataset(urls).decode().to_tuple("npy","cls")'),
+                      webdataset_npy_baseline,
+                      'WebDataset(urls).decode().to_tuple("npy","cls"), + map_tuple(v2 RandomResizedCrop+flip, int) '
+                      'for train; uint8 as stored'),
     )
 }
 
@@ -683,6 +744,8 @@ def run_comparison(rows: list, *, warmup_batches: int, max_batches=None, max_sec
                 error = None
             except Exception as exc:  # one broken row must not hide the others' figures
                 figures, error = None, f"{type(exc).__name__}: {exc}"
+            # Drop what a failed row's traceback still holds (DataLoader iterators) before the next forks.
+            gc.collect()
             gathered = gather({"figures": figures, "error": error})
             errors = [g["error"] for g in gathered if g["error"]]
             if errors:
@@ -892,11 +955,14 @@ def sanitize_nan(obj):
     return obj
 
 
+GOAL_SHORT = {"jpeg_vs_bare": "img/device vs bare per worker",
+              "jpeg_vs_imagefolder": "img/device vs ImageFolder",
+              "tensor_vs_stock_npy": "tensor vs stock .npy per core"}
 KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
 NORMALIZATION_COLOURS = {"host": "#1f77b4", "device": "#ff7f0e"}
 
 
-def plot_comparison(path, results: list, config: dict) -> None:
+def plot_comparison(path, results: list, config: dict, goals: list | None = None) -> None:
     """Two horizontal bar panels: images/s and images per CPU-second; baselines grey and hatched.
 
     The ceiling (bare decode+augment in one process) is a green bar, and on the images/s
@@ -945,10 +1011,20 @@ def plot_comparison(path, results: list, config: dict) -> None:
         axis.set_axisbelow(True)
     ceiling = next((r for r in measured if r["kind"] == "ceiling"), None)
     if ceiling is not None:
+        # The ceiling holds for JPEG rows only: mark it across those rows, not the tensor ones.
         scaled = ceiling["images_per_s"] * max(1, workers)
-        axes[0].axvline(scaled, color=KIND_COLOURS["ceiling"], linestyle="--", linewidth=1.2)
-        axes[0].text(scaled, len(results) - 0.45, f" ceiling x {max(1, workers)} worker(s) = {scaled:,.0f}",
-                     color=KIND_COLOURS["ceiling"], fontsize=8, va="bottom")
+        jpeg_rows = [p for p, r in zip(positions, results)
+                     if r["kind"] != "ceiling" and FORMATS.get(r["format"], FORMATS["img"]).payload == "jpeg"]
+        for position in jpeg_rows:
+            axes[0].vlines(scaled, position - 0.45, position + 0.45, color=KIND_COLOURS["ceiling"],
+                           linestyle="--", linewidth=1.2)
+        if jpeg_rows:
+            axes[0].text(scaled, max(jpeg_rows) + 0.45, f" ceiling x {max(1, workers)} worker(s) = {scaled:,.0f}",
+                         color=KIND_COLOURS["ceiling"], fontsize=8, va="bottom")
+    for axis in axes:  # a thin rule between format groups
+        for upper, lower, position in zip(results, results[1:], positions[1:]):
+            if upper["format"] != lower["format"]:
+                axis.axhline(position + 0.5, color="#bdbdbd", linewidth=0.8)
     axes[0].set_yticks(positions, labels)
     axes[0].set_ylim(-0.6, len(results) - 0.1)
     legend = [Patch(facecolor=KIND_COLOURS["ceiling"], label="bare decode+augment, 1 process (ceiling for JPEG)"),
@@ -957,10 +1033,14 @@ def plot_comparison(path, results: list, config: dict) -> None:
               Patch(facecolor=NORMALIZATION_COLOURS["device"], label="this loader, device normalisation (uint8 batches)")]
     figure.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     instances = int(config.get("instances", 1) or 1)
-    figure.suptitle(
-        f"Host data loading, {config.get('split')} split: batch {config.get('batch_size')}, {workers} DataLoader "
-        f"worker(s)" + (f" x {instances} instances" if instances > 1 else "")
-        + f", {config.get('cpus')} CPUs ({config.get('created', '')})", fontsize=10)
+    title = (f"Host data loading, {config.get('split')} split: batch {config.get('batch_size')}, {workers} DataLoader "
+             f"worker(s)" + (f" x {instances} instances" if instances > 1 else "")
+             + f", {config.get('cpus')} CPUs ({config.get('created', '')})")
+    measured_goals = [g for g in goals or () if g["status"] != "not measured"]
+    if measured_goals:
+        title += "\n" + "   ".join(f"{GOAL_SHORT.get(g['goal'], g['goal'])}: {g['ratio']:.2f}x "
+                                   f"(goal {g['threshold']:.2g}x, {g['status']})" for g in measured_goals)
+    figure.suptitle(title, fontsize=10)
     with atomic_open(path, "wb") as handle:
         figure.savefig(handle, format="png", dpi=110)
     plt.close(figure)
