@@ -77,7 +77,7 @@ class TFRecordFormatError(Exception):
     """A record that cannot be trusted: names the shard, the record number, the byte offset and the problem."""
 
     def __init__(self, source, record, offset, problem):
-        where = f"record {record} (at byte {offset})" if record is not None else f"byte {offset}"
+        where = f"record {record} (at byte {offset})" if record is not None else f"the record at byte {offset}"
         super().__init__(f"{source}: {where}: {problem}")
         self.source = str(source)
         self.record = record
@@ -220,14 +220,15 @@ def _reader_from_stream(stream, source):
     return read
 
 
-def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, stream=None, first_record=0):
+def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, stream=None, first_record=None):
     """Yield the records of a TFRecord shard as `TFRecordView(offset, data)`.
 
     `source` is a local path (mapped: the data are views, no copy) or, with `stream`
     given, the name used in messages for that readable stream, which starts at shard
     offset `offset` (an HTTP response, a byte range). `stop_at` ends the walk at that
     shard offset; `first_record` is the number of the record at `offset`, so messages
-    name records by their number in the shard. Every record's length CRC and data CRC
+    name records by their number in the shard (None: 0 when `offset` is 0, else unknown, and
+    messages name the record by its byte offset alone). Every record's length CRC and data CRC
     are checked unless `verify_crc` is False; a bad CRC or a truncated record raises
     TFRecordFormatError naming the shard, the record number and its byte offset.
     """
@@ -236,7 +237,7 @@ def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, strea
         end = size if stop_at is None else min(stop_at, size)
     else:
         read, end = _reader_from_stream(stream, source), stop_at
-    number = first_record
+    number = first_record if first_record is not None or offset else 0
     while end is None or offset < end:
         if end is None:  # a stream of unknown length may end only between records
             first = stream.read(HEADER_SIZE)
@@ -253,7 +254,7 @@ def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, strea
         _check_data(data, body[length:], source, number, offset, verify_crc)
         yield TFRecordView(offset, data)
         offset += FRAMING_SIZE + length
-        number += 1
+        number = None if number is None else number + 1
 
 
 def index_entries(source, verify_crc=True):
@@ -732,7 +733,7 @@ def _text(values, default=""):
     return bytes(values[0]).decode("utf-8", "replace") if values else default
 
 
-def example_key(features, source, number):
+def example_key(features, source, number, offset=0):
     """The sample's key: image/key, else the stem of image/filename (TF-slim), else shard:record."""
     key = _text(features.get(FEATURE_KEY, []))
     if key:
@@ -741,7 +742,7 @@ def example_key(features, source, number):
     if filename:
         base = filename.rsplit("/", 1)[-1]
         return base.split(".", 1)[0] or base
-    return f"{Path(str(source)).name}:{number}"
+    return positional_key(Path(str(source)).name, number) if number is not None else f"{Path(str(source)).name}@{offset}"
 
 
 def example_to_sample(features, source, offset, number, label_offset):
@@ -763,7 +764,7 @@ def example_to_sample(features, source, offset, number, label_offset):
         raise TFRecordFormatError(source, number, offset, f"{FEATURE_LABEL} {labels[0]} minus label offset {label_offset} is negative")
     extension = _PAYLOAD_EXTENSIONS.get(_text(features.get(FEATURE_FORMAT, []), "jpeg").lower(), "jpg")
     return {
-        "__key__": example_key(features, source, number),
+        "__key__": example_key(features, source, number, offset),
         "__url__": str(source),
         "__offset__": offset,
         "__record__": number,
@@ -773,18 +774,21 @@ def example_to_sample(features, source, offset, number, label_offset):
     }
 
 
-def iter_tfrecord_samples(source, label_offset, offset=0, stop_at=None, verify_crc=True, stream=None, first_record=0):
+def iter_tfrecord_samples(source, label_offset, offset=0, stop_at=None, verify_crc=True, stream=None, first_record=None):
     """Sample dicts (see `example_to_sample`) of the records of one shard.
 
     `label_offset` is required: 1 for our shards and TF-slim's, 0 for 0-based data;
-    `resolve_label_offset` decides it once, before the workers start.
+    `resolve_label_offset` decides it once, before the workers start. `first_record`: as for
+    `iter_tfrecord_records` (`__record__` is None when the numbers are unknown).
     """
-    for number, record in enumerate(iter_tfrecord_records(source, offset, stop_at, verify_crc, stream, first_record), start=first_record):
+    number = first_record if first_record is not None or offset else 0
+    for record in iter_tfrecord_records(source, offset, stop_at, verify_crc, stream, number):
         try:
             features = parse_example(record.data)
         except ExampleFormatError as error:
             raise TFRecordFormatError(source, number, record.offset, f"not a tf.train.Example: {error}") from None
         yield example_to_sample(features, source, record.offset, number, label_offset)
+        number = None if number is None else number + 1
 
 
 def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc=True):
@@ -816,20 +820,76 @@ def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc
     return records
 
 
+POSITIONAL_SEPARATOR = "#"
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
+
+
+def positional_key(shard_name: str, number: int) -> str:
+    """The key of a record known only by its place: "train-00003-of-01024#17" (record 17)."""
+    return f"{shard_name}{POSITIONAL_SEPARATOR}{number}"
+
+
+def is_positional_key(record) -> bool:
+    """Whether a SampleRecord's key is positional (see `index_tfrecord_shard`)."""
+    return record.key.startswith(record.shard + POSITIONAL_SEPARATOR)
+
+
+def is_tfrecord_location(location) -> bool:
+    """TFRecord shards are known by name: TF-slim's train-00000-of-01024, or a .tfrecord suffix."""
+    name = str(location).rstrip("/").rsplit("/", 1)[-1]
+    return parse_tfrecord_shard_name(name) is not None or name.endswith(TFRECORD_SUFFIXES)
+
+
+def index_tfrecord_shard(path, name=None):
+    """SampleRecords of a local shard without a sample index, from its record framing alone.
+
+    For existing TF-slim data: the planner needs each record's byte range, not its content, so
+    only the 12-byte record headers are read (or the shard's `.tfindex`, when it exists and
+    accounts for the whole file). Keys are positional ("<shard>#<n>", see `positional_key`),
+    labels -1 (read from each record when it is loaded), payload ranges and hashes unknown.
+    """
+    from .index import SampleRecord
+
+    path = Path(path)
+    name = str(path) if name is None else name
+    entries = None
+    index_path = tfrecord_index_path(path)
+    if index_path.is_file():
+        try:
+            listed = read_tfrecord_index(index_path)
+        except (OSError, TFRecordFormatError):
+            listed = None
+        contiguous = listed and listed[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(listed, listed[1:]))
+        if contiguous and listed[-1][0] + listed[-1][1] == path.stat().st_size:
+            entries = listed
+    if entries is None:
+        entries = header_entries(path)
+    return [SampleRecord(positional_key(name, n), name, -1, offset, size, 0, 0, "") for n, (offset, size) in enumerate(entries)]
+
+
 def example_label(data):
     """The stored image/class/label of a serialized Example (None when it has none)."""
     kind, values = example_feature_spans(data).get(FEATURE_LABEL, (None, []))
     return values[0] if kind == "int64" and values else None
 
 
-def iter_stored_labels(paths, verify_crc=True):
-    """The stored labels of the records of local shards, in order (lazily, so a scan can stop early)."""
+def iter_stored_labels(paths, verify_crc=True, open_stream=None):
+    """The stored labels of the records of shards, in order (lazily, so a scan can stop early).
+
+    Local paths are mapped; with `open_stream`, other locations (URLs) are read through the
+    stream it returns (closed when the scan moves on or stops).
+    """
     for path in paths:
-        for number, record in enumerate(iter_tfrecord_records(path, verify_crc=verify_crc)):
-            label = example_label(record.data)
-            if label is None:
-                raise TFRecordFormatError(path, number, record.offset, f"the Example has no integer {FEATURE_LABEL}")
-            yield label
+        stream = open_stream(path) if open_stream is not None and not Path(str(path)).is_file() else None
+        try:
+            for number, record in enumerate(iter_tfrecord_records(path, verify_crc=verify_crc, stream=stream)):
+                label = example_label(record.data)
+                if label is None:
+                    raise TFRecordFormatError(path, number, record.offset, f"the Example has no integer {FEATURE_LABEL}")
+                yield label
+        finally:
+            if stream is not None:
+                stream.close()
 
 
 @dataclass(frozen=True)
@@ -875,7 +935,7 @@ def decide_label_offset(labels, num_classes=None) -> LabelOffset:
     )
 
 
-def resolve_label_offset(paths=(), metadata=None, explicit=None, num_classes=None, verify_crc=True) -> LabelOffset:
+def resolve_label_offset(paths=(), metadata=None, explicit=None, num_classes=None, verify_crc=True, open_stream=None) -> LabelOffset:
     """The label offset to apply, and why: explicit > metadata.json's `label_offset` > detection.
 
     Callers print `.reason`, so which offset was applied is never silent.
@@ -890,4 +950,4 @@ def resolve_label_offset(paths=(), metadata=None, explicit=None, num_classes=Non
         return LabelOffset(int(metadata["label_offset"]), f"label offset {metadata['label_offset']}: from metadata.json")
     if num_classes is None and metadata is not None and metadata.get("classes"):
         num_classes = len(metadata["classes"])
-    return decide_label_offset(iter_stored_labels(paths, verify_crc), num_classes)
+    return decide_label_offset(iter_stored_labels(paths, verify_crc, open_stream), num_classes)
