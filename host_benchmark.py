@@ -281,7 +281,7 @@ def run_compare(args, instance, collective, benchmark):
               f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
               f"{limit_text(args)} per row x {args.rounds} round(s); {instance.describe()}")
         for source in sources:
-            print(f"  {source.format:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
+            print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
                   f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
         print(f"measuring {len(rows)} rows ...", flush=True)
 

@@ -49,6 +49,7 @@ Adding a format (e.g. tfrecord) is one `FORMATS` entry; a stock pipeline for it 
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import io
 import json
@@ -390,6 +391,11 @@ class Source:
     bytes_per_image: dict = field(default_factory=dict)  # split -> mean stored bytes per sample
     samples: dict = field(default_factory=dict)  # split -> samples
     metadata: dict | None = None
+    name: str = ""  # row-id prefix: the format, or "format@directory" for a second source of one format
+
+    @property
+    def label(self) -> str:
+        return self.format if self.name in ("", self.format) else f"{self.format} ({self.path.name})"
 
 
 def list_folder_images(folder: Path) -> list:
@@ -454,7 +460,7 @@ def discover_sources(directory) -> list:
         raise BenchmarkError(f"{directory}: not a directory (--compare expects the folder holding the source "
                              f"folder and its converted forms)")
     candidates = [directory] + sorted(p for p in directory.iterdir() if p.is_dir())
-    found = {}
+    found = []
     for path in candidates:
         if (path / METADATA_FILE).is_file():
             try:
@@ -465,19 +471,22 @@ def discover_sources(directory) -> list:
             source = folder_source(path)
         else:
             continue
-        if source.format in found:
-            raise BenchmarkError(
-                f"{directory}: two sources of format {source.format!r}: {found[source.format].path} and "
-                f"{source.path}; keep one per format"
-            )
-        found[source.format] = source
+        found.append(source)
     if not found:
         raise BenchmarkError(
             f"{directory}: found no image folder (train/ or validation/ of class folders) and no converted "
             f"dataset ({METADATA_FILE}) in it or its subdirectories"
         )
     order = list(FORMATS)
-    return sorted(found.values(), key=lambda s: (order.index(s.format) if s.format in order else len(order), s.format))
+    found.sort(key=lambda s: (order.index(s.format) if s.format in order else len(order), s.format))
+    # The first source of a format (by directory name) carries the plain row ids the goals use;
+    # further ones (another quality, other steps) get "format@directory".
+    named, seen = [], set()
+    for source in found:
+        name = source.format if source.format not in seen else f"{source.format}@{source.path.name}"
+        seen.add(source.format)
+        named.append(dataclasses.replace(source, name=name))
+    return named
 
 
 # ---------------------------------------------------------------- pipelines: bare, baselines, loader
@@ -689,9 +698,8 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
               normalizations=NORMALIZATIONS, loader_options: dict | None = None) -> list:
     """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows."""
     loader_options = loader_options or {}
-    by_format = {s.format: s for s in sources}
     rows = []
-    jpeg_folder = by_format.get("folder")
+    jpeg_folder = next((s for s in sources if s.format == "folder"), None)
     if jpeg_folder is not None and folder_split_dir(jpeg_folder.path, split) is not None:
         items = list_folder_images(folder_split_dir(jpeg_folder.path, split))
         share = items[instance.index :: instance.count]
@@ -705,7 +713,7 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
     for source in sources:
         entry = FORMATS.get(source.format)
         baseline = BASELINES.get(entry.stock_baseline) if entry and entry.stock_baseline else None
-        if baseline is not None:
+        if baseline is not None and source.name == source.format:  # once per format
             rows.append(RowPlan(
                 f"baseline_{baseline.key}", baseline.label, "baseline", source.format, "host", workers,
                 source.bytes_per_image.get(split, 0.0), str(source.path),
@@ -714,7 +722,8 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
             ))
         for normalization in normalizations:
             rows.append(RowPlan(
-                f"{source.format}/{normalization}", f"{source.format}, {normalization} normalisation", "loader",
+                f"{source.name or source.format}/{normalization}", f"{source.label}, {normalization} normalisation",
+                "loader",
                 source.format, normalization, workers, source.bytes_per_image.get(split, 0.0), str(source.path),
                 lambda s=source, n=normalization: loader_batches(s.path, split, batch_size, workers, n, instance,
                                                                  seed=seed, **loader_options),
@@ -798,11 +807,11 @@ METRIC_UNITS = {"images_per_s": "img/s", "images_per_cpu_s": "img/CPU-s", "image
 # it does not depend on how many cores other programs on the host take meanwhile. The
 # wall-clock per-worker ratio is printed beside it.
 GOALS = (
-    Goal("jpeg_vs_bare", "img/device", "bare_decode_augment", "images_per_cpu_s", 0.90,
-         "JPEG train pipeline (img, device normalisation) per worker >= 90% of bare decode+augment",
+    Goal("jpeg_vs_bare", "img/device|tfrecord/device|folder/device", "bare_decode_augment", "images_per_cpu_s", 0.90,
+         "JPEG train pipeline (device normalisation) per worker >= 90% of bare decode+augment",
          "images_per_s_per_worker"),
-    Goal("jpeg_vs_imagefolder", "img/device", "baseline_imagefolder", "images_per_s", 1.40,
-         "JPEG train pipeline (img, device normalisation) >= 1.4x torchvision ImageFolder (same workers)",
+    Goal("jpeg_vs_imagefolder", "img/device|tfrecord/device|folder/device", "baseline_imagefolder", "images_per_s", 1.40,
+         "JPEG train pipeline (device normalisation) >= 1.4x torchvision ImageFolder (same workers)",
          "images_per_cpu_s"),
     Goal("tensor_vs_stock_npy", "tensor/device", "baseline_webdataset_npy", "images_per_cpu_s", 3.0,
          "tensor format (device normalisation) >= 3x stock webdataset .npy per core", "images_per_s"),
@@ -813,13 +822,16 @@ def evaluate_goals(results: list, split: str) -> list:
     by_id = {r["id"]: r for r in results}
     evaluated = []
     for goal in GOALS:
-        row, reference = by_id.get(goal.row), by_id.get(goal.reference)
-        entry = {"goal": goal.name, "text": goal.text, "row": goal.row, "reference": goal.reference,
+        # The first JPEG format present stands for "the JPEG pipeline" (img, else folder, ...).
+        candidates = [r for r in goal.row.split("|") if r in by_id] or [goal.row.split("|")[0]]
+        row, reference = by_id.get(candidates[0]), by_id.get(goal.reference)
+        entry = {"goal": goal.name, "text": goal.text, "row": candidates[0], "reference": goal.reference,
                  "metric": goal.metric, "threshold": goal.threshold}
         if split != "train" and goal.name.startswith("jpeg"):
             entry.update(status="not measured", why="defined for the train pipeline (--split train)")
         elif row is None or reference is None or "error" in row or "error" in reference:
-            missing = [name for name, r in ((goal.row, row), (goal.reference, reference)) if r is None or "error" in r]
+            missing = [name for name, r in ((candidates[0], row), (goal.reference, reference))
+                       if r is None or "error" in r]
             entry.update(status="not measured", why=f"row(s) {', '.join(missing)} missing or failed")
         else:
             ratio = row[goal.metric] / reference[goal.metric]
@@ -876,8 +888,8 @@ def format_goals(goals: list) -> str:
             lines.append(f"  [not measured] {goal['text']}: {goal['why']}")
             continue
         unit = METRIC_UNITS.get(goal["metric"], goal["metric"])
-        line = (f"  [{goal['status']}] {goal['text']}: {goal['value']:,.0f} vs {goal['reference_value']:,.0f} {unit}"
-                f" = {goal['ratio']:.2f}x (needs {goal['threshold']:.2f}x)")
+        line = (f"  [{goal['status']}] {goal['text']}: {goal['row']} {goal['value']:,.0f} vs {goal['reference']} "
+                f"{goal['reference_value']:,.0f} {unit} = {goal['ratio']:.2f}x (needs {goal['threshold']:.2f}x)")
         if "also_ratio" in goal:
             line += f"; by {METRIC_UNITS.get(goal['also_metric'], goal['also_metric'])}: {goal['also_ratio']:.2f}x"
         lines.append(line)
@@ -955,9 +967,9 @@ def sanitize_nan(obj):
     return obj
 
 
-GOAL_SHORT = {"jpeg_vs_bare": "img/device vs bare per worker",
-              "jpeg_vs_imagefolder": "img/device vs ImageFolder",
-              "tensor_vs_stock_npy": "tensor vs stock .npy per core"}
+GOAL_SHORT = {"jpeg_vs_bare": "vs bare per worker",
+              "jpeg_vs_imagefolder": "vs ImageFolder",
+              "tensor_vs_stock_npy": "vs stock .npy per core"}
 KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
 NORMALIZATION_COLOURS = {"host": "#1f77b4", "device": "#ff7f0e"}
 
@@ -1038,7 +1050,7 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
              + f", {config.get('cpus')} CPUs ({config.get('created', '')})")
     measured_goals = [g for g in goals or () if g["status"] != "not measured"]
     if measured_goals:
-        title += "\n" + "   ".join(f"{GOAL_SHORT.get(g['goal'], g['goal'])}: {g['ratio']:.2f}x "
+        title += "\n" + "   ".join(f"{g['row']} {GOAL_SHORT.get(g['goal'], g['goal'])}: {g['ratio']:.2f}x "
                                    f"(goal {g['threshold']:.2g}x, {g['status']})" for g in measured_goals)
     figure.suptitle(title, fontsize=10)
     with atomic_open(path, "wb") as handle:

@@ -199,17 +199,28 @@ def test_goals_met_not_met_and_not_measured():
     assert goals["jpeg_vs_imagefolder"]["ratio"] == pytest.approx(1.3)
     assert goals["tensor_vs_stock_npy"]["status"] == "not measured"
     assert "tensor/device" in goals["tensor_vs_stock_npy"]["why"]
+    # Without img shards, the folder read by the loader stands for the JPEG pipeline.
+    results[2]["id"] = "folder/device"
+    goals = {g["goal"]: g for g in evaluate_goals(results, "train")}
+    assert goals["jpeg_vs_bare"]["row"] == "folder/device" and goals["jpeg_vs_bare"]["status"] == "met"
+    assert {g["status"] for g in evaluate_goals(results, "validation")[:2]} == {"not measured"}
 
 
-def test_discovery_refuses_an_empty_directory_and_duplicate_formats(tmp_path, sample_source):
-    from datasets.benchmark import BenchmarkError, discover_sources
+def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
+    from datasets.benchmark import BenchmarkError, discover_sources, plan_rows
+    from datasets.launcher import Instance
 
     with pytest.raises(BenchmarkError, match="found no image folder"):
         discover_sources(tmp_path)
     (tmp_path / "a").symlink_to(sample_source, target_is_directory=True)
     (tmp_path / "b").symlink_to(sample_source, target_is_directory=True)
-    with pytest.raises(BenchmarkError, match="two sources of format 'folder'"):
-        discover_sources(tmp_path)
+    (tmp_path / "notes").mkdir()  # neither a folder of classes nor a converted dataset: ignored
+    sources = discover_sources(tmp_path)
+    assert [(s.format, s.name, s.path.name) for s in sources] == [("folder", "folder", "a"), ("folder", "folder@b", "b")]
+    rows = plan_rows(sources, "train", 4, 0, Instance(0, 1, "single"))
+    assert [row.id for row in rows] == ["bare_decode_augment", "baseline_imagefolder", "folder/host", "folder/device",
+                                        "folder@b/host", "folder@b/device"]
+    assert rows[-1].label == "folder (b), device normalisation"
 
 
 # ---------------------------------------------------------------- the CLI, end to end
