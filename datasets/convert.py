@@ -76,6 +76,7 @@ import shutil
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -112,6 +113,7 @@ DEFAULT_TENSOR_STEPS = {"train": ("Resize(256)", "CenterCrop(256)"), "validation
 TENSOR_LAYOUT = "HWC"
 ON_ERROR = ("skip", "fail")
 STATE_DIR = ".convert-state"
+DISTRIBUTED_DIR = "distributed"  # where distributed_webdataset.py writes repartitions of a dataset
 PLAN_FILE = "plan.json"
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
 # TF-slim shard names, and each shard's index file (see tfrecord_format)
@@ -626,6 +628,11 @@ def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     same_plan = recorded is not None and recorded.get("fingerprint") == plan.fingerprint
     own_names = {task_name for task_name in own_shards}
     if options.overwrite:
+        # A repartition of the replaced dataset (distributed_webdataset.py) names its shards: stale.
+        if (target / DISTRIBUTED_DIR).is_dir():
+            shutil.rmtree(target / DISTRIBUTED_DIR, ignore_errors=True)
+            print(f"note: --overwrite removed {target / DISTRIBUTED_DIR}: it repartitioned the replaced dataset",
+                  file=sys.stderr)
         if instance.count == 1:
             for entry in sorted(os.listdir(target)):
                 if is_converter_output(entry):
@@ -888,7 +895,8 @@ def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> 
     executor = None
     if options.workers > 1 and sum(len(t) for t in tasks.values()) > 1:
         context = get_context("fork") if sys.platform.startswith("linux") else get_context()
-        executor = ProcessPoolExecutor(max_workers=options.workers, mp_context=context)
+        executor = ProcessPoolExecutor(max_workers=options.workers, mp_context=context,
+                                       initializer=_worker_init, initargs=(os.getpid(),))
     interactive = sys.stderr.isatty()
     try:
         for split, split_tasks in tasks.items():
@@ -925,9 +933,28 @@ def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> 
                               f"--on-error skip skips and lists it)") from None
     except ShardWriteError as error:
         raise ConversionError(str(error)) from None
+    except BrokenProcessPool:
+        raise ConversionError(
+            "a worker process died (killed, or out of memory?); finished shards are kept: run again with "
+            "--resume, perhaps with fewer --workers") from None
     finally:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Workers die with the main process (Linux): when the job is killed, none lives on to publish a
+    shard under a name a --resume run is writing again."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def run_in_pool(executor, target: str, tasks, record) -> None:

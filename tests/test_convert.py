@@ -91,6 +91,20 @@ def png_bomb(side: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
+def session_processes(session_id: int):
+    """Live processes of a session (from /proc), zombies excluded."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[3]) == session_id:  # state, ..., session
+                found.append(int(entry))
+    return found
+
+
 @pytest.fixture(scope="module")
 def quirk_source(tmp_path_factory):
     """The sample dataset with every quirk injected (both layouts)."""
@@ -266,9 +280,14 @@ def test_sigkill_then_resume_gives_the_uninterrupted_bytes(sample_source, tmp_pa
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(list(state.glob("train-*.json"))) < 3:
         time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGKILL)  # the whole job: main process and its workers
+    os.kill(process.pid, signal.SIGKILL)  # kill -9 of the main process only
     process.wait()
     assert process.returncode == -signal.SIGKILL
+    # Its workers die with it (none lives on to publish a shard while the resume runs).
+    deadline = time.monotonic() + 20
+    while session_processes(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not session_processes(process.pid)
     finished = sorted(p.name for p in target.glob("train-*.tar"))
     assert 3 <= len(finished) < 18, "killed partway"
     assert not (target / "metadata.json").exists()
@@ -306,9 +325,13 @@ def test_resume_with_other_options_is_refused_and_overwrite_replaces(sample_sour
     assert result.returncode == 2
     assert "other options" in result.stderr and "seed: 0 -> 1" in result.stderr
     (tmp_path / "notes.txt").write_text("the user's file")
-    converted_ok(sample_source, tmp_path, "--seed", 1, "--splits", "validation", "--overwrite")
+    stale_repartition = tmp_path / "distributed" / "2-instances"
+    stale_repartition.mkdir(parents=True)
+    (stale_repartition / "manifest.json").write_text("{}")
+    result = converted_ok(sample_source, tmp_path, "--seed", 1, "--splits", "validation", "--overwrite")
     assert read_metadata(tmp_path)["seed"] == 1
-    assert (tmp_path / "notes.txt").read_text() == "the user's file"
+    assert (tmp_path / "notes.txt").read_text() == "the user's file" and "kept 1 entries" in result.stderr
+    assert not (tmp_path / "distributed").exists() and "repartitioned the replaced dataset" in result.stderr
 
 
 def test_two_instances_write_alternate_shards_and_the_last_writes_metadata(sample_source, tmp_path):
