@@ -481,7 +481,7 @@ class ImageStream(IterableDataset):
                         kind = "npy" if ext == "npy" else "encoded"
                         yield record, record.shard, record.label, payload, kind, error
                     continue
-                for record, sample, error in iter_run(run):
+                for record, sample, error in iter_run(run, source.label_offset):
                     if error is not None:
                         yield record, record.shard, record.label, None, None, error
                         continue
@@ -610,7 +610,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              resize_size: Optional[int] = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), mean=IMAGENET_MEAN,
              std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
-             use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False) -> ImageLoader:
+             use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
+             label_offset: Optional[int] = None) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -625,6 +626,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
     image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
+    label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
+                    default: detected from the labels (a warning says which), an error if they cannot tell.
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -637,7 +640,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     location = normalization_location(normalization)
     dtype = float_dtype(dtype)
     resize_size = resize_size or int(round(image_size * 256 / 224))
-    resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition)
+    resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
+                              label_offset)
     pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
                                           use_draft)
     if resolved.kind == "synthetic":

@@ -28,6 +28,7 @@ from braceexpand import braceexpand
 
 from .index import SampleRecord
 from .tar_format import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
+from .tfrecord_format import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
 
 log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 60
@@ -149,24 +150,33 @@ def _run(records, locate) -> Run:
     return Run(locate(first.shard), first.record_offset, last.record_offset + last.record_size, tuple(records))
 
 
-def iter_run(run: Run) -> Iterator[tuple]:
+def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0):
+    """The one place that picks the container reader: TFRecord shards (known by name: TF-slim's
+    train-00000-of-01024 or a .tfrecord suffix; every record's CRCs checked, labels minus
+    `label_offset`), else tar."""
+    if is_tfrecord_location(location):
+        return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream)
+    return iter_tar_samples(location, offset=start, stop_at=stop, stream=stream)
+
+
+def iter_run(run: Run, label_offset: int = 0) -> Iterator[tuple]:
     """Yield (record, sample dict, None) per record of `run`, or (record, None, reason) for each
     record that could not be read (a truncated or corrupt shard ends the run: every remaining
-    record is reported)."""
+    record is reported). `label_offset`: see `iter_samples` (TFRecord only)."""
     position = 0
     stream = None
     try:
         if is_url(run.location):
             stream = open_byte_range(run.location, run.start, run.stop)
-            samples = iter_tar_samples(run.location, offset=run.start, stop_at=run.stop, stream=stream)
-        else:
-            samples = iter_tar_samples(run.location, offset=run.start, stop_at=run.stop)
+        samples = iter_samples(run.location, run.start, run.stop, stream, label_offset)
         for sample in samples:
             if position >= len(run.records):
                 break
             record = run.records[position]
             inside = record.record_offset <= sample["__offset__"] < record.record_offset + record.record_size
-            if sample["__key__"] != record.key or not inside:
+            # A TFRecord record indexed by its place only (TF-slim data without metadata) is identified by it.
+            same = sample["__key__"] == record.key or (is_positional_key(record) and sample["__offset__"] == record.record_offset)
+            if not same or not inside:
                 raise ShardReadError(
                     f"at byte {sample['__offset__']} the shard holds sample {sample['__key__']!r}, "
                     f"its index says {record.key!r} at byte {record.record_offset}: the shard does not "
@@ -176,7 +186,7 @@ def iter_run(run: Run) -> Iterator[tuple]:
             yield record, sample, None
         if position < len(run.records):
             raise ShardReadError(f"the shard ends before sample {run.records[position].key!r}")
-    except (TarFormatError, ShardReadError, OSError) as error:
+    except (TarFormatError, TFRecordFormatError, ShardReadError, OSError) as error:
         reason = f"{type(error).__name__}: {error}"
         for record in run.records[position:]:
             yield record, None, reason

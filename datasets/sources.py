@@ -4,6 +4,9 @@
                         <split>.index.tsv (made by create_webdataset.py); groups = shards.
                         A repartition for the instance count (distributed/<N>-instances/
                         manifest.json, made by distributed_webdataset.py) is used when present.
+    TFRecord shards     a folder (or list) of TF-slim shards (train-00000-of-01024 ...) without
+                        metadata: indexed from their record headers (or .tfindex files), and the
+                        label offset (TF-slim stores 1..1000) given or detected, never silent.
     shard list          paths, URLs or brace patterns of tar shards. When the shards' folder holds
                         a converted dataset's metadata and index, those are used; otherwise each
                         shard's headers are scanned once to index it (exact balancing still holds,
@@ -20,15 +23,24 @@ import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from .index import METADATA_FILE, DatasetError, parse_metadata, parse_sample_index, sample_index_name
+from .index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, parse_sample_index, sample_index_name
 from .pipeline import parse_stored_steps
-from .shard_reader import exists, expand_locations, is_url, join_location, read_bytes, scan_shard
+from .shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
+from .tfrecord_format import (
+    LabelOffsetError,
+    TFRecordFormatError,
+    find_tfrecord_shards,
+    index_tfrecord_shard,
+    is_tfrecord_location,
+    resolve_label_offset,
+    scan_tfrecord_shard,
+)
 
 log = logging.getLogger(__name__)
 SYNTHETIC_NAMES = ("synthetic", "generated")
@@ -75,6 +87,7 @@ class Source:
     repartition: Optional[dict] = None  # see _repartition; load_own_share() reads this instance's part
     synthetic_shape: tuple = (224, 224, 3)
     synthetic_classes: int = 1000
+    label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
 
     @property
     def total(self) -> int:
@@ -87,7 +100,8 @@ class Source:
 
 
 def resolve_source(source, split: str, instance_count: int = 1, image_size: int = 224,
-                   synthetic_length: Optional[int] = None, seed: int = 0, use_repartition: bool = True) -> Source:
+                   synthetic_length: Optional[int] = None, seed: int = 0, use_repartition: bool = True,
+                   label_offset: Optional[int] = None) -> Source:
     if isinstance(source, Source):
         return source
     if isinstance(source, str) and source.lower() in SYNTHETIC_NAMES:
@@ -95,11 +109,11 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         return Source("synthetic", f"synthetic {split}: {length} images {image_size}x{image_size}",
                       [list(range(length))], "array", synthetic_shape=(image_size, image_size, 3))
     if isinstance(source, (list, tuple)):
-        return _shard_list(expand_locations(source), split)
+        return _shard_list(expand_locations(source), split, label_offset)
     text = str(source)
     if is_url(text):
-        if text.endswith(".tar") or "{" in text:
-            return _shard_list(expand_locations(text), split)
+        if text.endswith(".tar") or "{" in text or is_tfrecord_location(text):
+            return _shard_list(expand_locations(text), split, label_offset)
         return _converted(text.rstrip("/") + "/", split, instance_count, use_repartition)
     path = Path(text)
     if not path.exists():
@@ -107,7 +121,7 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
             return _shard_list(expand_locations(text), split)
         raise SourceError(f"{text}: no such file or directory")
     if path.is_file():
-        return _shard_list([text], split)
+        return _shard_list([text], split, label_offset)
     if (path / METADATA_FILE).is_file():
         return _converted(str(path), split, instance_count, use_repartition)
     folder = _split_folder(path, split)
@@ -116,6 +130,12 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
     shards = sorted(path.glob(f"{split}-*.tar")) or sorted(path.glob("*.tar"))
     if shards:
         return _shard_list([str(s) for s in shards], split)
+    try:
+        tfrecords = find_tfrecord_shards(path, split)
+    except TFRecordFormatError as error:
+        raise SourceError(str(error)) from None
+    if tfrecords:
+        return _tfrecord_files([str(s) for s in tfrecords], split, label_offset)
     raise SourceError(
         f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
         f"({split}/<class>/<image>), nor a folder of .tar shards"
@@ -145,18 +165,19 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     records = parse_sample_index(read_bytes(index_location), index_location)
     groups = _group_by_shard(records)
     fmt = metadata["format"]
-    if fmt not in ("img", "tensor"):
-        raise SourceError(f"{metadata_location}: format {fmt!r} is not a tar format this loader reads")
+    if fmt not in PAYLOAD_EXTENSIONS:
+        raise SourceError(f"{metadata_location}: format {fmt!r} is not a format this loader reads")
     source = Source(
         "webdataset",
         f"{base} ({fmt}, {split}: {len(records)} samples in {len(groups)} shards)",
         groups,
-        "jpg" if fmt == "img" else "npy",
+        PAYLOAD_EXTENSIONS[fmt],
         classes=metadata.get("classes"),
         stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
         tensor_layout=metadata.get("tensor_layout") or "HWC",
         base=base,
         metadata=metadata,
+        label_offset=metadata.get("label_offset", 0),
     )
     if use_repartition and instance_count > 1:
         source.repartition = _repartition(base, split, instance_count)
@@ -205,7 +226,7 @@ def _group_by_shard(records) -> list:
     return list(groups.values())
 
 
-def _shard_list(locations, split: str) -> Source:
+def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> Source:
     if not locations:
         raise SourceError("the list of shards is empty")
     base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
@@ -224,10 +245,13 @@ def _shard_list(locations, split: str) -> Source:
                 groups.sort(key=lambda g: order[g[0].shard])
                 return Source(
                     "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", groups,
-                    "jpg" if metadata["format"] == "img" else "npy", classes=metadata.get("classes"),
+                    PAYLOAD_EXTENSIONS.get(metadata["format"], "jpg"), classes=metadata.get("classes"),
                     stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
+                    label_offset=metadata.get("label_offset", 0),
                 )
+    if all(is_tfrecord_location(location) for location in locations):
+        return _tfrecord_files(locations, split, label_offset)
     message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
                f"and locate every sample (convert with create_webdataset.py to skip this)")
     warnings.warn(message, stacklevel=3)
@@ -241,6 +265,34 @@ def _shard_list(locations, split: str) -> Source:
     payload = "npy" if payloads & {"npy"} else "jpg"
     return Source("webdataset", f"{len(locations)} shards (scanned, no index)", groups, payload,
                   locations={loc: loc for loc in locations})
+
+
+def _tfrecord_files(locations, split: str, label_offset: Optional[int]) -> Source:
+    """TFRecord shards without metadata (e.g. TF-slim's ImageNet): indexed by their framing; the
+    label offset given, or detected from the stored labels, and always said (a warning)."""
+    groups = []
+    try:
+        for location in locations:
+            name = location.rsplit("/", 1)[-1]
+            if is_url(location):  # no cheap header walk over HTTP: one streamed pass over the shard
+                with open_byte_range(location, 0, None) as stream:
+                    records = [replace(r, label=-1)  # labels are read (with the offset) when loaded
+                               for r in scan_tfrecord_shard(location, 0, name=location, stream=stream)]
+            else:
+                records = index_tfrecord_shard(location, name=location)
+            if records:
+                groups.append(records)
+        decision = resolve_label_offset(locations, explicit=label_offset,
+                                        open_stream=lambda url: open_byte_range(url, 0, None))
+    except (TFRecordFormatError, LabelOffsetError) as error:
+        raise SourceError(f"{len(locations)} TFRecord shards of {split}: {error}") from None
+    message = (f"{len(locations)} TFRecord shards without metadata: indexed from their record headers; "
+               f"{decision.reason}")
+    warnings.warn(message, stacklevel=3)
+    log.warning(message)
+    return Source("webdataset", f"{len(locations)} TFRecord shards ({split}, no metadata, label offset "
+                                f"{decision.offset})", groups, "jpg", locations={loc: loc for loc in locations},
+                  label_offset=decision.offset)
 
 
 def _split_folder(root: Path, split: str) -> Optional[Path]:

@@ -155,26 +155,30 @@ def test_train_is_deterministic_per_epoch_and_changes_with_it(img):
 # ------------------------------------------------------------------ shares: instances x workers
 
 
+@pytest.mark.parametrize("fmt", ["img", "tfrecord"])
 @pytest.mark.parametrize("count", [2, 3, 5])
 @pytest.mark.parametrize("workers", [0, 1, 2])
-def test_simulated_instances_validation_exactly_once(img, count, workers):
+def test_simulated_instances_validation_exactly_once(converted, fmt, count, workers):
+    dataset = converted(fmt)
     seen = []
     for index in range(count):
-        loader = get_data(img, "validation", 2, workers, instance=Instance(index, count, "explicit"),
+        loader = get_data(dataset, "validation", 2, workers, instance=Instance(index, count, "explicit"),
                           with_keys=True, normalization="device")
         seen += read_all(loader)[2]
         assert loader.report.complete and not loader.report.skipped
-    assert Counter(seen) == Counter(keys_of(img, "validation"))
+    assert Counter(seen) == Counter(keys_of(dataset, "validation"))
 
 
+@pytest.mark.parametrize("fmt", ["img", "tfrecord"])
 @pytest.mark.parametrize("count", [2, 3, 5])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("policy", ["drop", "pad"])
-def test_simulated_instances_train_equal_batches(img, count, workers, policy):
-    all_keys = keys_of(img, "train")
+def test_simulated_instances_train_equal_batches(converted, fmt, count, workers, policy):
+    dataset = converted(fmt)
+    all_keys = keys_of(dataset, "train")
     read, batches, padded, last_batches, policy_dropped = Counter(), set(), Counter(), Counter(), []
     for index in range(count):
-        loader = get_data(img, "train", 3, workers, instance=Instance(index, count, "explicit"), with_keys=True,
+        loader = get_data(dataset, "train", 3, workers, instance=Instance(index, count, "explicit"), with_keys=True,
                           normalization="device", policy=policy, epoch=1)
         n = 0
         for batch in loader:

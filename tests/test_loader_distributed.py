@@ -1,7 +1,7 @@
 """The loader under real torchrun: K = 2 and 3 processes x 0, 1 and 2 DataLoader workers.
 
 A dedicated dataset whose sizes divide by neither 2 nor 3 (35 train, 25 validation samples,
-shards of 8, so the last shards are partial), batches of 3. One torchrun launch per K; the script
+shards of 8, so the last shards are partial), batches of 3, as tar (img) and as TFRecord shards. One torchrun launch per K; the script
 loops over worker counts and policies and writes the keys each rank read to a JSON file.
 """
 
@@ -48,14 +48,19 @@ print(instance.describe(), "samples:", {k: len(v["keys"]) for k, v in result.ite
 
 
 @pytest.fixture(scope="module")
-def uneven_dataset(tmp_path_factory):
+def uneven_source(tmp_path_factory):
     from datasets.sample import build_sample_dataset
 
     root = tmp_path_factory.mktemp("uneven")
     build_sample_dataset(root / "source", seed=1, classes=5, train_per_class=7, val_per_class=5)
-    target = root / "img"
-    result = run_script("create_webdataset.py", "--source", root / "source", "--target", target, "--format", "img",
-                        "--samples-per-shard", 8, "--seed", 0)
+    return root
+
+
+@pytest.fixture(scope="module", params=["img", "tfrecord"])
+def uneven_dataset(uneven_source, request):
+    target = uneven_source / request.param
+    result = run_script("create_webdataset.py", "--source", uneven_source / "source", "--target", target,
+                        "--format", request.param, "--samples-per-shard", 8, "--seed", 0)
     assert result.returncode == 0, result.stdout + result.stderr
     return target
 
