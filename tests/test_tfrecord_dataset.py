@@ -294,3 +294,125 @@ def test_repartition_refuses_a_source_shard_with_a_flipped_byte_naming_the_recor
     assert result.returncode == 1, result.stdout + result.stderr
     assert shard_name in result.stderr and f"record 4 (at byte {record.record_offset})" in result.stderr
     assert not (target / "distributed" / "3-instances" / "manifest.json").exists()
+
+
+# ---------------------------------------------------------------- the loader on TF-slim data without metadata
+
+
+def write_tfslim_shards(directory, split, labels, shards):
+    """Files as TF-slim's build_imagenet_data.py writes them, with the tfrecord package's own writer:
+    TF-slim names, labels as given (1..1000), no image/key, no metadata, no index files."""
+    import io
+
+    from PIL import Image
+    from tfrecord.writer import TFRecordWriter
+
+    images = []
+    for n in range(4):  # a few distinct real JPEGs (decoded by the loader)
+        buffer = io.BytesIO()
+        Image.new("RGB", (40 + n, 30), (60 * n, 20, 200 - 40 * n)).save(buffer, "JPEG", quality=90)
+        images.append(buffer.getvalue())
+    per_shard = -(-len(labels) // shards)
+    paths = []
+    for shard in range(shards):
+        path = directory / f"{split}-{shard:05d}-of-{shards:05d}"
+        writer = TFRecordWriter(str(path))
+        for number in range(shard * per_shard, min((shard + 1) * per_shard, len(labels))):
+            writer.write({
+                "image/encoded": (images[number % 4], "byte"),
+                "image/format": (b"JPEG", "byte"),
+                "image/colorspace": (b"RGB", "byte"),
+                "image/channels": (3, "int"),
+                "image/height": (30, "int"),
+                "image/width": (40 + number % 4, "int"),
+                "image/class/label": (labels[number], "int"),
+                "image/class/synset": (f"n{labels[number]:08d}".encode(), "byte"),
+                "image/filename": (f"ILSVRC2012_{split}_{number + 1:08d}.JPEG".encode(), "byte"),
+            })
+        writer.close()
+        paths.append(path)
+    return paths
+
+
+def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(tmp_path):
+    from collections import Counter
+
+    from datasets.launcher import Instance
+    from datasets.loader import get_data
+
+    labels = [1 + (7 * n) % 1000 for n in range(1000)]  # TF-slim: 1..1000, each once
+    paths = write_tfslim_shards(tmp_path, "validation", labels, shards=3)
+    expected = [f"{path}#{n}" for path in paths for n in range(len(list(iter_tfrecord_records(path))))]
+    label_of = dict(zip(expected, (label - 1 for label in labels)))
+    seen = []
+    for index in range(3):  # every record exactly once across instances and workers
+        with pytest.warns(UserWarning, match=r"label offset 1 \(TF-slim convention\)"):
+            loader = get_data(tmp_path, "validation", 64, 2, instance=Instance(index, 3, "explicit"), with_keys=True,
+                              normalization="device")
+        for batch in loader:
+            seen += batch.keys
+            assert [label_of[key] for key in batch.keys] == batch.labels.tolist()
+        assert loader.report.complete and not loader.report.skipped
+    assert Counter(seen) == Counter(expected)
+    assert sorted(label_of[key] for key in seen) == list(range(1000))
+
+    with pytest.warns(UserWarning, match="label offset 0: given explicitly"):
+        loader = get_data(tmp_path, "validation", 500, 0, instance=Instance(0, 1, "explicit"), label_offset=0,
+                          normalization="device")
+    assert sorted(label for _, batch_labels in loader for label in batch_labels.tolist()) == list(range(1, 1001))
+
+
+def test_loader_refuses_to_guess_the_label_offset(tmp_path):
+    from datasets.launcher import Instance
+    from datasets.loader import get_data
+    from datasets.sources import SourceError
+
+    write_tfslim_shards(tmp_path, "train", [1, 2, 3, 4, 5, 6, 7, 8, 9], shards=2)  # 0-based or 1-based?
+    with pytest.raises(SourceError, match="cannot tell whether the labels start at 0 or at 1.*give the label offset"):
+        get_data(tmp_path, "train", 2, 0, instance=Instance(0, 1, "explicit"))
+    (tmp_path / "train-00001-of-00002").unlink()
+    with pytest.raises(SourceError, match="1 of 2 train shards are missing: train-00001-of-00002"):
+        get_data(tmp_path, "train", 2, 0, instance=Instance(0, 1, "explicit"), label_offset=1)
+
+
+def test_loader_reads_a_tfslim_shard_over_http_equal_to_local(tmp_path):
+    import socket
+    import sys
+
+    from datasets.launcher import Instance
+    from datasets.loader import get_data
+
+    paths = write_tfslim_shards(tmp_path, "validation", [1000, *range(1, 40)], shards=1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}/{paths[0].name}"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+        def read(source):
+            with pytest.warns(UserWarning, match="label offset 1"):
+                loader = get_data(source, "validation", 8, 0, instance=Instance(0, 1, "explicit"),
+                                  normalization="device", with_keys=True)
+            return [(images.clone(), batch_labels.tolist()) for images, batch_labels, _ in loader]
+
+        remote, local = read(url), read(str(paths[0]))
+    finally:
+        server.terminate()
+        server.wait()
+    assert len(remote) == len(local) == 5
+    assert all(torch_equal(a[0], b[0]) and a[1] == b[1] for a, b in zip(remote, local))
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
