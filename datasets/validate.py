@@ -395,7 +395,8 @@ class _TarWalk:
         self.seen = set()
         self.damaged = set()  # keys already reported as unreadable: no "missing" line for them
         self.sample_problem_keys = set()
-        self.checked_labels = set()
+        self.checked_labels = set()  # labels whose class name was checked against a sample's json
+        self.label_texts = {label: str(label).encode() for label in range(len(task.classes))}
         self.expected_exts = {"cls", "json", task.payload_ext}
         self.payloads_hashed = 0
         self.payloads_decoded = 0
@@ -412,8 +413,11 @@ class _TarWalk:
         group = None
         next_hash_at = HASH_STEP if hasher is not None else float("inf")
         while True:
+            last = None
             try:
-                for member in iter_tar_members(task.path, offset=offset, verify_checksums=True):
+                # Header checksums: in the fast walk the shard's sha256 covers every header byte (a
+                # bad checksum means a sha256 mismatch, and then the strict walk names it).
+                for member in iter_tar_members(task.path, offset=offset, verify_checksums=self.strict):
                     member_end = member.data_offset + len(member.data)
                     if member_end >= next_hash_at:  # feed the shard hash as the walk advances
                         hasher.advance(member_end)
@@ -431,7 +435,9 @@ class _TarWalk:
                             self.finish(*group)
                         group = (key, member.header_offset, {})
                     group[2][ext] = member
-                    end_of_members = member_end + (-len(member.data) % BLOCK)
+                    last = member
+                if last is not None:
+                    end_of_members = last.data_offset + len(last.data) + (-len(last.data) % BLOCK)
                 if group is not None:
                     self.finish(*group)
                     group = None
@@ -473,13 +479,23 @@ class _TarWalk:
                          f"or has data appended", hit.key if hit else None)
 
     def finish(self, key, offset, members, broken=False):
-        task = self.task
         self.found.append(key)
         if key in self.seen:
             self.problem("duplicated key: a second sample with this key in the same shard", key)
         self.seen.add(key)
         if broken:
             return
+        entry = self.index.by_key.get(key)
+        if not self.strict and entry is not None and members.keys() == self.expected_exts:
+            payload = members[self.task.payload_ext]
+            if (offset == entry.record_offset and payload.data_offset == entry.payload_offset
+                    and len(payload.data) == entry.payload_size and entry.label in self.checked_labels
+                    and bytes(members["cls"].data) == self.label_texts[entry.label]):
+                return  # the common case: exactly as the index says, its class already checked in this shard
+        self.finish_slowly(key, offset, members, entry)
+
+    def finish_slowly(self, key, offset, members, entry):
+        task = self.task
         local = []
         if members.keys() != self.expected_exts:
             missing = sorted(self.expected_exts - set(members))
@@ -487,22 +503,16 @@ class _TarWalk:
                 local.append("incomplete sample: no " + ", ".join(f".{ext}" for ext in missing) + " member")
             for ext in sorted(set(members) - self.expected_exts):
                 local.append(f"unexpected member {key}.{ext} (a sample holds .cls, .json and one .{task.payload_ext})")
-        entry = self.index.by_key.get(key)
         if entry is None:
             local.append(NOT_IN_INDEX)
         label_member = members.get("cls")
         if label_member is not None:
-            label_text = bytes(label_member.data)
-            if entry is not None and not self.strict and label_text == str(entry.label).encode() \
-                    and entry.label in self.checked_labels:
-                pass  # the common case: same label as the index, its class already checked in this shard
-            else:
-                info = members.get("json")
-                label, field_problems = sample_field_problems(label_text, None if info is None else info.data,
-                                                              task.classes, entry)
-                local += field_problems
-                if label is not None and not field_problems:
-                    self.checked_labels.add(label)
+            info = members.get("json")
+            label, field_problems = sample_field_problems(bytes(label_member.data), None if info is None else info.data,
+                                                          task.classes, entry)
+            local += field_problems
+            if label is not None and not field_problems:
+                self.checked_labels.add(label)
         payload = members.get(task.payload_ext)
         if entry is not None:
             if offset != entry.record_offset:
