@@ -187,6 +187,10 @@ def main(argv=None):
         return 2
     if collective.warning:
         print(f"host_benchmark: warning: {collective.warning}", file=sys.stderr)
+    args.load_average_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    busy = benchmark.busy_host_warning()
+    if busy and collective.is_reporter:
+        print(f"host_benchmark: warning: {busy}", file=sys.stderr)
     try:
         if args.compare is not None:
             return run_compare(args, instance, collective, benchmark)
@@ -201,6 +205,7 @@ def main(argv=None):
 def config_of(args, instance, benchmark, **extra):
     host = benchmark.host_description()
     return {
+        "load_average_before": args.load_average_before,
         "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
         "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
         "seed": args.seed, "instances": instance.count, "instance_source": instance.source,

@@ -40,8 +40,18 @@ ceiling         bare decode + augment of the same JPEGs in this process, no load
                 Resize + CenterCrop). The upper bound per process for any JPEG format.
 baselines       torchvision ImageFolder + DataLoader and the stock webdataset pipelines
                 (`decode("pil")` for JPEG shards, `decode()` for .npy shards), with
-                torchvision's standard ImageNet transforms, same batch size and workers.
+                torchvision's standard ImageNet transforms (RandomResizedCrop, flip, ToTensor,
+                Normalize), same batch size and workers. The .npy pipeline stays uint8, like
+                the loader's device rows, and for train does the augmentation the stored
+                tensors still need (v2 RandomResizedCrop + flip on the tensor), so both sides
+                of the tensor comparison do the same work.
 loader rows     every format found x each normalisation location, through `get_data`.
+
+Goals (`GOALS`): "per worker" and "per core" are compared as images per CPU-second of all
+processes involved, the rate of one worker that has a core to itself, which other programs
+on a shared host do not distort; the wall-clock ratio is printed beside it. Compare ratios
+from one run: rows are interleaved over `rounds` and the median round is reported.
+torch runs one thread per process (as DataLoader workers do), set by the CLI.
 
 Adding a format (e.g. tfrecord) is one `FORMATS` entry; a stock pipeline for it is one
 `BASELINES` entry.
@@ -916,6 +926,7 @@ def host_description() -> dict:
     import torch
 
     return {
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "hostname": platform.node(),
         "cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
@@ -924,6 +935,18 @@ def host_description() -> dict:
         "pillow": PIL.__version__,
         "platform": platform.platform(),
     }
+
+
+def busy_host_warning(usable_cpus: int | None = None) -> str:
+    """A warning when other programs already load the CPUs (call before starting any worker)."""
+    if not hasattr(os, "getloadavg"):
+        return ""
+    usable = usable_cpus or host_description()["usable_cpus"]
+    load = os.getloadavg()[0]
+    if load < 0.5 * usable:
+        return ""
+    return (f"the host is busy before the benchmark starts (load average {load:.1f} on {usable} CPUs): wall-clock "
+            f"figures (img/s, per worker, latency) will be low and noisy; images per CPU-second hold better")
 
 
 def comparison_report(results, goals, config) -> dict:
