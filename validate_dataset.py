@@ -96,6 +96,9 @@ def main(argv=None):
     except ValidationUsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("validate_dataset.py: interrupted; nothing was checked to the end", file=sys.stderr)
+        return 130
     for line in render(report):
         print(line)
     if args.json_path:

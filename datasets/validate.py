@@ -1415,5 +1415,16 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None) -
         return validate_converted(root, workers, deep, progress)
     if any(raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
         return validate_raw(root, workers, deep, write_manifest, progress)
+    leftovers = sorted(p.name for p in root.iterdir() if p.name in TOOL_FOLDERS or p.name.endswith(
+        (".tar", ".tar.partial", ".index.tsv", ".tfrecord")))
+    if leftovers:  # shards without metadata.json: a conversion that did not finish, or lost its metadata
+        report = Report(str(root), "converted")
+        report.problems.append(error(METADATA_FILE, f"missing, but the folder holds converter output "
+                                                    f"({', '.join(leftovers[:3])}{', ...' if len(leftovers) > 3 else ''}): "
+                                                    f"the conversion did not finish (metadata.json is written last) "
+                                                    f"or it was deleted; create_webdataset.py --resume finishes or "
+                                                    f"repairs it"))
+        report.verdicts["Dataset"] = False
+        return report
     raise ValidationUsageError(f"{root}: neither a converted dataset (no {METADATA_FILE}) nor a raw image folder "
                                f"(no train/ or validation/ folder)")

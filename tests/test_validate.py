@@ -156,6 +156,21 @@ def test_flipped_tar_header_byte(dataset):
     assert not find(report, ERROR, target.shard, None, "not in the shard")
 
 
+def test_flipped_byte_after_the_end_of_archive_marker(dataset):
+    shard = dataset / "train-000000.tar"
+    flip_byte(shard, shard.stat().st_size - 100)
+    report = validate(dataset)
+    assert_found(report, ERROR, "train-000000.tar", None, "non-zero bytes after the end-of-archive marker")
+
+
+def test_shards_without_metadata_are_an_unfinished_conversion(dataset):
+    (dataset / "metadata.json").unlink()
+    result = run_script("validate_dataset.py", dataset, "--workers", 1)
+    assert result.returncode == 1
+    assert result.stdout.startswith("Dataset is corrupted.\nerror: metadata.json: missing, but the folder holds")
+    assert "create_webdataset.py --resume" in result.stdout
+
+
 def test_truncated_shard(dataset):
     shard = "train-000001.tar"
     in_shard = shard_records(dataset, shard)
