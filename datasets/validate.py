@@ -190,7 +190,7 @@ def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) ->
             return f"image refused as a decompression bomb: {exc}"
         except Exception as exc:  # PIL raises many types for corrupt data
             return f"image does not decode: {type(exc).__name__}: {exc}"
-        if require_rgb_jpeg and ext == "jpg" and (kind != "JPEG" or mode != "RGB"):
+        if require_rgb_jpeg and ext == "jpg" and (kind not in ("JPEG", "MPO") or mode != "RGB"):  # MPO: camera JPEG
             return f"payload is a {kind} image in mode {mode}, the converter stores RGB JPEG"
         return None
     if ext == "npy":
