@@ -388,7 +388,7 @@ FORMATS = {
         FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
         FormatEntry("img", "jpeg", "webdataset_pil", "WebDataset tar shards of JPEG"),
         FormatEntry("tensor", "tensor", "webdataset_npy", "WebDataset tar shards of uint8 .npy"),
-        FormatEntry("tfrecord", "jpeg", None, "TFRecord shards of JPEG (tf.train.Example)"),
+        FormatEntry("tfrecord", "jpeg", "tfrecord_torch", "TFRecord shards of JPEG (tf.train.Example)"),
     )
 }
 
@@ -644,6 +644,44 @@ def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance
                         max_epochs=None)
 
 
+class TFRecordExampleTransform:
+    """The stock TFRecord pipeline's per-record step: PIL decode + the standard transforms; label - offset."""
+
+    def __init__(self, split: str, label_offset: int):
+        self.transform = standard_transform(split)
+        self.label_offset = label_offset
+
+    def __call__(self, features):
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(features["image/encoded"])).convert("RGB")
+        return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
+
+
+def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode
+    + the standard transforms + DataLoader.
+
+    With an index and DataLoader workers, the package gives each worker its slice of every shard;
+    with no workers it starts each shard at a random record (and wraps around). It has no node
+    splitting: instances take every Nth shard. Its reader checks no CRC (the project's does).
+    """
+    from tfrecord.torch.dataset import TFRecordDataset
+    from torch.utils.data import ChainDataset
+
+    from .tfrecord_format import tfrecord_index_path
+
+    paths = source.shards.get(split, [])[instance.index :: instance.count]
+    if not paths:
+        raise BenchmarkError(f"{source.path}: no {split} shards for the stock tfrecord baseline")
+    transform = TFRecordExampleTransform(split, int((source.metadata or {}).get("label_offset", 0)))
+    description = {"image/encoded": "byte", "image/class/label": "int"}
+    dataset = ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=transform)
+                            for p in paths])
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
 @dataclass(frozen=True)
 class BaselineEntry:
     key: str
@@ -665,6 +703,10 @@ BASELINES = {
                       webdataset_npy_baseline,
                       'WebDataset(urls).decode().to_tuple("npy","cls"), + map_tuple(v2 RandomResizedCrop+flip, int) '
                       'for train; uint8 as stored'),
+        BaselineEntry("tfrecord_torch", "tfrecord", "tfrecord TFRecordDataset + PIL (baseline)",
+                      tfrecord_torch_baseline,
+                      "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
+                      "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize"),
     )
 }
 
