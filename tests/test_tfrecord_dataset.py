@@ -416,3 +416,26 @@ def torch_equal(a, b):
     import torch
 
     return torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- the format comparison
+
+
+def test_host_benchmark_compare_has_the_tfrecord_rows(converted, tmp_path):
+    import json
+
+    compare_dir = tmp_path / "compare"
+    compare_dir.mkdir()
+    (compare_dir / "tfrecord").symlink_to(converted("tfrecord"), target_is_directory=True)
+    (compare_dir / "img").symlink_to(converted("img"), target_is_directory=True)
+    out_json = tmp_path / "compare.json"
+    result = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "img,tfrecord", "--batches", 2,
+                        "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out_json)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out_json.read_text())
+    assert [row["id"] for row in report["rows"]] == [
+        "baseline_webdataset_pil", "img/host", "img/device", "baseline_tfrecord_torch", "tfrecord/host", "tfrecord/device"]
+    for row in report["rows"]:
+        assert "error" not in row, row
+        assert row["images"] == 8 and row["images_per_s"] > 0, row["id"]
+    assert "tfrecord, device normalisation" in result.stdout and "tfrecord TFRecordDataset + PIL (baseline)" in result.stdout
