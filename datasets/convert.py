@@ -792,6 +792,7 @@ class Summary:
     reports: dict
     elapsed: float  # the whole run: listing, planning, encoding, index and metadata
     encode_elapsed: float  # encoding and writing the shards only
+    encode_cpu: float  # CPU seconds of that phase, main process and workers
     metadata: dict | None
     missing_shards: int
 
@@ -872,13 +873,20 @@ def convert(options: ConvertOptions) -> Summary:
         for split, split_tasks in tasks.items():
             tasks[split] = [_with_expected(options.target, task, plan.fingerprint) for task in split_tasks]
     try:
-        encode_started = time.perf_counter()
-        run_all(options, plan, tasks, reports)
-        encode_elapsed = time.perf_counter() - encode_started
+        encode_started, cpu_started = time.perf_counter(), _cpu_seconds()
+        run_all(options, plan, tasks, reports)  # returns after the workers have exited: their CPU is counted
+        encode_elapsed, encode_cpu = time.perf_counter() - encode_started, _cpu_seconds() - cpu_started
         metadata, missing = finalize(options, plan)
     except OSError as error:
         raise ConversionError(f"{options.target}: {error.strerror or error} ({error.filename or 'state'})") from None
-    return Summary(options, plan, seed, reports, time.perf_counter() - started, encode_elapsed, metadata, missing)
+    return Summary(options, plan, seed, reports, time.perf_counter() - started, encode_elapsed, encode_cpu,
+                   metadata, missing)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its exited children (the worker processes)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def _with_expected(target: Path, task: ShardTask, fingerprint: str) -> ShardTask:
