@@ -569,6 +569,8 @@ class WrittenRecord:
 def _encode_varint(value: int) -> bytes:
     if value < 0:
         value += 1 << 64  # protobuf int64: negative values as 10-byte two's complement
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -577,21 +579,55 @@ def _encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _length_delimited(tag: int, body: bytes) -> bytes:
-    return b"".join((bytes((tag,)), _encode_varint(len(body)), body))
+_ONE_BYTE = [bytes((n,)) for n in range(256)]
 
 
-def _encode_feature(values, dtype: str) -> bytes:
+def _prefix(tag: int, size: int) -> bytes:
+    """A length-delimited field's tag and length."""
+    return _ONE_BYTE[tag] + _encode_varint(size)
+
+
+def _feature_pieces(values, dtype: str):
+    """(pieces, size) of one Feature message's body. Bytes values stay separate pieces, uncopied."""
     if dtype == "byte":
-        content = b"".join(_length_delimited(_LEN_FIELD_1, bytes(v)) for v in values)
-        return _length_delimited(0x0A, content)  # Feature.bytes_list
+        pieces = []
+        for value in values:
+            pieces += (_prefix(_LEN_FIELD_1, len(value)), value)
+        size = sum(map(len, pieces))
+        return [_prefix(0x0A, size), *pieces], size + len(_prefix(0x0A, size))  # Feature.bytes_list
     if dtype == "int":
         packed = b"".join(_encode_varint(int(v)) for v in values)
-        return _length_delimited(0x1A, _length_delimited(_LEN_FIELD_1, packed) if packed else b"")
-    if dtype == "float":
+    elif dtype == "float":
         packed = struct.pack(f"<{len(values)}f", *values)
-        return _length_delimited(0x12, _length_delimited(_LEN_FIELD_1, packed) if packed else b"")
-    raise ValueError(f"feature dtype {dtype!r}: expected 'byte', 'int' or 'float'")
+    else:
+        raise ValueError(f"feature dtype {dtype!r}: expected 'byte', 'int' or 'float'")
+    body = _prefix(_LEN_FIELD_1, len(packed)) + packed if packed else b""
+    piece = _prefix(0x1A if dtype == "int" else 0x12, len(body)) + body  # Feature.int64_list / float_list
+    return [piece], len(piece)
+
+
+def example_pieces(features: dict, locate=None):
+    """A tf.train.Example as a list of byte strings to join (see `serialize_example`), and the
+    index in that list of the first value of feature `locate` (a bytes feature), or None.
+
+    Built with the sizes computed up front, so each bytes value (the image) is one piece of
+    the list, copied once when the pieces are joined.
+    """
+    entries, located = [], None
+    for name in sorted(features):
+        value, dtype = features[name]
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if dtype == "byte":
+            values = [v if isinstance(v, bytes) else bytes(v) for v in values]
+        name_bytes = name.encode("utf-8")
+        feature, feature_size = _feature_pieces(values, dtype)
+        key = _prefix(_LEN_FIELD_1, len(name_bytes)) + name_bytes
+        value_prefix = _prefix(_LEN_FIELD_2, feature_size)
+        if name == locate and dtype == "byte" and values:
+            # 1 (the Example's prefix) + entries so far + entry prefix, key, value prefix, bytes_list prefix, value prefix
+            located = 1 + len(entries) + 5
+        entries += (_prefix(_LEN_FIELD_1, len(key) + len(value_prefix) + feature_size), key, value_prefix, *feature)
+    return [_prefix(_LEN_FIELD_1, sum(map(len, entries))), *entries], located  # Example.features
 
 
 def serialize_example(features: dict) -> bytes:
@@ -600,13 +636,7 @@ def serialize_example(features: dict) -> bytes:
     The datum format of the tfrecord package's `serialize_tf_example`; the bytes of
     protobuf's deterministic serialization (map entries sorted by name, lists packed).
     """
-    entries = []
-    for name in sorted(features):
-        value, dtype = features[name]
-        values = list(value) if isinstance(value, (list, tuple)) else [value]
-        entry = _length_delimited(_LEN_FIELD_1, name.encode("utf-8")) + _length_delimited(_LEN_FIELD_2, _encode_feature(values, dtype))
-        entries.append(_length_delimited(_LEN_FIELD_1, entry))
-    return _length_delimited(_LEN_FIELD_1, b"".join(entries))  # Example.features
+    return b"".join(example_pieces(features)[0])
 
 
 def imagenet_example_features(key, label, synset, image_bytes, height, width, filename, colorspace="RGB", image_format="JPEG", label_offset=LABEL_OFFSET):
@@ -617,7 +647,7 @@ def imagenet_example_features(key, label, synset, image_bytes, height, width, fi
         return value.encode() if isinstance(value, str) else bytes(value)
 
     return {
-        FEATURE_ENCODED: (bytes(image_bytes), "byte"),
+        FEATURE_ENCODED: (image_bytes if isinstance(image_bytes, bytes) else bytes(image_bytes), "byte"),
         FEATURE_FORMAT: (text(image_format), "byte"),
         FEATURE_COLORSPACE: (text(colorspace), "byte"),
         FEATURE_CHANNELS: (channels, "int"),
@@ -662,26 +692,35 @@ class TFRecordShardWriter:
 
     def add_example(self, data, payload_feature=FEATURE_ENCODED):
         """Frame and write one serialized Example; return (offset, size, payload offset, payload size)."""
-        start = self.bytes_written
-        record = frame_record(data)
-        payload_offset = payload_size = 0
+        payload_start, payload_size = None, 0
         if payload_feature is not None:
             kind, values = example_feature_spans(data).get(payload_feature, (None, []))
             if kind != "bytes" or len(values) != 1:
                 raise ValueError(f"the Example has no single bytes feature {payload_feature!r}")
             payload_start, payload_end = values[0]
-            payload_offset, payload_size = start + HEADER_SIZE + payload_start, payload_end - payload_start
-        self._write(record)
-        self.entries.append((start, len(record)))
+            payload_size = payload_end - payload_start
+        return self._add_record(data, payload_start, payload_size)
+
+    def _add_record(self, data, payload_start, payload_size):
+        start = self.bytes_written
+        length = _U64.pack(len(data))
+        self._write(length + _U32.pack(masked_crc32c(length)))
+        self._write(data)
+        self._write(_U32.pack(masked_crc32c(data)))
+        size = self.bytes_written - start
+        self.entries.append((start, size))
         self.samples += 1
-        return start, len(record), payload_offset, payload_size
+        return start, size, 0 if payload_start is None else start + HEADER_SIZE + payload_start, payload_size
 
     def add_sample(self, key, label, synset, image_bytes, height, width, filename, colorspace="RGB", image_format="JPEG") -> WrittenRecord:
         """Write one image as a TF-slim ImageNet Example. `label` is 0-based."""
         if int(label) < 0:
             raise ValueError(f"sample {key!r}: label {label} is negative")
+        image_bytes = image_bytes if isinstance(image_bytes, bytes) else bytes(image_bytes)
         features = imagenet_example_features(key, label, synset, image_bytes, height, width, filename, colorspace, image_format, self.label_offset)
-        offset, size, payload_offset, payload_size = self.add_example(serialize_example(features))
+        pieces, index = example_pieces(features, locate=FEATURE_ENCODED)
+        data = b"".join(pieces)
+        offset, size, payload_offset, payload_size = self._add_record(data, sum(map(len, pieces[:index])), len(image_bytes))
         return WrittenRecord(offset, size, payload_offset, payload_size, int(label) + self.label_offset)
 
     def add_raw_record(self, raw, source="<record>", number=None) -> int:

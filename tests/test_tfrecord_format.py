@@ -431,3 +431,17 @@ def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(
     assert [p.record for p in check.problems] == [2, 7, len(written) - 1] and "truncated" in str(check.problems[-1])
     with pytest.raises(TFRecordFormatError, match=rf"record {len(written) - 1} .*truncated"):
         header_entries(bad)
+
+
+@pytest.mark.parametrize("payload", [b"", b"k", b"n0", b"\x0a", bytes(200)])
+def test_payload_offset_is_exact_even_for_payloads_equal_to_other_fields(tmp_path, payload):
+    path = tmp_path / "train-00000-of-00001"
+    with TFRecordShardWriter(path) as writer:
+        first = writer.add_sample("k", 0, "n0", b"\xff\xd8" * 100, 1, 1, "k.JPEG")
+        second = writer.add_sample("k", 0, "n0", payload, 1, 1, "n0")
+    raw = path.read_bytes()
+    for record, expected in ((first, b"\xff\xd8" * 100), (second, payload)):
+        assert raw[record.payload_offset : record.payload_offset + record.payload_size] == expected
+        spans = example_feature_spans(raw[record.record_offset + 12 : record.record_offset + record.record_size - 4])
+        start, _ = spans[FEATURE_ENCODED][1][0]
+        assert record.payload_offset == record.record_offset + 12 + start
