@@ -17,7 +17,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 from collections import Counter
 from dataclasses import replace
