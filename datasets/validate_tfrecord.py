@@ -24,6 +24,8 @@ from .fileio import sha256_bytes
 from .tfrecord_format import (
     CRC_SIZE,
     FEATURE_ENCODED,
+    FEATURE_FILENAME,
+    FEATURE_KEY,
     FEATURE_LABEL,
     FEATURE_SYNSET,
     FRAMING_SIZE,
@@ -38,6 +40,8 @@ from .tfrecord_format import (
     tfrecord_index_path,
 )
 from .validate import ShardResult, ShardTask, decode_problem, error, sample_field_problems
+
+CHECKED_FEATURES = frozenset({FEATURE_ENCODED, FEATURE_LABEL, FEATURE_SYNSET, FEATURE_KEY, FEATURE_FILENAME})
 
 
 def check_tfrecord_shard(task: ShardTask) -> ShardResult:
@@ -199,7 +203,7 @@ class _Walk:
         task = self.task
         where = f"record {number} (at byte {offset:,})"
         try:
-            spans = example_feature_spans(data)
+            spans = example_feature_spans(data, CHECKED_FEATURES)
         except ExampleFormatError as exc:
             entry = self.by_offset.get(offset)
             self.problem(f"{where}: not a tf.train.Example: {exc}", entry.key if entry else None)
