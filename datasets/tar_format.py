@@ -237,13 +237,20 @@ def _blocks_from_mmap(path, stop_at):
         if size == 0:
             raise TarFormatError(path, 0, "empty file (zero bytes)")
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    view = memoryview(mapped)
+    return _blocks_from_buffer(memoryview(mapped), path, stop_at)
+
+
+def _blocks_from_buffer(view, source, stop_at):
+    """Reads from a whole shard already in memory (or mapped): views, no copy."""
+    size = len(view)
+    if size == 0:
+        raise TarFormatError(source, 0, "empty file (zero bytes)")
     end = size if stop_at is None else min(stop_at, size)
 
     def read(n, position, what):
         if position + n > size:
-            raise TarFormatError(path, position, f"truncated: {_describe(what)} needs {n} bytes, only "
-                                                 f"{max(size - position, 0)} remain")
+            raise TarFormatError(source, position, f"truncated: {_describe(what)} needs {n} bytes, only "
+                                                   f"{max(size - position, 0)} remain")
         return view[position : position + n]
 
     return read, end
@@ -259,17 +266,21 @@ def _blocks_from_stream(stream, source):
     return read
 
 
-def iter_tar_members(source, offset=0, verify_checksums=True, stop_at=None, stream=None):
+def iter_tar_members(source, offset=0, verify_checksums=True, stop_at=None, stream=None, buffer=None):
     """Yield the regular-file members of a tar shard as `TarMember`s.
 
     `source` is a local path (read through mmap, so member data are views with no
     copy) or, with `stream` given, the name used in messages for that readable
-    stream (an HTTP response, a byte range). `offset` is where the stream starts in
+    stream (an HTTP response, a byte range). With `buffer` (a bytes-like object holding
+    the whole shard, e.g. a mapping the caller already made), the shard is walked in
+    place and `source` only names it in messages. `offset` is where the stream starts in
     the shard, so reported offsets are always shard offsets; `stop_at` ends the walk
     at that shard offset (the end of a byte range). Raises TarFormatError for a bad
     header checksum, a non-octal field or a truncated member.
     """
-    if stream is None:
+    if buffer is not None:
+        read, end = _blocks_from_buffer(memoryview(buffer), source, stop_at)
+    elif stream is None:
         read, end = _blocks_from_mmap(source, stop_at)
     else:
         read, end = _blocks_from_stream(stream, source), stop_at

@@ -420,7 +420,8 @@ class _TarWalk:
             try:
                 # Header checksums: in the fast walk the shard's sha256 covers every header byte (a
                 # bad checksum means a sha256 mismatch, and then the strict walk names it).
-                for member in iter_tar_members(task.path, offset=offset, verify_checksums=self.strict):
+                for member in iter_tar_members(task.name, offset=offset, verify_checksums=self.strict,
+                                               buffer=self.view):  # the one mapping: pages fault once
                     member_end = member.data_offset + len(member.data)
                     if member_end >= next_hash_at:  # feed the shard hash as the walk advances
                         hasher.advance(member_end)
