@@ -179,6 +179,9 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         metadata=metadata,
         label_offset=metadata.get("label_offset", 0),
     )
+    if source.label_offset:
+        log.info("%s: shards store labels + %d (metadata.json label_offset, TF-slim's 1..N); the loader subtracts it",
+                 base, source.label_offset)
     if use_repartition and instance_count > 1:
         source.repartition = _repartition(base, split, instance_count)
     return source
