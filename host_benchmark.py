@@ -20,6 +20,7 @@ See datasets/benchmark.py for how every figure is counted.
 import argparse
 import os
 import sys
+from pathlib import Path
 import time
 
 from datasets.index import DatasetError
@@ -155,8 +156,19 @@ def parse_args(argv=None):
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:
             parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
         path = args.imagenet_data_path
-        if path and "://" not in path and "{" not in path and not os.path.exists(path):
-            parser.error(f"--imagenet-data-path {path}: no such file or directory")
+        if path and "://" not in path and "{" not in path:
+            if not os.path.exists(path):
+                parser.error(f"--imagenet-data-path {path}: no such file or directory")
+            from datasets.benchmark import is_image_folder  # light: no torch
+
+            converted = os.path.isfile(os.path.join(path, "metadata.json"))
+            if args.data == "imagenet" and not is_image_folder(Path(path)):
+                parser.error(f"--data imagenet: {path} is not an extracted ImageNet folder (no train/, validation/ "
+                             f"or val/ folder of class folders)"
+                             + ("; it is a converted dataset: use --data real" if converted else ""))
+            if args.data == "real" and os.path.isdir(path) and not converted and is_image_folder(Path(path)):
+                parser.error(f"--data real: {path} is an extracted ImageNet folder, not a converted dataset "
+                             f"(no metadata.json): use --data imagenet")
     for name in ("json", "plot"):
         target = getattr(args, name)
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):

@@ -56,6 +56,7 @@ def parse_error(cli, capsys, argv):
 
 
 def test_reference_options_parse(cli, tmp_path):
+    (tmp_path / "train" / "n01440764").mkdir(parents=True)
     args = cli.parse_args(["--data", "imagenet", "--imagenet-data-path", str(tmp_path), "--batch-size", "8",
                            "--dataloader-worker", "3", "--normalization-location", "ipu", "--iterations", "4"])
     assert (args.data, args.batch_size, args.dataloader_worker, args.iterations) == ("imagenet", 8, 3, 4)
@@ -90,6 +91,14 @@ def test_disable_async_loading_means_no_workers(cli, capsys):
 ])
 def test_bad_options_are_clear_errors(cli, capsys, argv, expected):
     assert expected in parse_error(cli, capsys, argv)
+
+
+def test_data_kind_must_match_the_path(cli, capsys, sample_source, converted):
+    error = parse_error(cli, capsys, ["--data", "imagenet", "--imagenet-data-path", str(converted("img"))])
+    assert "not an extracted ImageNet folder" in error and "use --data real" in error
+    error = parse_error(cli, capsys, ["--data", "real", "--imagenet-data-path", str(sample_source)])
+    assert "use --data imagenet" in error
+    assert cli.parse_args(["--data", "imagenet", "--imagenet-data-path", str(sample_source)]).data == "imagenet"
 
 
 def test_compare_defaults_to_seconds(cli, tmp_path):
