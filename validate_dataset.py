@@ -26,12 +26,13 @@ MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line;
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        epilog="Exit codes: 0 intact, 1 corruption found, 2 usage error or unreadable path.",
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[2],
+        epilog="Exit codes: 0 intact (warnings allowed), 1 corruption found, 2 usage error or unreadable path.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("path", nargs="?", help="the dataset folder (same as --imagenet-data-path)")
-    parser.add_argument("--imagenet-data-path", dest="data_path", help="the dataset folder: converted (metadata.json) "
-                        "or raw (train/ and validation/)")
+    parser.add_argument("path", nargs="?", metavar="PATH", help="the dataset folder (same as --imagenet-data-path)")
+    parser.add_argument("--imagenet-data-path", dest="data_path", metavar="PATH", help="the dataset folder: "
+                        "converted (has metadata.json) or raw (has train/ and validation/ class folders)")
     parser.add_argument("--deep", action="store_true", help="also decode every image (PIL verify + load) and tensor, "
                         "and hash every payload (slower: about 1,000 images/s per worker)")
     parser.add_argument("--workers", type=int, default=None,
