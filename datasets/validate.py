@@ -74,7 +74,7 @@ from .index import (
     parse_sample_index,
 )
 from .npy_format import NpyFormatError, decode_npy
-from .tar_format import BLOCK, TarFormatError, iter_tar_members, padding, split_key
+from .tar_format import BLOCK, TarFormatError, iter_tar_members, split_key
 
 ERROR = "error"
 WARNING = "warning"

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -266,6 +265,16 @@ def test_duplicated_key(dataset):
                                                         "train-000000.tar")
     assert_found(report, ERROR, "train-000003.tar", renamed, "listed in the sample index but not in the shard")
     assert len(original) == 36
+
+
+def test_unsafe_member_names(dataset):
+    in_shard = shard_records(dataset, "train-000004.tar")
+    names = {in_shard[0].key: "../escape", in_shard[1].key: "/abs/olute"}
+    rewrite_shard(dataset / "train-000004.tar", lambda key, members: (names.get(key, key), members))
+    report = validate(dataset)
+    assert report.exit_code == 1
+    assert_found(report, ERROR, "train-000004.tar", "../escape", "unsafe member name '../escape.cls'")
+    assert_found(report, ERROR, "train-000004.tar", "/abs/olute", "unsafe member name '/abs/olute.json'")
 
 
 def test_duplicated_key_within_one_shard(dataset):
