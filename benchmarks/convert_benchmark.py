@@ -22,7 +22,9 @@ CPU seconds of that encode phase in all processes (os.times, workers included). 
 right before every conversion (best kept). Two ratios: wall = encode images/s / (bare images/s
 x workers); CPU = images per CPU second / bare images per CPU second. On a shared machine the
 wall ratio swings with other load; the CPU ratio says what the converter adds to the bare work.
-Writes OUT/convert_benchmark.json and prints a table. Goals (issue 3): passthrough >= 2,000
+Last, "paired": the bare loop and write_shard (the converter's per-shard work, one process)
+alternated on the same images, CPU time, minimum of the runs: the least noisy ratio.
+Writes OUT/convert_benchmark.json and prints the tables. Goals (issue 3): passthrough >= 2,000
 images/s per worker; re-encoding within 10% of the bare rate.
 This machine has 2 cores shared with the main process: compare the ratios of one run.
 """
@@ -43,7 +45,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.convert import ConvertOptions, convert, encode_payload, EncodeOptions  # noqa: E402
+from datasets.convert import ConvertOptions, EncodeOptions, ShardTask, convert, encode_payload, write_shard  # noqa: E402
 from datasets.imagenet_source import open_source  # noqa: E402
 from datasets.npy_format import encode_npy  # noqa: E402
 from datasets.preprocess import apply_steps, parse_steps  # noqa: E402
@@ -113,6 +115,29 @@ def bare_passthrough(name, data):
     return hashlib.sha256(payload).digest()
 
 
+def paired_cpu(bare_function, source: Path, images, fmt: str, steps, target: Path, repeats: int):
+    """CPU microseconds per image of the bare loop and of write_shard (all images, one shard, this
+    process), alternated and each the minimum of `repeats`: the least noisy comparison of what the
+    converter adds (reading, hashing, tar writing) to the same decode/resize/encode work."""
+    samples = tuple(s for split in open_source(source, layout="folder").splits.values() for s in split.samples)
+    task = ShardTask("train", 0, "train-000000.tar", samples, EncodeOptions(fmt, tuple(steps), 95, 89_478_485, "skip"))
+    target.mkdir(parents=True, exist_ok=True)
+    bare = shard = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        for name, data in images:
+            bare_function(name, data)
+        bare = min(bare, time.process_time() - started)
+        started = time.process_time()
+        write_shard(str(target), task)
+        shard = min(shard, time.process_time() - started)
+    shutil.rmtree(target, ignore_errors=True)
+    return {"bare_us_per_image": round(bare / len(images) * 1e6, 1),
+            "write_shard_us_per_image": round(shard / len(images) * 1e6, 1),
+            "write_shard_images_per_cpu_s": round(len(images) / shard, 1),
+            "ratio_to_bare": round(bare / shard, 3)}
+
+
 def run_conversion(source: Path, target: Path, fmt: str, steps, workers: int):
     shutil.rmtree(target, ignore_errors=True)
     options = ConvertOptions(source=source, target=target, format=fmt, seed=0, workers=workers,
@@ -167,6 +192,11 @@ def main(argv=None) -> int:
             rows.append({"config": label, "format": fmt, "steps": list(steps), "workers": workers, **best,
                          "encode_images_per_s_per_worker": round(best["encode_images_per_s"] / workers, 1),
                          "bare_reference": bare_name})
+    paired = {}
+    for label, fmt, steps in CONFIGS:
+        print(f"paired CPU: {label}", file=sys.stderr)
+        paired[label] = paired_cpu(bare_functions[BARE_FOR[label]], source, images, fmt, steps,
+                                   args.out / "paired", max(args.repeats, 3))
     for row in rows:  # against the best bare figures of the whole run
         reference = bare[row["bare_reference"]]
         row["wall_ratio_to_bare_x_workers"] = round(
@@ -182,6 +212,7 @@ def main(argv=None) -> int:
         "repeats": args.repeats,
         "bare": bare,
         "conversions": rows,
+        "paired_cpu": paired,
         "goals": {"passthrough_images_per_s_per_worker": 2000, "reencode_ratio_to_bare": 0.9},
     }
     out_file = args.out / "convert_benchmark.json"
@@ -198,6 +229,11 @@ def main(argv=None) -> int:
               f"{row['encode_images_per_s']:>8,.0f} {row['encode_images_per_s_per_worker']:>10,.0f} "
               f"{row['images_per_cpu_s']:>9,.0f} {row['wall_ratio_to_bare_x_workers']:>10.2f} "
               f"{row['cpu_ratio_to_bare']:>9.2f}")
+    print("\npaired, one process, CPU us per image (alternating runs, minimum): bare loop vs write_shard "
+          "(the converter's per-shard work: read, encode, hash, tar)")
+    for label, row in paired.items():
+        print(f"{label:<36} bare {row['bare_us_per_image']:>7,.0f}  write_shard {row['write_shard_us_per_image']:>7,.0f}"
+              f"  ({row['write_shard_images_per_cpu_s']:>6,.0f} images per CPU-s)  ratio {row['ratio_to_bare']:.2f}")
     print(f"written: {out_file}")
     return 0
 
