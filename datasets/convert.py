@@ -1,6 +1,6 @@
 """Convert an ImageNet source (folders or archives) into verified, reproducible WebDataset shards.
 
-Pipeline: list the source (datasets.sources) -> plan -> encode and write whole shards in
+Pipeline: list the source (datasets.imagenet_source) -> plan -> encode and write whole shards in
 worker processes -> record each finished shard -> when every shard exists, write the
 per-split sample indexes and, last, metadata.json.
 
@@ -20,7 +20,9 @@ Plan (main process, deterministic):
 Shards are independent: shard n's bytes depend only on its samples and the options, so any
 worker may write any shard and the output is byte-identical for every --workers value and
 instance count. --workers 1 encodes in the main process; N > 1 uses N worker processes
-that each encode and write whole shards while the main process records results.
+that each encode and write whole shards while the main process records results. Workers
+die with the main process (PR_SET_PDEATHSIG), so after a kill -9 none lives on to publish a
+shard while a --resume rewrites it.
 
 Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
                                        <key>.json what the sample is and what was done to it
@@ -58,6 +60,8 @@ rewritten, stale .partial files are removed, and shards that are not in the plan
 before metadata.json is written. metadata.json is removed when a run starts and written last.
 .convert-state/ is kept after completion: a later --resume re-verifies every shard against
 it and repairs any that changed; it is safe to delete once metadata.json exists.
+--overwrite deletes only what this tool writes (shards, indexes, metadata, state) plus a
+repartition of the replaced dataset (distributed/, now stale); other files are kept and named.
 
 Several instances (torchrun, poprun, SLURM; datasets.launcher): instance i writes the shards
 whose number is i modulo the count. Every instance plans identically (--seed is required
