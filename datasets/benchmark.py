@@ -177,10 +177,10 @@ class CpuMeter:
                 self._last[pid] = stat[1]
 
     def used(self) -> tuple:
-        """(CPU seconds since start, number of descendant processes counted)."""
+        """(CPU seconds of this process, of its descendants, number of descendants counted) since start."""
         own = time.process_time() - self._own_start
         children = sum(self._last[pid] - self._first[pid] for pid in self._first)
-        return own + children, len(self._first)
+        return own, children, len(self._first)
 
 
 # ---------------------------------------------------------------- the measurement loop
@@ -312,12 +312,14 @@ def _measure(iterator, meter, warmup_batches, max_batches, max_seconds, bytes_pe
             f"for this batch size; use a smaller --batch-size or fewer --warmup-batches"
         )
     seconds = last - started
-    cpu_seconds, processes = meter.used()
+    main_cpu, worker_cpu, processes = meter.used()
     dtype, shape = describe_batch(first_batch)
     return measurement_figures(
-        images=images, batches=count, seconds=seconds, cpu_seconds=cpu_seconds, waits=waits,
+        images=images, batches=count, seconds=seconds, cpu_seconds=main_cpu + worker_cpu, waits=waits,
         bytes_per_image=bytes_per_image, workers=workers, warmup_batches=warmup_batches,
         batch_dtype=dtype, batch_shape=shape, cpu_scope=meter.scope, processes_counted=1 + processes,
+        # Where the CPU went: the consuming process (receiving batches) vs the worker processes.
+        main_cpu_ms_per_image=1000.0 * main_cpu / images, worker_cpu_ms_per_image=1000.0 * worker_cpu / images,
     )
 
 
@@ -366,6 +368,9 @@ def combine_instances(per_instance: list) -> dict:
         **{k: first[k] for k in ("warmup_batches", "batch_dtype", "batch_shape", "cpu_scope") if k in first},
     )
     combined["processes_counted"] = sum(m.get("processes_counted", 1) for m in per_instance)
+    for key in ("main_cpu_ms_per_image", "worker_cpu_ms_per_image"):
+        if all(key in m for m in per_instance):
+            combined[key] = sum(m[key] * m["images"] for m in per_instance) / images
     return combined
 
 
@@ -910,6 +915,7 @@ TABLE_COLUMNS = (
     ("/worker", 8, lambda r: _num(r.get("images_per_s_per_worker"))),
     ("img/CPU-s", 9, lambda r: _num(r.get("images_per_cpu_s"))),
     ("CPU ms/img", 10, lambda r: _num(r.get("cpu_ms_per_image"), 2)),
+    ("main ms", 7, lambda r: _num(r.get("main_cpu_ms_per_image"), 2)),
     ("MB/s", 7, lambda r: _num(r.get("mb_per_s"), 1)),
     ("p50 ms", 7, lambda r: _num(r.get("latency_ms_p50"), 1)),
     ("p99 ms", 7, lambda r: _num(r.get("latency_ms_p99"), 1)),
@@ -1003,6 +1009,8 @@ def comparison_report(results, goals, config) -> dict:
             "images_per_cpu_s": "images / CPU seconds of the process and its live DataLoader workers (/proc/<pid>/stat)",
             "mb_per_s": "images_per_s x mean stored bytes per image of the source (shard bytes / samples; folder: file sizes)",
             "latency_ms": "time the consumer waits in next() per measured batch",
+            "main_cpu_ms_per_image": "CPU of the consuming process alone (with workers: receiving batches)",
+            "worker_cpu_ms_per_image": "CPU of the DataLoader worker processes",
         },
         "rows": results,
         "goals": goals,

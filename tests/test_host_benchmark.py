@@ -162,11 +162,12 @@ def test_cpu_meter_counts_a_live_child_process():
         while time.monotonic() < deadline:
             time.sleep(0.1)
             meter.sample()
-            if meter.used()[0] >= 0.6:
+            if meter.used()[1] >= 0.5:  # /proc counts in clock ticks: allow for rounding
                 break
-        cpu_seconds, processes = meter.used()
+        own, children, processes = meter.used()
         assert processes == 1
-        assert cpu_seconds >= 0.6
+        assert children >= 0.5
+        assert own < 0.5  # this process only waited
         after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
         assert after_children.ru_utime == before_children.ru_utime  # the live child is invisible there
     finally:
@@ -248,6 +249,8 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
         assert row["images_per_s"] > 0 and row["cpu_seconds"] > 0 and row["latency_ms_p99"] >= row["latency_ms_p50"]
         if row["kind"] != "ceiling":
             assert row["processes_counted"] >= 2, f"{row['id']}: the DataLoader worker was not counted"
+            # (its CPU share may round to 0 here: 2 tiny batches, possibly prefetched during the warm-up)
+            assert row["worker_cpu_ms_per_image"] >= 0, row["id"]
     by_id = {row["id"]: row for row in report["rows"]}
     assert by_id["img/device"]["batch_dtype"] == "uint8" and by_id["img/device"]["batch_shape"] == "4x3x224x224"
     assert by_id["img/host"]["batch_dtype"] == "float32"
