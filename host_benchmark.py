@@ -199,8 +199,9 @@ def main(argv=None):
         return 2
     if collective.warning:
         print(f"host_benchmark: warning: {collective.warning}", file=sys.stderr)
-    args.load_average_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    busy = benchmark.busy_host_warning()
+    # Sampled before any worker starts, so it is other programs' load, not ours.
+    args.cores_busy_before = benchmark.cores_busy_now()
+    busy = benchmark.busy_host_warning(busy=args.cores_busy_before)
     if busy and collective.is_reporter:
         print(f"host_benchmark: warning: {busy}", file=sys.stderr)
     try:
@@ -217,7 +218,7 @@ def main(argv=None):
 def config_of(args, instance, benchmark, **extra):
     host = benchmark.host_description()
     return {
-        "load_average_before": args.load_average_before,
+        "cores_busy_before": args.cores_busy_before,
         "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
         "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
         "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
@@ -260,6 +261,8 @@ def run_single(args, instance, collective, benchmark):
               f"batch wait p50 {aggregate['latency_ms_p50']:.1f} ms p99 {aggregate['latency_ms_p99']:.1f} ms, "
               f"CPU {aggregate['cpu_ms_per_image']:.2f} ms/image ({aggregate['cores_busy']:.2f} cores busy), "
               f"batches {aggregate['batch_dtype']} {aggregate['batch_shape']}", flush=True)
+        if aggregate["seconds"] < benchmark.SHORT_MEASUREMENT_SECONDS:
+            print("  " + benchmark.SHORT_NOTE.lstrip("* "), flush=True)
 
     results = benchmark.run_iterations(
         loader, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,

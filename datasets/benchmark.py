@@ -931,12 +931,23 @@ def format_table(results: list) -> str:
         return "  ".join(parts).rstrip()
 
     lines = [line([c[0] for c in TABLE_COLUMNS]), line(["-" * max(c[1], 5) for c in TABLE_COLUMNS])]
+    short = False
     for result in results:
         if "error" in result:
             lines.append(f"{result['label']:<36}  FAILED: {result['error']}")
-        else:
-            lines.append(line([c[2](result) for c in TABLE_COLUMNS]))
+            continue
+        cells = [c[2](result) for c in TABLE_COLUMNS]
+        if result["seconds"] < SHORT_MEASUREMENT_SECONDS:
+            cells[0], short = cells[0] + " *", True
+        lines.append(line(cells))
+    if short:
+        lines.append(SHORT_NOTE)
     return "\n".join(lines)
+
+
+SHORT_MEASUREMENT_SECONDS = 1.0
+SHORT_NOTE = (f"* measured for less than {SHORT_MEASUREMENT_SECONDS:g} s: CPU figures are coarse (the kernel counts "
+              f"CPU in {1000 // CLOCK_TICKS} ms ticks per process) and prefetching skews them; measure longer")
 
 
 def format_goals(goals: list) -> str:
@@ -985,16 +996,38 @@ def host_description() -> dict:
     }
 
 
-def busy_host_warning(usable_cpus: int | None = None) -> str:
-    """A warning when other programs already load the CPUs (call before starting any worker)."""
-    if not hasattr(os, "getloadavg"):
-        return ""
+def cores_busy_now(seconds: float = 0.5) -> float | None:
+    """How many cores the whole host keeps busy, sampled from /proc/stat over `seconds` (None without it)."""
+    def busy_and_total():
+        with open("/proc/stat") as handle:
+            values = [int(v) for v in handle.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values) - idle, sum(values)
+
+    try:
+        busy0, total0 = busy_and_total()
+        time.sleep(seconds)
+        busy1, total1 = busy_and_total()
+    except (OSError, ValueError, IndexError):
+        return None
+    cpus = os.cpu_count() or 1
+    return cpus * (busy1 - busy0) / max(1, total1 - total0)
+
+
+def busy_host_warning(usable_cpus: int | None = None, busy: float | None = None) -> str:
+    """A warning when other programs already keep the CPUs busy (call before starting any worker)."""
     usable = usable_cpus or host_description()["usable_cpus"]
-    load = os.getloadavg()[0]
-    if load < 0.5 * usable:
+    if busy is None:
+        if not hasattr(os, "getloadavg"):
+            return ""
+        busy, what = os.getloadavg()[0], "load average"
+    else:
+        what = "cores busy"
+    if busy < 0.25 * usable:
         return ""
-    return (f"the host is busy before the benchmark starts (load average {load:.1f} on {usable} CPUs): wall-clock "
-            f"figures (img/s, per worker, latency) will be low and noisy; images per CPU-second hold better")
+    return (f"other programs keep this host busy before the benchmark starts ({what} {busy:.1f} of {usable} CPUs): "
+            f"wall-clock figures (img/s, per worker, latency) will be low and noisy; images per CPU-second hold "
+            f"better")
 
 
 def comparison_report(results, goals, config) -> dict:
@@ -1089,7 +1122,8 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
                 bar.set_hatch("//")
             label = " failed (see the table)" if "error" in result else text(result)
             axis.text(value, position, label, va="center", ha="left", fontsize=8,
-                      color="#b71c1c" if "error" in result else "black")
+                      color="#b71c1c" if "error" in result else "black",
+                      bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
         axis.set_xlabel(xlabel)
         axis.set_xlim(0, top * 1.45)
         axis.grid(axis="x", linestyle=":", alpha=0.6)
