@@ -587,7 +587,7 @@ def imagefolder_baseline(source: Source, split, batch_size, workers, instance, s
     return EpochBatches(epoch_loader, max_epochs=None)
 
 
-def _webdataset_pipeline(shard_paths, instance, workers):
+def _webdataset_pipeline(shard_paths, instance):
     import webdataset as wds
 
     if not shard_paths:
@@ -603,7 +603,7 @@ def _webdataset_pipeline(shard_paths, instance, workers):
 def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
     """Stock webdataset: decode("pil") + the standard transforms + DataLoader."""
     transform = standard_transform(split)
-    dataset = (_webdataset_pipeline(source.shards.get(split, []), instance, workers)
+    dataset = (_webdataset_pipeline(source.shards.get(split, []), instance)
                .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
     return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
                         max_epochs=None)
@@ -641,7 +641,7 @@ def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance
     With the augmentation the split still needs (train: RandomResizedCrop + flip in torchvision
     v2 on the tensor), so that it does the same work as the loader's tensor rows.
     """
-    dataset = _webdataset_pipeline(source.shards.get(split, []), instance, workers).decode().to_tuple("npy", "cls")
+    dataset = _webdataset_pipeline(source.shards.get(split, []), instance).decode().to_tuple("npy", "cls")
     transform = tensor_transform(source, split)
     if transform is not None:
         dataset = dataset.map_tuple(transform, int)
