@@ -1121,9 +1121,9 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
             if result["kind"] == "baseline":
                 bar.set_hatch("//")
             label = " failed (see the table)" if "error" in result else text(result)
-            axis.text(value, position, label, va="center", ha="left", fontsize=8,
-                      color="#b71c1c" if "error" in result else "black",
-                      bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85})
+            axis.annotate(label.strip(), (value, position), xytext=(4, 0), textcoords="offset points", va="center",
+                          ha="left", fontsize=8, color="#b71c1c" if "error" in result else "black",
+                          bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.85})
         axis.set_xlabel(xlabel)
         axis.set_xlim(0, top * 1.45)
         axis.grid(axis="x", linestyle=":", alpha=0.6)
