@@ -40,6 +40,10 @@ def demo_steps(out: Path, classes: int, train_per_class: int, val_per_class: int
         yield f"Validate the {fmt} dataset" + (" and its repartition" if fmt == "img" else ""), [
             python, "validate_dataset.py", out / fmt, "--no-progress",
         ]
+    yield "Compare the formats: which one feeds accelerators fastest on this host", [
+        python, "host_benchmark.py", "--compare", out, "--seconds", "2",
+        "--json", out / "comparison.json", "--plot", out / "comparison.png",
+    ]
 
 
 def run(out: Path, classes: int, train_per_class: int, val_per_class: int) -> int:
