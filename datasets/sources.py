@@ -29,6 +29,7 @@ from typing import Optional
 
 import numpy as np
 
+from .fileio import sha256_bytes
 from .index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, parse_sample_index, sample_index_name
 from .pipeline import parse_stored_steps
 from .shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
@@ -154,7 +155,8 @@ def _read_json(location: str, what: str):
 def _converted(base: str, split: str, instance_count: int, use_repartition: bool) -> Source:
     metadata_location = join_location(base, METADATA_FILE)
     try:
-        metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+        metadata_bytes = read_bytes(metadata_location)
+        metadata = parse_metadata(metadata_bytes, metadata_location)
     except FileNotFoundError:
         raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
     if split not in metadata["splits"]:
@@ -183,17 +185,25 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         log.info("%s: shards store labels + %d (metadata.json label_offset, TF-slim's 1..N); the loader subtracts it",
                  base, source.label_offset)
     if use_repartition and instance_count > 1:
-        source.repartition = _repartition(base, split, instance_count)
+        source.repartition = _repartition(base, split, instance_count, sha256_bytes(metadata_bytes))
     return source
 
 
-def _repartition(base: str, split: str, count: int):
+def _repartition(base: str, split: str, count: int, metadata_sha256: str):
     """{instance: OwnShare loader} for a repartition made for `count` instances, or None."""
     relative = f"{REPARTITION_DIR}/{count}-instances/{MANIFEST_FILE}"
     location = join_location(base, relative)
     manifest = _read_json(location, "the repartition manifest")
     if manifest is None:
         log.info("%s: no repartition for %d instances (%s); dealing samples at run time", base, count, relative)
+        return None
+    if manifest.get("source_metadata_sha256") != metadata_sha256:
+        # The dataset was converted again after the repartition was made: its samples may differ.
+        message = (f"{location}: made for another version of this dataset (metadata.json changed since); "
+                   f"ignoring it and dealing samples at run time. Re-run distributed_webdataset.py "
+                   f"--num-instances {count} to refresh it")
+        log.warning(message)
+        warnings.warn(message, stacklevel=4)
         return None
     try:
         entry = manifest["splits"][split]

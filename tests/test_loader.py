@@ -248,6 +248,21 @@ def test_repartition_is_used_when_present(img, tmp_path):
     assert train_batches == {3}
 
 
+def test_stale_repartition_is_ignored_with_a_warning(img, tmp_path):
+    target = tmp_path / "ds"
+    shutil.copytree(img, target)
+    result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 2, "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # A later re-conversion changes metadata.json; the old repartition no longer describes the data.
+    metadata = target / "metadata.json"
+    metadata.write_text(metadata.read_text().replace('"shuffle": true', '"shuffle": true ', 1))
+    with pytest.warns(UserWarning, match="made for another version of this dataset"):
+        loader = get_data(target, "validation", 2, 0, instance=Instance(0, 2, "explicit"), with_keys=True,
+                          normalization="device")
+    assert len(read_all(loader)[2]) == 6
+    assert not loader.report.repartition
+
+
 def test_foreign_shards_without_index_are_scanned(img, tmp_path):
     for shard in img.glob("validation-*.tar"):
         shutil.copy(shard, tmp_path / shard.name)
