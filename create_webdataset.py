@@ -8,7 +8,6 @@ datasets.convert; its module docstring describes the output and the guarantees.
 """
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -24,43 +23,10 @@ from datasets.convert import (
     convert,
     format_summary,
 )
+from datasets.cli_args import int_between, positive_int, usable_cpus
 from datasets.index import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.imagenet_source import LAYOUTS
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def quality(text):
-    value = positive_int(text)
-    if value > 100:
-        raise argparse.ArgumentTypeError(f"{value} is above 100")
-    return value
-
-
-def seed(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 2**63-1")
-    return value
-
-
-def default_workers() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,14 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--validation-preprocess-steps", nargs="+", default=[], metavar="STEP",
                      help="the same for validation images. Default: none for img, "
                           f"{' '.join(DEFAULT_TENSOR_STEPS['validation'])} for tensor")
-    fmt.add_argument("--image-quality", type=quality, default=DEFAULT_IMAGE_QUALITY,
+    fmt.add_argument("--image-quality", type=int_between(1, 100), default=DEFAULT_IMAGE_QUALITY,
                      help="JPEG quality (1..100) for re-encoded images: with steps, or sources that are not RGB "
                           "JPEGs (default: %(default)s)")
     order = parser.add_argument_group("order and sharding")
     order.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True,
                        help="one global seeded permutation of each split (default: on; --no-shuffle keeps class "
                             "order, which buffer-shuffling loaders cannot undo)")
-    order.add_argument("--seed", type=seed, default=None,
+    order.add_argument("--seed", type=int_between(0, 2**63 - 1), default=None,
                        help="seed of the permutation; drawn and recorded in metadata.json when not given")
     order.add_argument("--samples-per-shard", type=positive_int, default=DEFAULT_SAMPLES_PER_SHARD,
                        help="samples per shard, at most (default: %(default)s)")
@@ -106,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also start a new shard before its estimated size passes this many bytes "
                             "(estimated from the source sizes: exact for img passthrough)")
     run = parser.add_argument_group("running")
-    run.add_argument("--workers", type=positive_int, default=default_workers(),
+    run.add_argument("--workers", type=positive_int, default=usable_cpus(),
                      help="processes that encode and write whole shards (default: the usable cores, "
                           "%(default)s); the output does not depend on it")
     run.add_argument("--resume", action="store_true",

@@ -23,42 +23,9 @@ import sys
 from pathlib import Path
 import time
 
+from datasets.cli_args import non_negative_int, positive_float, positive_int, usable_cpus
 from datasets.index import DatasetError
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
-
-
-def default_workers():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def build_parser():
@@ -88,7 +55,7 @@ def build_parser():
                          "(default 64)")
     loading.add_argument("--dataloader-worker", type=non_negative_int, default=None, metavar="N",
                          help="DataLoader worker processes per instance (default: one per usable CPU, "
-                              f"{default_workers()} here); 0 loads in the main process")
+                              f"{usable_cpus()} here); 0 loads in the main process")
     loading.add_argument("--disable-async-loading", action="store_true",
                          help="load synchronously in the main process (the same as --dataloader-worker 0)")
     loading.add_argument("--normalization-location", choices=("host", "device", "ipu"), default=None,
@@ -142,7 +109,7 @@ def parse_args(argv=None):
                          f"{args.dataloader_worker} asks for workers: give one or the other")
         args.dataloader_worker = 0
     if args.dataloader_worker is None:
-        args.dataloader_worker = default_workers()
+        args.dataloader_worker = usable_cpus()
     if args.warmup_batches is None:
         args.warmup_batches = max(2, 2 * args.dataloader_worker)
     if args.compare is not None:

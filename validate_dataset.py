@@ -14,11 +14,11 @@ then one line per problem naming the file and the sample key. Exit codes: 0 inta
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
+from datasets.cli_args import usable_cpus
 from datasets.validate import ValidationUsageError, validate
 
 MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line; --json has them all
@@ -49,7 +49,7 @@ def parse_args(argv):
     if not args.path:
         parser.error("the dataset path is required (--imagenet-data-path PATH, or PATH)")
     if args.workers is None:
-        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        args.workers = usable_cpus()
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     return args

@@ -83,7 +83,7 @@ def test_disable_async_loading_means_no_workers(cli, capsys):
     (["--data", "imagenet", "--imagenet-data-path", "/no/such/dir"], "/no/such/dir"),
     (["--compare", "/no/such/dir"], "/no/such/dir"),
     (["--data", "generated", "--batches", "3", "--seconds", "2"], "not allowed with"),
-    (["--data", "generated", "--batch-size", "0"], "must be >= 1"),
+    (["--data", "generated", "--batch-size", "0"], "--batch-size: 0 must be at least 1"),
     (["--data", "generated", "--seconds", "-1"], "must be > 0"),
     (["--data", "generated", "--normalization-location", "gpu"], "invalid choice"),
     (["--data", "generated", "--rounds", "3"], "--compare only"),

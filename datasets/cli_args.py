@@ -1,0 +1,46 @@
+"""Argument types and defaults shared by the command-line scripts.
+
+argparse turns an ArgumentTypeError into "argument --x: <message>" and exit code 2,
+so every script reports a bad number the same way.
+"""
+
+import argparse
+import os
+
+
+def _number(text, kind, what):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def int_between(low: int, high=None):
+    def parse(text):
+        value = _number(text, int, "an integer")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is above {high}")
+        return value
+
+    parse.__name__ = f"integer in {low}..{high}" if high is not None else f"integer >= {low}"
+    return parse
+
+
+positive_int = int_between(1)
+non_negative_int = int_between(0)
+
+
+def positive_float(text):
+    value = _number(text, float, "a number")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (a cgroup or taskset may allow fewer than the machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
