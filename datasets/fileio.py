@@ -29,6 +29,22 @@ def fsync_dir(directory) -> None:
         os.close(fd)
 
 
+def _publish(handle, partial: Path, path: Path, before_rename=None) -> None:
+    """Make the partial file durable, then give it its final name (durably too)."""
+    handle.flush()
+    os.fsync(handle.fileno())
+    handle.close()
+    if before_rename is not None:
+        before_rename()
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+
+
+def _discard(handle, partial: Path) -> None:
+    handle.close()
+    partial.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_open(path, mode="wb"):
     """Open `path`'s partial file for writing; publish it under `path` on success.
@@ -41,15 +57,57 @@ def atomic_open(path, mode="wb"):
     handle = open(tmp, mode)
     try:
         yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        _publish(handle, tmp, path)
     except BaseException:
-        handle.close()
-        tmp.unlink(missing_ok=True)
+        _discard(handle, tmp)
         raise
+
+
+class HashingAtomicWriter:
+    """A binary file written like `atomic_open`'s, that hashes (sha256) and counts its bytes as it writes them.
+
+    `with HashingAtomicWriter(path) as w: w.write(data)`. On a clean exit the file is
+    published under `path` and `w.sha256` / `w.bytes_written` describe it: no second read
+    to hash it. On any exception the partial file is removed. Shard writers subclass it
+    and keep only their format's framing, using the two hooks below.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.bytes_written = 0
+        self.sha256 = None
+        self._digest = hashlib.sha256()
+        self._partial = partial_path(self.path)
+        self._file = None
+
+    def __enter__(self):
+        self._file = open(self._partial, "wb")
+        return self
+
+    def write(self, data) -> None:
+        self._file.write(data)
+        self._digest.update(data)
+        self.bytes_written += len(data)
+
+    def _write_trailer(self) -> None:
+        """Hook: the format's end-of-file bytes, written (and hashed) on a clean exit."""
+
+    def _before_rename(self) -> None:
+        """Hook: runs once the data are durable, before the file takes its final name
+        (a companion file published here is always there when the file is)."""
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            _discard(self._file, self._partial)
+            return False
+        try:
+            self._write_trailer()
+            _publish(self._file, self._partial, self.path, self._before_rename)
+        except BaseException:
+            _discard(self._file, self._partial)
+            raise
+        self.sha256 = self._digest.hexdigest()
+        return False
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
@@ -61,9 +119,13 @@ def atomic_write_json(path, obj) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode())
 
 
-def sha256_file(path, chunk_size: int = HASH_CHUNK):
-    """Return (hex sha256, size in bytes) of a file, read in large sequential chunks."""
-    digest = hashlib.sha256()
+def hash_file(path, algorithms=("sha256",), chunk_size: int = HASH_CHUNK):
+    """([hex digest per name in `algorithms`], size in bytes) of a file, in one sequential read.
+
+    `algorithms` are hashlib names ("sha256", "md5", ...). Large reads into one reused
+    buffer keep this at the hash's own speed.
+    """
+    digests = [hashlib.new(name) for name in algorithms]
     size = 0
     buffer = bytearray(chunk_size)
     view = memoryview(buffer)
@@ -72,9 +134,17 @@ def sha256_file(path, chunk_size: int = HASH_CHUNK):
             n = handle.readinto(buffer)
             if not n:
                 break
-            digest.update(view[:n])
+            chunk = view[:n]
+            for digest in digests:
+                digest.update(chunk)
             size += n
-    return digest.hexdigest(), size
+    return [digest.hexdigest() for digest in digests], size
+
+
+def sha256_file(path, chunk_size: int = HASH_CHUNK):
+    """Return (hex sha256, size in bytes) of a file, read in large sequential chunks."""
+    (digest,), size = hash_file(path, ("sha256",), chunk_size)
+    return digest, size
 
 
 def sha256_bytes(data) -> str:

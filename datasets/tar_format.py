@@ -12,16 +12,14 @@ readable stream: a local file, an HTTP response, a byte range. `iter_tar_samples
 groups members into webdataset-style sample dicts.
 """
 
-import hashlib
 import mmap
 import os
 import tarfile
 import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
-from pathlib import Path
 
-from .fileio import fsync_dir, partial_path
+from .fileio import HashingAtomicWriter
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar's default blocking factor; the archive is padded to it
@@ -98,7 +96,7 @@ class WrittenSample:
     members: dict  # extension -> WrittenMember
 
 
-class TarShardWriter:
+class TarShardWriter(HashingAtomicWriter):
     """Write one shard: `with TarShardWriter(path) as w: w.add_sample(key, [(ext, data), ...])`.
 
     On a clean exit the shard is flushed, fsynced and renamed to `path`; `w.sha256` and
@@ -106,22 +104,8 @@ class TarShardWriter:
     """
 
     def __init__(self, path):
-        self.path = Path(path)
+        super().__init__(path)
         self.samples = 0
-        self.bytes_written = 0
-        self.sha256 = None
-        self._digest = hashlib.sha256()
-        self._tmp = partial_path(self.path)
-        self._file = None
-
-    def __enter__(self):
-        self._file = open(self._tmp, "wb")
-        return self
-
-    def _write(self, data):
-        self._file.write(data)
-        self._digest.update(data)
-        self.bytes_written += len(data)
 
     def add_sample(self, key: str, members) -> WrittenSample:
         if "." in key.rsplit("/", 1)[-1]:
@@ -130,10 +114,10 @@ class TarShardWriter:
         written = {}
         for ext, data in members:
             header_offset = self.bytes_written
-            self._write(member_header(f"{key}.{ext}", len(data)))
+            self.write(member_header(f"{key}.{ext}", len(data)))
             written[ext] = WrittenMember(header_offset, self.bytes_written, len(data))
-            self._write(data)
-            self._write(_ZERO_BLOCK[: padding(len(data))])
+            self.write(data)
+            self.write(_ZERO_BLOCK[: padding(len(data))])
         self.samples += 1
         return WrittenSample(start, self.bytes_written - start, written)
 
@@ -147,34 +131,19 @@ class TarShardWriter:
         if len(raw) % BLOCK:
             raise ValueError(f"a raw tar record must be whole {BLOCK}-byte blocks, got {len(raw)} bytes")
         start = self.bytes_written
-        self._write(raw)
+        self.write(raw)
         self.samples += 1
         return start
 
     @staticmethod
     def finished_size(record_bytes: int) -> int:
-        """The size of a shard whose member blocks total `record_bytes`, after `_finish`'s padding."""
+        """The size of a shard whose member blocks total `record_bytes`, after `_write_trailer`'s padding."""
         end = record_bytes + 2 * BLOCK
         return end + (-end % RECORD)
 
-    def _finish(self):
+    def _write_trailer(self):
         # End-of-archive: two zero blocks, then pad to a whole record like tarfile does.
-        end = self.bytes_written + 2 * BLOCK
-        self._write(bytes(2 * BLOCK + (-end % RECORD)))
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        os.replace(self._tmp, self.path)
-        fsync_dir(self.path.parent)
-        self.sha256 = self._digest.hexdigest()
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self._finish()
-            return False
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
-        return False
+        self.write(bytes(self.finished_size(self.bytes_written) - self.bytes_written))
 
 
 class TarMember(NamedTuple):

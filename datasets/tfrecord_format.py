@@ -15,8 +15,8 @@ shards drop into TF-slim and TF models code unchanged; metadata.json says
 `"label_offset": 1` and readers subtract it. Existing TF-slim data without metadata is
 detected from its labels (`decide_label_offset`); labels are never shifted silently.
 
-Writing: `TFRecordShardWriter` has the shape of `tar_format.TarShardWriter`: a context
-manager that hashes while it writes and publishes the shard atomically, together with an
+Writing: `TFRecordShardWriter` is, like `tar_format.TarShardWriter`, a
+`fileio.HashingAtomicWriter`: it hashes while it writes and publishes the shard atomically, together with an
 index file (`<shard>.tfindex`, one "<offset> <length>" line per record, exactly what the
 `tfrecord` package's `tfrecord2idx` writes). Examples are encoded here, not with the
 package's `TFRecordWriter.serialize_tf_example`, for two reasons measured here: (1) it leaves
@@ -36,7 +36,6 @@ reading needs neither protobuf nor `import tfrecord` (which imports torch: 2.6 s
 `iter_tfrecord_samples` yields webdataset-style sample dicts like `tar_format`'s.
 """
 
-import hashlib
 import os
 import re
 import struct
@@ -46,7 +45,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from .fileio import atomic_write_bytes, fsync_dir, partial_path
+from .fileio import HashingAtomicWriter, atomic_write_bytes
 
 LENGTH_SIZE = 8
 CRC_SIZE = 4
@@ -666,7 +665,7 @@ def imagenet_example_features(key, label, synset, image_bytes, height, width, fi
     }
 
 
-class TFRecordShardWriter:
+class TFRecordShardWriter(HashingAtomicWriter):
     """Write one shard: `with TFRecordShardWriter(path) as w: w.add_sample(key, label, ...)`.
 
     On a clean exit the index file and then the shard are flushed, fsynced and renamed to
@@ -676,25 +675,11 @@ class TFRecordShardWriter:
     """
 
     def __init__(self, path, label_offset=LABEL_OFFSET, write_index=True):
-        self.path = Path(path)
+        super().__init__(path)
         self.index_path = tfrecord_index_path(self.path) if write_index else None
         self.label_offset = label_offset
         self.samples = 0
-        self.bytes_written = 0
-        self.sha256 = None
         self.entries = []  # (offset, size) per record, as in the index file
-        self._digest = hashlib.sha256()
-        self._tmp = partial_path(self.path)
-        self._file = None
-
-    def __enter__(self):
-        self._file = open(self._tmp, "wb")
-        return self
-
-    def _write(self, data):
-        self._file.write(data)
-        self._digest.update(data)
-        self.bytes_written += len(data)
 
     def add_example(self, data, payload_feature=FEATURE_ENCODED):
         """Frame and write one serialized Example; return (offset, size, payload offset, payload size)."""
@@ -710,9 +695,9 @@ class TFRecordShardWriter:
     def _add_record(self, data, payload_start, payload_size):
         start = self.bytes_written
         length = _U64.pack(len(data))
-        self._write(length + _U32.pack(masked_crc32c(length)))
-        self._write(data)
-        self._write(_U32.pack(masked_crc32c(data)))
+        self.write(length + _U32.pack(masked_crc32c(length)))
+        self.write(data)
+        self.write(_U32.pack(masked_crc32c(data)))
         size = self.bytes_written - start
         self.entries.append((start, size))
         self.samples += 1
@@ -738,7 +723,7 @@ class TFRecordShardWriter:
         """
         check_framed_record(raw, source, number)
         start = self.bytes_written
-        self._write(raw)
+        self.write(raw)
         self.entries.append((start, len(raw)))
         self.samples += 1
         return start
@@ -748,23 +733,9 @@ class TFRecordShardWriter:
         """The size of a shard whose records total `record_bytes` (TFRecord adds no end marker)."""
         return record_bytes
 
-    def _finish(self):
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+    def _before_rename(self):
         if self.index_path is not None:
             atomic_write_bytes(self.index_path, encode_tfrecord_index(self.entries))
-        os.replace(self._tmp, self.path)
-        fsync_dir(self.path.parent)
-        self.sha256 = self._digest.hexdigest()
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self._finish()
-            return False
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
-        return False
 
 
 # ---------------------------------------------------------------------------------------
