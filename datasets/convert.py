@@ -60,6 +60,10 @@ rewritten, stale .partial files are removed, and shards that are not in the plan
 before metadata.json is written. metadata.json is removed when a run starts and written last.
 .convert-state/ is kept after completion: a later --resume re-verifies every shard against
 it and repairs any that changed; it is safe to delete once metadata.json exists.
+A failed write (full disk, permissions) of any file - shard, state record, sample index,
+metadata.json - stops the run (exit 1) with "<that file>: cannot write the <what>: <why>";
+its .partial is removed, so every file under a final name is complete, and a shard whose
+record could not be written is rewritten by the --resume that finishes the job.
 --overwrite deletes only what this tool writes (shards, indexes, metadata, state) plus a
 repartition of the replaced dataset (distributed/, now stale); other files are kept and named.
 
@@ -70,6 +74,7 @@ every shard's record after finishing its own writes the indexes and metadata.jso
 does (an instance crashed), a later --resume run finishes the job.
 """
 
+import errno
 import hashlib
 import io
 import json
@@ -81,6 +86,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -88,7 +94,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .fileio import PARTIAL_SUFFIX, atomic_write_json, sha256_bytes, sha256_file
+from .fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_bytes, sha256_file
 from .index import (
     FORMAT_VERSION,
     METADATA_FILE,
@@ -106,7 +112,7 @@ from .npy_format import encode_npy
 from .preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from .imagenet_source import SourceError, open_source
 from .tar_format import BLOCK, RECORD, TarShardWriter, padding
-from .tfrecord_format import LABEL_OFFSET, TFRecordShardWriter, tfrecord_shard_name
+from .tfrecord_format import LABEL_OFFSET, TFRecordShardWriter, tfrecord_index_path, tfrecord_shard_name
 
 FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor", "tfrecord")
 JPEG_PAYLOAD_FORMATS = ("img", "tfrecord")  # formats whose payload is a JPEG (passthrough or re-encoded)
@@ -141,28 +147,50 @@ class SampleSkipped(Exception):
     """One sample cannot be converted: `reason` says why."""
 
 
-class SampleFailure(Exception):
-    """A bad sample with --on-error fail (raised in a worker, re-raised by the main process)."""
-
-    def __init__(self, source, reason):
-        super().__init__(source, reason)
-        self.source = source
-        self.reason = reason
-
-    def __str__(self):
-        return f"{self.source}: {self.reason}"
-
-
-class ShardWriteError(Exception):
-    """Writing a shard failed (full disk, permissions): names the shard."""
+class FileFailure(Exception):
+    """A problem with one file, shown as "<file>: <reason>" (picklable: workers raise these)."""
 
     def __init__(self, path, reason):
-        super().__init__(path, reason)
-        self.path = path
+        super().__init__(str(path), reason)
+        self.path = str(path)
         self.reason = reason
 
     def __str__(self):
         return f"{self.path}: {self.reason}"
+
+
+class SampleFailure(FileFailure):
+    """A bad sample with --on-error fail (raised in a worker, re-raised by the main process)."""
+
+
+class WriteFailure(FileFailure):
+    """Writing a file of the target failed (full disk, permissions): names the file being written."""
+
+
+def write_problem(error: OSError) -> str:
+    """What went wrong in a failed write, and for a full disk what to do about it."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"the disk is full ({error.strerror}); nothing incomplete was left under a final name: free "
+                f"space, then run again with --resume (verified shards are kept)")
+    return error.strerror or str(error)
+
+
+@contextmanager
+def writing(path, what: str, companions=()):
+    """Report an OSError raised while writing `path` (a shard, a state record, an index, the
+    metadata) as a WriteFailure naming that file: the OSError of a failed write() or fsync()
+    carries no file name. The .partial files of `path` and its `companions` are removed: on a
+    full disk the writers' own cleanup can stop early (close() retries the failed flush and
+    raises again before the partial file is unlinked)."""
+    try:
+        yield
+    except OSError as error:
+        for written in (path, *companions):
+            try:
+                partial_path(written).unlink(missing_ok=True)
+            except OSError:
+                pass  # reported below with the write's own error
+        raise WriteFailure(path, f"cannot write the {what}: {write_problem(error)}") from None
 
 
 @dataclass(frozen=True)
@@ -439,7 +467,11 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
     options = task.encode
     steps = _steps(options.steps)
     records, skipped = [], []
-    try:
+    if options.format == "tfrecord":
+        what, companions = "shard or its .tfindex", (tfrecord_index_path(path),)
+    else:
+        what, companions = "shard", ()
+    with writing(path, what, companions):
         with open_shard_writer(options.format, path) as writer:
             for sample in task.samples:
                 try:
@@ -459,8 +491,6 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                 records.append(add_to_shard(options.format, writer, task.name, sample, info, payload))
                 if progress:
                     progress(1)
-    except OSError as error:  # the target: full disk, permissions (the source is handled above)
-        raise ShardWriteError(str(path), f"cannot write the shard: {error.strerror or error}") from None
     shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256)
     return ShardResult(task.split, task.number, shard, records, skipped)
 
@@ -662,7 +692,8 @@ def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
                 f"--target {target} already holds files of this instance or of another conversion; pass "
                 f"--resume to finish an interrupted conversion, or --overwrite")
     state.mkdir(exist_ok=True)
-    atomic_write_json(state / PLAN_FILE, {"fingerprint": plan.fingerprint, "options": plan.options})
+    with writing(state / PLAN_FILE, "conversion plan record"):
+        atomic_write_json(state / PLAN_FILE, {"fingerprint": plan.fingerprint, "options": plan.options})
     (target / METADATA_FILE).unlink(missing_ok=True)  # written again, last, when every shard exists
     for name in own_names:
         (target / (name + PARTIAL_SUFFIX)).unlink(missing_ok=True)
@@ -682,13 +713,16 @@ def load_record(target: Path, shard_name: str, fingerprint: str):
 
 
 def save_record(target: Path, result: ShardResult, fingerprint: str) -> None:
-    atomic_write_json(record_path(target, result.shard.name), {
-        "fingerprint": fingerprint,
-        "shard": result.shard.to_json(),
-        "samples": [[r.key, r.label, r.record_offset, r.record_size, r.payload_offset, r.payload_size,
-                     r.payload_sha256, r.members] for r in result.samples],
-        "skipped": result.skipped,
-    })
+    """Record a published shard. If this fails the shard has no record, so --resume rewrites it."""
+    path = record_path(target, result.shard.name)
+    with writing(path, f"state record of {result.shard.name}"):
+        atomic_write_json(path, {
+            "fingerprint": fingerprint,
+            "shard": result.shard.to_json(),
+            "samples": [[r.key, r.label, r.record_offset, r.record_size, r.payload_offset, r.payload_size,
+                         r.payload_sha256, r.members] for r in result.samples],
+            "skipped": result.skipped,
+        })
 
 
 def records_from_json(record: dict):
@@ -732,7 +766,9 @@ def finalize(options: ConvertOptions, plan: Plan):
         split_plan = plan.splits[split]
         samples = [r for record in records for r in records_from_json(record)]
         skipped = [s for record in records for s in record["skipped"]]
-        index = write_sample_index(target / sample_index_name(split), samples)
+        index_path = target / sample_index_name(split)
+        with writing(index_path, f"{split} sample index"):
+            index = write_sample_index(index_path, samples)
         split_entries[split] = {
             "length": len(samples),
             "source_samples": len(samples) + len(skipped),
@@ -743,7 +779,8 @@ def finalize(options: ConvertOptions, plan: Plan):
             "index": index,
         }
     metadata = build_metadata(plan, split_entries)
-    write_metadata(target, metadata)
+    with writing(target / METADATA_FILE, "metadata"):
+        write_metadata(target, metadata)
     return metadata, 0
 
 
@@ -870,8 +907,11 @@ def convert(options: ConvertOptions) -> Summary:
             tasks[split].append(ShardTask(split, number, name, tuple(shard), encode))
     try:
         prepare_target(options, plan, own_names)
-    except OSError as error:
-        raise ConversionError(f"{options.target}: cannot prepare the target folder: {error.strerror or error}") from None
+    except WriteFailure as failure:
+        raise ConversionError(str(failure)) from None
+    except OSError as error:  # creating the folder, removing an earlier run's files
+        raise ConversionError(f"{error.filename or options.target}: cannot prepare the target folder: "
+                              f"{write_problem(error)}") from None
     reports = {split: SplitReport(split) for split in plan.splits}
     if options.resume or instance.count > 1:
         for split, split_tasks in tasks.items():
@@ -881,8 +921,10 @@ def convert(options: ConvertOptions) -> Summary:
         run_all(options, plan, tasks, reports)  # returns after the workers have exited: their CPU is counted
         encode_elapsed, encode_cpu = time.perf_counter() - encode_started, _cpu_seconds() - cpu_started
         metadata, missing = finalize(options, plan)
-    except OSError as error:
-        raise ConversionError(f"{options.target}: {error.strerror or error} ({error.filename or 'state'})") from None
+    except WriteFailure as failure:
+        raise ConversionError(str(failure)) from None
+    except OSError as error:  # reading state, listing or removing stale files (writes are WriteFailures)
+        raise ConversionError(f"{error.filename or options.target}: {write_problem(error)}") from None
     return Summary(options, plan, seed, reports, time.perf_counter() - started, encode_elapsed, encode_cpu,
                    metadata, missing)
 
@@ -943,8 +985,8 @@ def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> 
     except SampleFailure as failure:
         raise ConversionError(f"{failure} (--on-error fail stops at the first bad sample; "
                               f"--on-error skip skips and lists it)") from None
-    except ShardWriteError as error:
-        raise ConversionError(str(error)) from None
+    except WriteFailure as failure:
+        raise ConversionError(str(failure)) from None
     except BrokenProcessPool:
         raise ConversionError(
             "a worker process died (killed, or out of memory?); finished shards are kept: run again with "
@@ -989,10 +1031,9 @@ def run_in_pool(executor, target: str, tasks, record) -> None:
             if future in recorded or future.cancelled():
                 continue
             try:
-                result = future.result()
-            except BaseException:
+                record(future.result())
+            except BaseException:  # the first failure is the one to report; an unrecorded shard is rewritten
                 continue
-            record(result)
         raise
 
 

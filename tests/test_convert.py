@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -494,29 +495,143 @@ def test_duplicate_keys_and_a_truncated_archive_are_errors(sample_source, tmp_pa
     assert "ILSVRC2012_img_train.tar" in result.stderr and "not a readable tar archive" in result.stderr
 
 
-def _tiny_filesystem(path: Path):
-    """A 1 MiB tmpfs (needs root), else None."""
-    path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True)
-    return path if mounted.returncode == 0 else None
+# ---------------------------------------------------------------- full disk
+
+# What the converter prints when the disk fills, whichever file it was writing.
+FULL_DISK = re.compile(r"^error: (?P<path>\S+): cannot write the (?P<what>.+?): the disk is full "
+                       r"\(No space left on device\).*run again with --resume", re.MULTILINE)
 
 
-def test_full_disk_fails_cleanly_naming_the_shard(sample_source, tmp_path):
-    disk = _tiny_filesystem(tmp_path / "disk")
-    if disk is None:
-        pytest.skip("mounting a 1 MiB tmpfs needs root")
-    try:
-        target = disk / "out"
-        result = convert(sample_source, target, "--seed", 0, "--splits", "train", "--samples-per-shard", 8)
-        assert result.returncode == 1, result.stdout + result.stderr
-        assert "No space left on device" in result.stderr and "-0000" in result.stderr and ".tar" in result.stderr
-        assert not list(target.glob("*.partial")), "the partial shard is removed"
-        for shard in target.glob("*.tar"):  # what has a final name is complete
-            with tarfile.open(shard) as archive:
-                assert len(archive.getnames()) == 3 * 8
-        assert not (target / "metadata.json").exists()
-    finally:
-        subprocess.run(["umount", str(disk)], check=False)
+@pytest.fixture
+def small_disk(tmp_path):
+    """small_disk(size) -> a fresh tmpfs of that size (mount needs root: skipped otherwise)."""
+    mounted = []
+
+    def mount(size):
+        path = tmp_path / f"disk{len(mounted)}"
+        path.mkdir()
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            pytest.skip(f"mounting a tmpfs needs root: {result.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=False)
+
+
+@pytest.fixture(scope="module")
+def reference_conversion(sample_source, tmp_path_factory):
+    """reference_conversion(*args) -> a target converted with those arguments on a roomy disk (cached)."""
+    cache = {}
+
+    def reference(*args):
+        if args not in cache:
+            cache[args] = tmp_path_factory.mktemp("full-disk-reference")
+            converted_ok(sample_source, cache[args], *args)
+        return cache[args]
+
+    return reference
+
+
+def every_file(directory: Path) -> dict:
+    """sha256 of every file under `directory` (state records and any .partial included), by relative path."""
+    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def assert_clean_full_disk_failure(result, target: Path, reference: Path) -> Path:
+    """Exit 1 naming the file being written and saying the disk is full; nothing incomplete left.
+
+    Returns the file the message names (relative to the target).
+    """
+    assert result.returncode == 1, result.stdout + result.stderr
+    named = FULL_DISK.search(result.stderr)
+    assert named, result.stderr
+    failed = Path(named["path"])
+    assert failed.is_relative_to(target), result.stderr
+    failed = failed.relative_to(target)
+    left = every_file(target)
+    expected = every_file(reference)
+    assert failed.as_posix() in expected, f"names a file the converter writes: {result.stderr}"
+    assert not [name for name in left if name.endswith(".partial")], left
+    # The run is deterministic: whatever has a final name is byte for byte the complete file.
+    assert {name: digest for name, digest in left.items() if expected.get(name) != digest} == {}
+    assert failed.as_posix() not in left and "metadata.json" not in left
+    return failed
+
+
+def fill_disk(disk: Path, room: int) -> Path:
+    """Fill the tmpfs with a file that leaves exactly `room` bytes (whole pages) free; return it."""
+    stat = os.statvfs(disk)
+    free = stat.f_bavail * stat.f_frsize
+    assert room % stat.f_frsize == 0 and room < free
+    filler = disk / "filler"
+    filler.write_bytes(bytes(free - room))
+    stat = os.statvfs(disk)
+    assert stat.f_bavail * stat.f_frsize == room
+    return filler
+
+
+def test_full_disk_fails_cleanly_naming_the_file(sample_source, small_disk, reference_conversion):
+    """A disk that fills partway (here 1 MiB for ~1.9 MB of shards, two workers racing): whichever file
+    was being written when it filled - a shard, a shard's state record - is named, and a --resume
+    after freeing space finishes the job."""
+    args = ("--seed", 0, "--splits", "train", "--samples-per-shard", 8, "--workers", 2)
+    reference = reference_conversion(*args)
+    disk = small_disk("1m")
+    target = disk / "out"
+    result = convert(sample_source, target, *args)
+    assert_clean_full_disk_failure(result, target, reference)
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # free space
+    resumed = converted_ok(sample_source, target, *args, "--resume")
+    assert "dataset complete" in resumed.stdout
+    assert every_file(target) == every_file(reference)
+
+
+def _pages(size: int, page: int) -> int:
+    return -(-size // page) * page
+
+
+# Validation split, 2 shards, one worker: the files are written in this order.
+WRITE_ORDER = ["validation-000000.tar", ".convert-state/validation-000000.tar.json",
+               "validation-000001.tar", ".convert-state/validation-000001.tar.json",
+               "validation.index.tsv", "metadata.json"]
+
+
+@pytest.mark.parametrize("fills_in, what", [
+    ("validation-000001.tar", "shard"),
+    (".convert-state/validation-000000.tar.json", "state record of validation-000000.tar"),
+    ("validation.index.tsv", "validation sample index"),
+    ("metadata.json", "metadata"),
+])
+def test_full_disk_during_each_kind_of_write(sample_source, small_disk, reference_conversion, fills_in, what):
+    """The disk fills exactly while `fills_in` is written: room is left for every file written before it
+    (sizes from a reference run, in whole tmpfs pages) and, for a shard, for half of it."""
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 8, "--workers", 1)
+    reference = reference_conversion(*args)
+    assert sorted(every_file(reference)) == sorted(WRITE_ORDER + [".convert-state/plan.json"])
+    disk = small_disk("4m")
+    page = os.statvfs(disk).f_frsize
+    before = [".convert-state/plan.json"] + WRITE_ORDER[: WRITE_ORDER.index(fills_in)]
+    room = sum(_pages((reference / name).stat().st_size, page) for name in before)
+    if fills_in.endswith(".tar"):  # fill in the middle of the shard, not at its first byte
+        room += _pages((reference / fills_in).stat().st_size // 2, page)
+    filler = fill_disk(disk, room)
+    target = disk / "out"
+    result = convert(sample_source, target, *args)
+    failed = assert_clean_full_disk_failure(result, target, reference)
+    assert failed.as_posix() == fills_in and FULL_DISK.search(result.stderr)["what"] == what
+    assert sorted(every_file(target)) == sorted(before)  # everything written before it is kept
+
+    filler.unlink()  # free space
+    resumed = converted_ok(sample_source, target, *args, "--resume")
+    assert every_file(target) == every_file(reference)
+    kept = WRITE_ORDER.index(fills_in) // 2  # shards whose file and record were both written
+    assert (f"{kept} verified shards kept" in resumed.stdout) == (kept > 0), resumed.stdout
 
 
 def test_fast_tar_member_header_is_byte_identical_to_tarfiles():
