@@ -320,62 +320,106 @@ def _unsafe_member_name(name: str) -> bool:
     return name.startswith("/") or ".." in name.split("/") or "\\" in name
 
 
-def check_tar_shard(task: ShardTask) -> ShardResult:
-    """Every check of one tar shard. One sequential pass; a shard whose sha256 differs is walked
-    a second time, strictly, from the pages already mapped, to name each damaged sample."""
-    name = task.name
-    result = ShardResult(name, task.group, [])
-    record = task.record
+class ShardNotWalkable(Exception):
+    """A shard with nothing to walk (unreadable or empty); `problems` say why."""
+
+    def __init__(self, problems):
+        super().__init__(problems)
+        self.problems = problems
+
+
+@dataclass
+class MappedShard:
+    """A shard mapped for one check, with what its size already told."""
+
+    mapped: mmap.mmap
+    view: memoryview
+    size: int
+    size_differs: bool  # from metadata's size
+    problems: list  # shard-level problems found so far
+
+    def close(self):
+        self.view.release()
+        self.mapped.close()
+
+
+def map_shard(task: ShardTask, unit: str) -> MappedShard:
+    """Stat the shard, compare its size with metadata's and map it; every container's check starts here.
+
+    `unit` ("samples", "records") names what an empty shard lacks. Raises ShardNotWalkable
+    for a shard that cannot be read or is empty (then every indexed sample is missing).
+    """
+    name, record = task.name, task.record
     try:
         size = os.stat(task.path).st_size
     except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
-    shard_problems = []
+        raise ShardNotWalkable([error(name, f"cannot read the shard: {exc.strerror or exc}")]) from None
+    problems = []
     size_differs = record is not None and size != record.bytes
     if size_differs:
-        shard_problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
-                                          f"(truncated, extended or replaced)"))
+        problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
+                                    f"(truncated, extended or replaced)"))
     if size == 0:
-        shard_problems.append(error(name, "empty file (zero bytes): no samples can be read"))
-        result.problems = shard_problems + [error(name, "listed in the sample index but not in the shard", r.key)
-                                            for r in task.samples]
-        return result
+        problems.append(error(name, f"empty file (zero bytes): no {unit} can be read"))
+        raise ShardNotWalkable(problems + [error(name, "listed in the sample index but not in the shard", r.key)
+                                           for r in task.samples])
     try:
         with open(task.path, "rb") as handle:
             mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
+        raise ShardNotWalkable([error(name, f"cannot read the shard: {exc.strerror or exc}")]) from None
     # No madvise(MADV_SEQUENTIAL): it made hashing ~10% slower here (pages freed behind the walk).
-    view = memoryview(mapped)
+    return MappedShard(mapped, memoryview(mapped), size, size_differs, problems)
+
+
+def metadata_mismatches(task: ShardTask, sha256: str, count: int, unit: str, unchanged_detail: str) -> list:
+    """The shard's sha256 and its number of `unit` against metadata's record of it.
+
+    `unchanged_detail` is appended to a sha256 mismatch: what the format's walk says about
+    where the difference must be ("" when the walk found damage).
+    """
+    record = task.record
+    if record is None:
+        return []
+    problems = []
+    if sha256 != record.sha256:
+        problems.append(error(task.name, f"sha256 {sha256[:16]}... differs from metadata "
+                                         f"({record.sha256[:16]}...){unchanged_detail}"))
+    if count != record.samples:
+        problems.append(error(task.name, f"{count} {unit} in the shard, metadata says {record.samples}"))
+    return problems
+
+
+def check_tar_shard(task: ShardTask) -> ShardResult:
+    """Every check of one tar shard. One sequential pass; a shard whose sha256 differs is walked
+    a second time, strictly, from the pages already mapped, to name each damaged sample."""
+    result = ShardResult(task.name, task.group, [])
     try:
-        strict = task.hash_payloads or task.deep or size_differs
-        hasher = _SequentialHasher(view)
-        walk = _TarWalk(task, view, size, strict)
+        shard = map_shard(task, "samples")
+    except ShardNotWalkable as stop:
+        result.problems = stop.problems
+        return result
+    try:
+        strict = task.hash_payloads or task.deep or shard.size_differs
+        hasher = _SequentialHasher(shard.view)
+        walk = _TarWalk(task, shard.view, shard.size, strict)
         walk.run(hasher)
         result.sha256 = hasher.finish()
-        sha_differs = record is not None and result.sha256 != record.sha256
+        sha_differs = task.record is not None and result.sha256 != task.record.sha256
         if sha_differs and not strict:
-            walk = _TarWalk(task, view, size, strict=True)  # name what is wrong
+            walk = _TarWalk(task, shard.view, shard.size, strict=True)  # name what is wrong
             walk.run(None)
-        if sha_differs:
-            detail = ""
-            if not walk.sample_problem_keys and not size_differs:
-                detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
-                          "or metadata's record of the shard")
-            shard_problems.append(error(name, f"sha256 {result.sha256[:16]}... differs from metadata "
-                                              f"({record.sha256[:16]}...){detail}"))
-        if record is not None and len(walk.found) != record.samples:
-            shard_problems.append(error(name, f"{len(walk.found)} samples in the shard, metadata says {record.samples}"))
-        result.problems = shard_problems + walk.problems
+        unchanged = not walk.sample_problem_keys and not shard.size_differs
+        detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
+                  "or metadata's record of the shard") if unchanged else ""
+        result.problems = (shard.problems + metadata_mismatches(task, result.sha256, len(walk.found), "samples", detail)
+                           + walk.problems)
         result.keys = walk.found
         result.payloads_hashed = walk.payloads_hashed
         result.payloads_decoded = walk.payloads_decoded
     finally:
-        view.release()
-        mapped.close()
-    result.bytes_read = size
+        shard.close()
+    result.bytes_read = shard.size
     return result
 
 

@@ -17,8 +17,6 @@ records after it cannot be delimited, and each index entry from there on is repo
 from __future__ import annotations
 
 import hashlib
-import mmap
-import os
 
 from .fileio import sha256_bytes
 from .tfrecord_format import (
@@ -39,59 +37,45 @@ from .tfrecord_format import (
     read_tfrecord_index,
     tfrecord_index_path,
 )
-from .validate import ShardResult, ShardTask, decode_problem, error, sample_field_problems
+from .validate import (
+    ShardNotWalkable,
+    ShardResult,
+    ShardTask,
+    decode_problem,
+    error,
+    map_shard,
+    metadata_mismatches,
+    sample_field_problems,
+)
 
 CHECKED_FEATURES = frozenset({FEATURE_ENCODED, FEATURE_LABEL, FEATURE_SYNSET, FEATURE_KEY, FEATURE_FILENAME})
 
 
 def check_tfrecord_shard(task: ShardTask) -> ShardResult:
-    name = task.name
-    result = ShardResult(name, task.group, [])
-    record = task.record
-    problems, shard_problems = [], []
+    result = ShardResult(task.name, task.group, [])
     try:
-        size = os.stat(task.path).st_size
-    except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
-    size_differs = record is not None and size != record.bytes
-    if size_differs:
-        shard_problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} (truncated, extended or replaced)"))
-    if size == 0:
-        shard_problems.append(error(name, "empty file (zero bytes): no records can be read"))
-        result.problems = shard_problems + [error(name, "listed in the sample index but not in the shard", r.key) for r in task.samples]
+        shard = map_shard(task, "records")
+    except ShardNotWalkable as stop:
+        result.problems = stop.problems
         return result
     try:
-        with open(task.path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
-    view = memoryview(mapped)
-    try:
-        walk = _Walk(task, view, size, strict=task.hash_payloads or task.deep or size_differs)
+        walk = _Walk(task, shard.view, shard.size, strict=task.hash_payloads or task.deep or shard.size_differs)
         walk.run()
         result.sha256 = walk.digest.hexdigest()
-        sha_differs = record is not None and result.sha256 != record.sha256
+        sha_differs = task.record is not None and result.sha256 != task.record.sha256
         if sha_differs and not walk.strict:
-            walk = _Walk(task, view, size, strict=True)  # hash every payload to name the damaged samples
+            walk = _Walk(task, shard.view, shard.size, strict=True)  # hash every payload to name the damaged samples
             walk.run()
-        if sha_differs:
-            detail = ""
-            if not walk.damaged_keys and not size_differs:
-                detail = "; every record's CRCs and every sample still match the index, so metadata's record of the shard changed"
-            shard_problems.append(error(name, f"sha256 {result.sha256[:16]}... differs from metadata ({record.sha256[:16]}...){detail}"))
-        if record is not None and walk.records != record.samples:
-            shard_problems.append(error(name, f"{walk.records} records in the shard, metadata says {record.samples}"))
-        problems = walk.problems + shard_problems + _check_companion_index(task, walk.entries, walk.complete)
+        unchanged = not walk.damaged_keys and not shard.size_differs
+        detail = "; every record's CRCs and every sample still match the index, so metadata's record of the shard changed" if unchanged else ""
+        result.problems = (walk.problems + shard.problems + metadata_mismatches(task, result.sha256, walk.records, "records", detail)
+                           + _check_companion_index(task, walk.entries, walk.complete))
         result.keys = walk.found
         result.payloads_hashed = walk.payloads_hashed
         result.payloads_decoded = walk.payloads_decoded
     finally:
-        view.release()
-        mapped.close()
-    result.problems = problems
-    result.bytes_read = size
+        shard.close()
+    result.bytes_read = shard.size
     return result
 
 
