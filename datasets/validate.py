@@ -320,56 +320,60 @@ def _unsafe_member_name(name: str) -> bool:
     return name.startswith("/") or ".." in name.split("/") or "\\" in name
 
 
-class ShardNotWalkable(Exception):
-    """A shard with nothing to walk (unreadable or empty); `problems` say why."""
-
-    def __init__(self, problems):
-        super().__init__(problems)
-        self.problems = problems
-
-
 @dataclass
 class MappedShard:
     """A shard mapped for one check, with what its size already told."""
 
-    mapped: mmap.mmap
     view: memoryview
     size: int
     size_differs: bool  # from metadata's size
-    problems: list  # shard-level problems found so far
-
-    def close(self):
-        self.view.release()
-        self.mapped.close()
+    problems: list  # shard-level problems found so far (the size's)
 
 
-def map_shard(task: ShardTask, unit: str) -> MappedShard:
-    """Stat the shard, compare its size with metadata's and map it; every container's check starts here.
+def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResult:
+    """The frame of every container's shard check: stat the shard, compare its size with
+    metadata's, refuse an empty one, map it, and let `check_contents(task, shard, result)`
+    (shard: a MappedShard) check what is in it.
 
-    `unit` ("samples", "records") names what an empty shard lacks. Raises ShardNotWalkable
-    for a shard that cannot be read or is empty (then every indexed sample is missing).
+    `check_contents` sets result.sha256 and result.problems and returns its final walk, whose
+    `found` keys and payload counts go into the result. `unit` ("samples", "records") names
+    what an empty shard lacks.
     """
     name, record = task.name, task.record
+    result = ShardResult(name, task.group, [])
     try:
         size = os.stat(task.path).st_size
     except OSError as exc:
-        raise ShardNotWalkable([error(name, f"cannot read the shard: {exc.strerror or exc}")]) from None
-    problems = []
+        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
+        return result
+    size_problems = []
     size_differs = record is not None and size != record.bytes
     if size_differs:
-        problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
-                                    f"(truncated, extended or replaced)"))
+        size_problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
+                                         f"(truncated, extended or replaced)"))
     if size == 0:
-        problems.append(error(name, f"empty file (zero bytes): no {unit} can be read"))
-        raise ShardNotWalkable(problems + [error(name, "listed in the sample index but not in the shard", r.key)
-                                           for r in task.samples])
+        size_problems.append(error(name, f"empty file (zero bytes): no {unit} can be read"))
+        result.problems = size_problems + [error(name, "listed in the sample index but not in the shard", r.key)
+                                           for r in task.samples]
+        return result
     try:
         with open(task.path, "rb") as handle:
             mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
-        raise ShardNotWalkable([error(name, f"cannot read the shard: {exc.strerror or exc}")]) from None
+        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
+        return result
     # No madvise(MADV_SEQUENTIAL): it made hashing ~10% slower here (pages freed behind the walk).
-    return MappedShard(mapped, memoryview(mapped), size, size_differs, problems)
+    view = memoryview(mapped)
+    try:
+        walk = check_contents(task, MappedShard(view, size, size_differs, size_problems), result)
+        result.keys = walk.found
+        result.payloads_hashed = walk.payloads_hashed
+        result.payloads_decoded = walk.payloads_decoded
+    finally:
+        view.release()
+        mapped.close()
+    result.bytes_read = size
+    return result
 
 
 def metadata_mismatches(task: ShardTask, sha256: str, count: int, unit: str, unchanged_detail: str) -> list:
@@ -393,34 +397,25 @@ def metadata_mismatches(task: ShardTask, sha256: str, count: int, unit: str, unc
 def check_tar_shard(task: ShardTask) -> ShardResult:
     """Every check of one tar shard. One sequential pass; a shard whose sha256 differs is walked
     a second time, strictly, from the pages already mapped, to name each damaged sample."""
-    result = ShardResult(task.name, task.group, [])
-    try:
-        shard = map_shard(task, "samples")
-    except ShardNotWalkable as stop:
-        result.problems = stop.problems
-        return result
-    try:
-        strict = task.hash_payloads or task.deep or shard.size_differs
-        hasher = _SequentialHasher(shard.view)
-        walk = _TarWalk(task, shard.view, shard.size, strict)
-        walk.run(hasher)
-        result.sha256 = hasher.finish()
-        sha_differs = task.record is not None and result.sha256 != task.record.sha256
-        if sha_differs and not strict:
-            walk = _TarWalk(task, shard.view, shard.size, strict=True)  # name what is wrong
-            walk.run(None)
-        unchanged = not walk.sample_problem_keys and not shard.size_differs
-        detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
-                  "or metadata's record of the shard") if unchanged else ""
-        result.problems = (shard.problems + metadata_mismatches(task, result.sha256, len(walk.found), "samples", detail)
-                           + walk.problems)
-        result.keys = walk.found
-        result.payloads_hashed = walk.payloads_hashed
-        result.payloads_decoded = walk.payloads_decoded
-    finally:
-        shard.close()
-    result.bytes_read = shard.size
-    return result
+    return check_mapped_shard(task, "samples", _check_tar_contents)
+
+
+def _check_tar_contents(task: ShardTask, shard: MappedShard, result: ShardResult):
+    strict = task.hash_payloads or task.deep or shard.size_differs
+    hasher = _SequentialHasher(shard.view)
+    walk = _TarWalk(task, shard.view, shard.size, strict)
+    walk.run(hasher)
+    result.sha256 = hasher.finish()
+    sha_differs = task.record is not None and result.sha256 != task.record.sha256
+    if sha_differs and not strict:
+        walk = _TarWalk(task, shard.view, shard.size, strict=True)  # name what is wrong
+        walk.run(None)
+    unchanged = not walk.sample_problem_keys and not shard.size_differs
+    detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
+              "or metadata's record of the shard") if unchanged else ""
+    result.problems = (shard.problems + metadata_mismatches(task, result.sha256, len(walk.found), "samples", detail)
+                       + walk.problems)
+    return walk
 
 
 class _TarWalk:

@@ -38,12 +38,12 @@ from .tfrecord_format import (
     tfrecord_index_path,
 )
 from .validate import (
-    ShardNotWalkable,
+    MappedShard,
     ShardResult,
     ShardTask,
+    check_mapped_shard,
     decode_problem,
     error,
-    map_shard,
     metadata_mismatches,
     sample_field_problems,
 )
@@ -52,31 +52,22 @@ CHECKED_FEATURES = frozenset({FEATURE_ENCODED, FEATURE_LABEL, FEATURE_SYNSET, FE
 
 
 def check_tfrecord_shard(task: ShardTask) -> ShardResult:
-    result = ShardResult(task.name, task.group, [])
-    try:
-        shard = map_shard(task, "records")
-    except ShardNotWalkable as stop:
-        result.problems = stop.problems
-        return result
-    try:
-        walk = _Walk(task, shard.view, shard.size, strict=task.hash_payloads or task.deep or shard.size_differs)
+    return check_mapped_shard(task, "records", _check_tfrecord_contents)
+
+
+def _check_tfrecord_contents(task: ShardTask, shard: MappedShard, result: ShardResult):
+    walk = _Walk(task, shard.view, shard.size, strict=task.hash_payloads or task.deep or shard.size_differs)
+    walk.run()
+    result.sha256 = walk.digest.hexdigest()
+    sha_differs = task.record is not None and result.sha256 != task.record.sha256
+    if sha_differs and not walk.strict:
+        walk = _Walk(task, shard.view, shard.size, strict=True)  # hash every payload to name the damaged samples
         walk.run()
-        result.sha256 = walk.digest.hexdigest()
-        sha_differs = task.record is not None and result.sha256 != task.record.sha256
-        if sha_differs and not walk.strict:
-            walk = _Walk(task, shard.view, shard.size, strict=True)  # hash every payload to name the damaged samples
-            walk.run()
-        unchanged = not walk.damaged_keys and not shard.size_differs
-        detail = "; every record's CRCs and every sample still match the index, so metadata's record of the shard changed" if unchanged else ""
-        result.problems = (walk.problems + shard.problems + metadata_mismatches(task, result.sha256, walk.records, "records", detail)
-                           + _check_companion_index(task, walk.entries, walk.complete))
-        result.keys = walk.found
-        result.payloads_hashed = walk.payloads_hashed
-        result.payloads_decoded = walk.payloads_decoded
-    finally:
-        shard.close()
-    result.bytes_read = shard.size
-    return result
+    unchanged = not walk.damaged_keys and not shard.size_differs
+    detail = "; every record's CRCs and every sample still match the index, so metadata's record of the shard changed" if unchanged else ""
+    result.problems = (walk.problems + shard.problems + metadata_mismatches(task, result.sha256, walk.records, "records", detail)
+                       + _check_companion_index(task, walk.entries, walk.complete))
+    return walk
 
 
 def _check_companion_index(task, entries, complete):
