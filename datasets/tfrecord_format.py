@@ -231,12 +231,25 @@ def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, strea
     are checked unless `verify_crc` is False; a bad CRC or a truncated record raises
     TFRecordFormatError naming the shard, the record number and its byte offset.
     """
+    number = first_record if first_record is not None or offset else 0
+    for offset, number, length, body in _iter_frames(source, offset, stop_at, stream, number, verify_crc):
+        data = body[:length]
+        _check_data(data, body[length:], source, number, offset, verify_crc)
+        yield TFRecordView(offset, data)
+
+
+def _iter_frames(source, offset, stop_at, stream, number, verify_crc):
+    """Yield (offset, number, data length, data + its CRC field) of each record from `offset`,
+    its length CRC checked (unless `verify_crc` is False), its data CRC left to the caller.
+
+    The one walk over the framing (see `iter_tfrecord_records` for the arguments); `number`
+    None: the records' numbers are unknown.
+    """
     if stream is None:
         read, size = _reader_from_mmap(source)
         end = size if stop_at is None else min(stop_at, size)
     else:
         read, end = _reader_from_stream(stream, source), stop_at
-    number = first_record if first_record is not None or offset else 0
     while end is None or offset < end:
         if end is None:  # a stream of unknown length may end only between records
             first = stream.read(HEADER_SIZE)
@@ -249,9 +262,7 @@ def iter_tfrecord_records(source, offset=0, stop_at=None, verify_crc=True, strea
             header = read(HEADER_SIZE, offset, number, offset, "the record header")
         length = _check_header(header, source, number, offset, verify_crc)
         body = read(length + CRC_SIZE, offset + HEADER_SIZE, number, offset, f"a record of {length} bytes (+{CRC_SIZE} CRC)")
-        data = body[:length]
-        _check_data(data, body[length:], source, number, offset, verify_crc)
-        yield TFRecordView(offset, data)
+        yield offset, number, length, body
         offset += FRAMING_SIZE + length
         number = None if number is None else number + 1
 
@@ -313,31 +324,13 @@ def check_tfrecord_shard(source, stream=None) -> ShardCheck:
     a truncation ends the walk: after it, record boundaries are unknown. For a validator.
     """
     entries, problems = [], []
-    offset = 0
     try:
-        if stream is None:
-            read, size = _reader_from_mmap(source)
-        else:
-            read, size = _reader_from_stream(stream, source), None
-        while size is None or offset < size:
-            number = len(entries)
-            if size is None:
-                first = stream.read(HEADER_SIZE)
-                if not first:
-                    break
-                if len(first) != HEADER_SIZE:
-                    raise TFRecordFormatError(source, number, offset, f"truncated: the record header needs {HEADER_SIZE} bytes, only {len(first)} remain")
-                header = memoryview(first)
-            else:
-                header = read(HEADER_SIZE, offset, number, offset, "the record header")
-            length = _check_header(header, source, number, offset, True)
-            body = read(length + CRC_SIZE, offset + HEADER_SIZE, number, offset, f"a record of {length} bytes (+{CRC_SIZE} CRC)")
+        for offset, number, length, body in _iter_frames(source, 0, None, stream, 0, True):
             entries.append((offset, FRAMING_SIZE + length))
             try:
                 _check_data(body[:length], body[length:], source, number, offset, True)
             except TFRecordFormatError as problem:
                 problems.append(problem)
-            offset += FRAMING_SIZE + length
     except TFRecordFormatError as problem:
         problems.append(problem)
     return ShardCheck(entries, problems)
