@@ -30,9 +30,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.fileio import sha256_file  # noqa: E402
+from datasets.convert import add_to_shard  # noqa: E402
+from datasets.imagenet_source import SourceSample  # noqa: E402
 from datasets.index import (  # noqa: E402
     FORMAT_VERSION,
-    SampleRecord,
     ShardRecord,
     sample_index_name,
     tar_shard_name,
@@ -57,7 +58,6 @@ def build_synthetic_dataset(out, fmt="tensor", samples=None, samples_per_shard=1
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     samples = samples or {"train": 2048, "validation": 256}
-    ext = {"img": "jpg", "tensor": "npy"}[fmt]
     class_names = [f"n{number:08d}" for number in range(classes)]
     rng = np.random.default_rng(seed)
     if payload is None:
@@ -74,14 +74,9 @@ def build_synthetic_dataset(out, fmt="tensor", samples=None, samples_per_shard=1
                 for number in range(first, min(first + samples_per_shard, count)):
                     key = f"{split}_{number:08d}"
                     label = number % classes
-                    data = payload(rng, split, number)
-                    info = json.dumps({"source": f"{split}/{class_names[label]}/{key}.JPEG",
-                                       "wnid": class_names[label]}).encode()
-                    written = writer.add_sample(key, [("cls", str(label).encode()), ("json", info), (ext, data)])
-                    members = ";".join(f"{e}:{m.header_offset}" for e, m in written.members.items())
-                    records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
-                                                written.members[ext].data_offset, len(data),
-                                                hashlib.sha256(data).hexdigest(), members))
+                    sample = SourceSample(key, label, class_names[label], f"{split}/{class_names[label]}/{key}.JPEG", None)
+                    info = {"source": sample.source, "class": sample.class_name}
+                    records.append(add_to_shard(fmt, writer, name, sample, info, payload(rng, split, number)))
             shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256))
         index = write_sample_index(out / sample_index_name(split), records)
         metadata[f"{split}_length"] = count
