@@ -21,11 +21,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-import time
 
 from datasets.cli_args import non_negative_int, positive_float, positive_int, usable_cpus
 from datasets.index import DatasetError
-from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
+from datasets.launcher import add_instance_arguments
 
 
 def build_parser():
@@ -126,7 +125,7 @@ def parse_args(argv=None):
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):
                 parser.error(f"--imagenet-data-path {path}: no such file or directory")
-            from datasets.benchmark import is_image_folder  # light: no torch
+            from datasets.benchmark_sources import is_image_folder  # light: no torch
 
             converted = os.path.isfile(os.path.join(path, "metadata.json"))
             if args.data == "imagenet" and not is_image_folder(Path(path)):
@@ -146,168 +145,24 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
-    from datasets import benchmark
+    from datasets.benchmark import BenchmarkError
+    from datasets.benchmark_run import CannotStart, run_host_benchmark
 
-    import torch
+    def warn(text):
+        print(f"host_benchmark: warning: {text}", file=sys.stderr)
 
-    # Every pipeline's torch ops run on one thread per process, as in DataLoader workers (torch
-    # sets that there): otherwise rows with --dataloader-worker 0 would use several cores and
-    # the loader (which sets it when it runs in-process) would change the rows measured after it.
-    torch.set_num_threads(1)
     try:
-        instance = instance_from_args(args)
-    except LauncherError as error:
+        failed = run_host_benchmark(args, warn)
+    except CannotStart as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 2
-    try:
-        collective = benchmark.Collective(instance, args.rendezvous)
-    except (RuntimeError, ValueError) as error:
-        print(f"host_benchmark: cannot join the other instances ({instance.describe()}): {error}", file=sys.stderr)
-        return 2
-    if collective.warning:
-        print(f"host_benchmark: warning: {collective.warning}", file=sys.stderr)
-    # Sampled before any worker starts, so it is other programs' load, not ours.
-    args.cores_busy_before = benchmark.cores_busy_now()
-    busy = benchmark.busy_host_warning(busy=args.cores_busy_before)
-    if busy and collective.is_reporter:
-        print(f"host_benchmark: warning: {busy}", file=sys.stderr)
-    try:
-        if args.compare is not None:
-            return run_compare(args, instance, collective, benchmark)
-        return run_single(args, instance, collective, benchmark)
-    except (benchmark.BenchmarkError, DatasetError, OSError, ValueError) as error:
+    except (BenchmarkError, DatasetError, OSError, ValueError) as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 1
-    finally:
-        collective.close()
-
-
-def config_of(args, instance, benchmark, **extra):
-    host = benchmark.host_description()
-    return {
-        "cores_busy_before": args.cores_busy_before,
-        "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
-        "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
-        "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
-        "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), **extra,
-    }
-
-
-def limit_text(args):
-    if args.batches is not None:
-        return f"{args.batches} batches"
-    if args.seconds is not None:
-        return f"{args.seconds:g} s"
-    return "one epoch"
-
-
-def run_single(args, instance, collective, benchmark):
-    # The loader names generated data "synthetic": images made in memory, nothing read.
-    source = "synthetic" if args.data == "generated" else args.imagenet_data_path
-    bytes_per_image = benchmark.source_bytes_per_image(args.data, None if args.data == "generated" else source,
-                                                       args.split)
-    loader = benchmark.loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
-                                      args.normalization_location, instance, seed=args.seed).make_iterable
-
-    if collective.is_reporter:
-        print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
-              f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
-              f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
-              flush=True)
-
-    def report(result):
-        if not collective.is_reporter:
-            return
-        aggregate = result["aggregate"]
-        label = f"iteration {result['iteration']}"
-        if len(result["instances"]) > 1:
-            print(benchmark.format_instances(label, result["instances"], aggregate))
-        print(f"Throughput of the iteration:{aggregate['images_per_s']:0.1f} img/sec")
-        print(f"  {label}: {aggregate['images']} images in {aggregate['seconds']:.2f} s, "
-              f"{aggregate['images_per_s_per_worker']:,.1f} img/s per worker, {aggregate['mb_per_s']:,.1f} MB/s, "
-              f"batch wait p50 {aggregate['latency_ms_p50']:.1f} ms p99 {aggregate['latency_ms_p99']:.1f} ms, "
-              f"CPU {aggregate['cpu_ms_per_image']:.2f} ms/image ({aggregate['cores_busy']:.2f} cores busy), "
-              f"batches {aggregate['batch_dtype']} {aggregate['batch_shape']}", flush=True)
-        if aggregate["seconds"] < benchmark.SHORT_MEASUREMENT_SECONDS:
-            print("  " + benchmark.SHORT_NOTE.lstrip("* "), flush=True)
-
-    results = benchmark.run_iterations(
-        loader, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,
-        max_seconds=args.seconds, bytes_per_image=bytes_per_image, workers=args.dataloader_worker,
-        collective=collective, on_iteration=report,
-    )
-    if not collective.is_reporter:
-        return 0
-    rows = []
-    for result in results:
-        row = {"id": f"iteration_{result['iteration']}", "label": f"iteration {result['iteration']}",
-               "kind": "loader", "format": args.data, "normalization": args.normalization_location,
-               "workers": args.dataloader_worker, "source": str(source), "note": ""}
-        row.update({k: v for k, v in result["aggregate"].items() if k != "waits_s"})
-        row["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in result["instances"]]
-        rows.append(row)
-    config = config_of(args, instance, benchmark, data=args.data, source=str(source),
-                       normalization=args.normalization_location)
-    write_outputs(args, rows, [], config, benchmark)
-    return 0
-
-
-def run_compare(args, instance, collective, benchmark):
-    sources = benchmark.discover_sources(args.compare)
-    if args.formats:
-        wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
-        unknown = sorted(set(wanted) - {s.format for s in sources})
-        if unknown:
-            raise benchmark.BenchmarkError(
-                f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
-                f"(found: {', '.join(s.format for s in sources)})")
-        sources = [s for s in sources if s.format in wanted]
-    rows = benchmark.plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed)
-    if collective.is_reporter:
-        print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
-              f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
-              f"{limit_text(args)} per row x {args.rounds} round(s); {instance.describe()}")
-        for source in sources:
-            print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
-                  f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
-        print(f"measuring {len(rows)} rows ...", flush=True)
-
-    def progress(text):
-        if collective.is_reporter:
-            print(f"  {text}", file=sys.stderr, flush=True)
-
-    results = benchmark.run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
-                                       max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
-                                       progress=progress)
-    if not collective.is_reporter:
-        return 0
-    goals = benchmark.evaluate_goals(results, args.split)
-    if instance.count > 1:
-        for result in results:
-            if "error" not in result:
-                print(benchmark.format_instances(result["label"], result["instances"], result))
-    print()
-    print(benchmark.format_table(results))
-    print("\nGoals (ratios measured in this run):")
-    print(benchmark.format_goals(goals))
-    config = config_of(args, instance, benchmark, compare=str(args.compare), rounds=args.rounds,
-                       formats=[s.format for s in sources])
-    write_outputs(args, results, goals, config, benchmark)
-    failed = [r["id"] for r in results if "error" in r]
     if failed:
         print(f"host_benchmark: {len(failed)} row(s) failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-def write_outputs(args, rows, goals, config, benchmark):
-    if args.json:
-        report = benchmark.sanitize_nan(benchmark.comparison_report(rows, goals, config))
-        benchmark.write_json(args.json, report)
-        print(f"wrote {args.json}")
-    if args.plot:
-        benchmark.plot_comparison(args.plot, rows, config, goals)
-        print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def test_combined_instances_use_the_slowest_time():
 
 
 def test_goals_met_not_met_and_not_measured():
-    from datasets.benchmark import evaluate_goals
+    from datasets.benchmark_comparison import evaluate_goals
 
     def row(id, **figures):
         return {"id": id, **figures}
@@ -217,7 +217,9 @@ def test_goals_met_not_met_and_not_measured():
 
 
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
-    from datasets.benchmark import BenchmarkError, discover_sources, plan_rows
+    from datasets.benchmark import BenchmarkError
+    from datasets.benchmark_comparison import plan_rows
+    from datasets.benchmark_sources import discover_sources
     from datasets.launcher import Instance
 
     with pytest.raises(BenchmarkError, match="found no image folder"):

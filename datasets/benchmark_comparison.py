@@ -1,0 +1,188 @@
+"""The format comparison: which rows to measure, measuring them in interleaved rounds, and the goals.
+
+Rows (`plan_rows`), for a directory that holds the source folder and its converted forms
+(layout: see `benchmark_sources.discover_sources`): the bare decode+augment ceiling, then
+per format its stock baseline and the loader with each normalisation location (the
+pipelines: see benchmark_pipelines.py).
+
+Goals (`GOALS`): "per worker" and "per core" are compared as images per CPU-second of all
+processes involved, the rate of one worker that has a core to itself, which other programs
+on a shared host do not distort; the wall-clock ratio is printed beside it. Compare ratios
+from one run: rows are interleaved over `rounds` and the median round is reported.
+torch runs one thread per process (as DataLoader workers do), set by benchmark_run.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from typing import Callable
+
+from .benchmark import combine_instances, measure_batches
+from .benchmark_pipelines import BASELINES, bare_decode_augment, loader_batches
+from .benchmark_sources import FORMATS, folder_split_dir, list_folder_images
+
+NORMALIZATIONS = ("host", "device")
+
+
+@dataclass
+class RowPlan:
+    id: str
+    label: str
+    kind: str  # "ceiling" | "baseline" | "loader"
+    format: str
+    normalization: str
+    workers: int
+    bytes_per_image: float
+    source: str
+    build: Callable  # () -> iterable of batches
+    note: str = ""
+
+
+def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
+              normalizations=NORMALIZATIONS, loader_options: dict | None = None) -> list:
+    """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows."""
+    loader_options = loader_options or {}
+    rows = []
+    jpeg_folder = next((s for s in sources if s.format == "folder"), None)
+    if jpeg_folder is not None and folder_split_dir(jpeg_folder.path, split) is not None:
+        items = list_folder_images(folder_split_dir(jpeg_folder.path, split))
+        share = items[instance.index :: instance.count]
+        rows.append(RowPlan(
+            "bare_decode_augment", "bare decode+augment, 1 process (ceiling)", "ceiling", "folder", "none", 0,
+            jpeg_folder.bytes_per_image.get(split, 0.0), str(jpeg_folder.path),
+            lambda share=share: bare_decode_augment(share, split, batch_size, seed),
+            "PIL open+decode+" + ("RandomResizedCrop+flip" if split == "train" else "Resize+CenterCrop")
+            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats",
+        ))
+    for source in sources:
+        entry = FORMATS.get(source.format)
+        baseline = BASELINES.get(entry.stock_baseline) if entry and entry.stock_baseline else None
+        if baseline is not None and source.name == source.format:  # once per format
+            rows.append(RowPlan(
+                f"baseline_{baseline.key}", baseline.label, "baseline", source.format, "host", workers,
+                source.bytes_per_image.get(split, 0.0), str(source.path),
+                lambda b=baseline, s=source: b.build(s, split, batch_size, workers, instance, seed=seed),
+                baseline.note,
+            ))
+        for normalization in normalizations:
+            rows.append(RowPlan(
+                f"{source.name or source.format}/{normalization}", f"{source.label}, {normalization} normalisation",
+                "loader",
+                source.format, normalization, workers, source.bytes_per_image.get(split, 0.0), str(source.path),
+                lambda s=source, n=normalization: loader_batches(s.path, split, batch_size, workers, n, instance,
+                                                                 seed=seed, **loader_options),
+                (entry.description if entry else f"format {source.format!r}") + " via datasets.loader.get_data",
+            ))
+    return rows
+
+
+def run_comparison(rows: list, *, warmup_batches: int, max_batches=None, max_seconds=None, rounds: int = 1,
+                   gather=None, progress=None) -> list:
+    """Measure every row `rounds` times, interleaved (row order repeated), so drift hits all rows alike.
+
+    `gather(figures) -> [figures per instance]` collects each instance's figures (identity
+    when single). Returns one dict per row: its plan, per-round and per-instance figures,
+    and the headline figures of the round with the median aggregate images/s.
+    """
+    gather = gather or (lambda figures: [figures])
+    results = {row.id: [] for row in rows}
+    for round_number in range(rounds):
+        for row in rows:
+            if progress:
+                progress(f"round {round_number + 1}/{rounds}: {row.label}")
+            try:
+                figures = measure_batches(row.build(), warmup_batches=warmup_batches, max_batches=max_batches,
+                                          max_seconds=max_seconds, bytes_per_image=row.bytes_per_image,
+                                          workers=row.workers)
+                error = None
+            except Exception as exc:  # one broken row must not hide the others' figures
+                figures, error = None, f"{type(exc).__name__}: {exc}"
+            # Drop what a failed row's traceback still holds (DataLoader iterators) before the next forks.
+            gc.collect()
+            gathered = gather({"figures": figures, "error": error})
+            errors = [g["error"] for g in gathered if g["error"]]
+            if errors:
+                results[row.id].append({"error": errors[0], "instances": None})
+            else:
+                per_instance = [g["figures"] for g in gathered]
+                results[row.id].append({"instances": per_instance, "aggregate": combine_instances(per_instance)})
+    return [row_result(row, results[row.id]) for row in rows]
+
+
+def row_result(row: RowPlan, rounds: list) -> dict:
+    result = {
+        "id": row.id, "label": row.label, "kind": row.kind, "format": row.format,
+        "normalization": row.normalization, "workers": row.workers, "source": row.source, "note": row.note,
+    }
+    good = [r for r in rounds if r.get("error") is None]
+    if not good:
+        result["error"] = rounds[0]["error"] if rounds else "not measured"
+        return result
+    good.sort(key=lambda r: r["aggregate"]["images_per_s"])
+    median = good[len(good) // 2]
+    headline = {k: v for k, v in median["aggregate"].items() if k != "waits_s"}
+    result.update(headline)
+    result["rounds_images_per_s"] = [r["aggregate"]["images_per_s"] for r in rounds if r.get("error") is None]
+    result["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in median["instances"]]
+    failed = [r["error"] for r in rounds if r.get("error")]
+    if failed:
+        result["failed_rounds"] = failed
+    return result
+
+
+# ---------------------------------------------------------------- goals
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    row: str
+    reference: str
+    metric: str  # decides met / not met
+    threshold: float
+    text: str
+    also: str  # a second ratio, printed for context
+
+
+METRIC_UNITS = {"images_per_s": "img/s", "images_per_cpu_s": "img/CPU-s", "images_per_s_per_worker": "img/s/worker"}
+
+# "Per worker" and "per core" are both measured as images per CPU-second of every process
+# involved (main + workers): that is the rate of one worker that has a core to itself, and
+# it does not depend on how many cores other programs on the host take meanwhile. The
+# wall-clock per-worker ratio is printed beside it.
+GOALS = (
+    Goal("jpeg_vs_bare", "img/device|tfrecord/device|folder/device", "bare_decode_augment", "images_per_cpu_s", 0.90,
+         "JPEG train pipeline (device normalisation) per worker >= 90% of bare decode+augment",
+         "images_per_s_per_worker"),
+    Goal("jpeg_vs_imagefolder", "img/device|tfrecord/device|folder/device", "baseline_imagefolder", "images_per_s", 1.40,
+         "JPEG train pipeline (device normalisation) >= 1.4x torchvision ImageFolder (same workers)",
+         "images_per_cpu_s"),
+    Goal("tensor_vs_stock_npy", "tensor/device", "baseline_webdataset_npy", "images_per_cpu_s", 3.0,
+         "tensor format (device normalisation) >= 3x stock webdataset .npy per core", "images_per_s"),
+)
+
+
+def evaluate_goals(results: list, split: str) -> list:
+    by_id = {r["id"]: r for r in results}
+    evaluated = []
+    for goal in GOALS:
+        # The first JPEG format present stands for "the JPEG pipeline" (img, else folder, ...).
+        candidates = [r for r in goal.row.split("|") if r in by_id] or [goal.row.split("|")[0]]
+        row, reference = by_id.get(candidates[0]), by_id.get(goal.reference)
+        entry = {"goal": goal.name, "text": goal.text, "row": candidates[0], "reference": goal.reference,
+                 "metric": goal.metric, "threshold": goal.threshold}
+        if split != "train" and goal.name.startswith("jpeg"):
+            entry.update(status="not measured", why="defined for the train pipeline (--split train)")
+        elif row is None or reference is None or "error" in row or "error" in reference:
+            missing = [name for name, r in ((candidates[0], row), (goal.reference, reference))
+                       if r is None or "error" in r]
+            entry.update(status="not measured", why=f"row(s) {', '.join(missing)} missing or failed")
+        else:
+            ratio = row[goal.metric] / reference[goal.metric]
+            entry.update(value=row[goal.metric], reference_value=reference[goal.metric], ratio=ratio,
+                         status="met" if ratio >= goal.threshold else "not met")
+            if row.get(goal.also) and reference.get(goal.also):
+                entry.update(also_metric=goal.also, also_ratio=row[goal.also] / reference[goal.also])
+        evaluated.append(entry)
+    return evaluated

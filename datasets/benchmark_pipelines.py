@@ -1,0 +1,264 @@
+"""What the host benchmark times: the bare decode+augment loop, the stock baselines, and the project's loader.
+
+Each builder returns an iterable of `(images, labels)` batches for `benchmark.measure_batches`.
+
+ceiling         bare decode + augment of the same JPEGs in this process, no loader: PIL
+                open + decode + RandomResizedCrop + flip to a uint8 array (validation:
+                Resize + CenterCrop). The upper bound per process for any JPEG format.
+baselines       torchvision ImageFolder + DataLoader and the stock webdataset pipelines
+                (`decode("pil")` for JPEG shards, `decode()` for .npy shards), with
+                torchvision's standard ImageNet transforms (RandomResizedCrop, flip, ToTensor,
+                Normalize), same batch size and workers. The .npy pipeline stays uint8, like
+                the loader's device rows, and for train does the augmentation the stored
+                tensors still need (v2 RandomResizedCrop + flip on the tensor), so both sides
+                of the tensor comparison do the same work.
+loader rows     every format found x each normalisation location, through `get_data`.
+
+A stock pipeline for a format is one `BASELINES` entry (its format names it in
+benchmark_sources.FORMATS).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .benchmark import BenchmarkError, EpochBatches
+from .benchmark_sources import Source, folder_split_dir
+
+IMAGE_SIZE = 224
+RESIZE_SIZE = 256
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+BARE_PRELOAD_LIMIT = 512  # images held in memory by the bare decode+augment loop (cycled)
+
+
+def standard_transform(split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE, to_tensor: bool = True):
+    """torchvision's standard ImageNet transforms (the baselines'); without ToTensor+Normalize if not to_tensor."""
+    from .torchvision_cpu import transforms
+
+    if split == "train":
+        steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
+    else:
+        steps = [transforms.Resize(resize), transforms.CenterCrop(size)]
+    if to_tensor:
+        steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return transforms.Compose(steps)
+
+
+def bare_decode_augment(paths_and_labels, split: str, batch_size: int, seed: int = 0,
+                        size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
+    """Endless batches (lists of uint8 HWC arrays) from PIL decode + augment of in-memory JPEG bytes.
+
+    No loader, no worker, no file reads in the loop: the bytes are read once up front (at
+    most BARE_PRELOAD_LIMIT images, cycled), so the rate is decode + augment alone.
+    """
+    from PIL import Image
+
+    import torch
+
+    if not paths_and_labels:
+        raise BenchmarkError("no images for the bare decode+augment loop")
+    torch.manual_seed(seed)  # RandomResizedCrop draws from torch's generator
+    rng = np.random.default_rng(seed)
+    chosen = rng.permutation(len(paths_and_labels))[:BARE_PRELOAD_LIMIT]
+    held = [(Path(paths_and_labels[i][0]).read_bytes(), paths_and_labels[i][1]) for i in chosen]
+    augment = standard_transform(split, size, resize, to_tensor=False)
+
+    def batches():
+        position = 0
+        while True:
+            images, labels = [], []
+            for _ in range(batch_size):
+                data, label = held[position % len(held)]
+                position += 1
+                with Image.open(io.BytesIO(data)) as image:
+                    images.append(np.asarray(augment(image.convert("RGB"))))
+                labels.append(label)
+            yield images, labels
+
+    return batches()
+
+
+def make_dataloader(dataset, batch_size, workers, *, shuffle=False, sampler=None, seed=0, drop_last=False):
+    import torch
+    from torch.utils.data import DataLoader
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, shuffle=shuffle if sampler is None else False,
+                      sampler=sampler, generator=generator, drop_last=drop_last)
+
+
+def imagefolder_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """torchvision ImageFolder + DataLoader with the standard transforms (float32, normalised on the host)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    from .torchvision_cpu import torchvision
+
+    split_dir = folder_split_dir(source.path, split)
+    if split_dir is None:
+        raise BenchmarkError(f"{source.path}: no {split}/ folder for the ImageFolder baseline")
+    dataset = torchvision.datasets.ImageFolder(str(split_dir), transform=standard_transform(split))
+
+    def epoch_loader(epoch):
+        sampler = None
+        if instance.count > 1:
+            sampler = DistributedSampler(dataset, num_replicas=instance.count, rank=instance.index,
+                                         shuffle=split == "train", seed=seed)
+            sampler.set_epoch(epoch)
+        return make_dataloader(dataset, batch_size, workers, shuffle=split == "train", sampler=sampler,
+                               seed=seed + epoch)
+
+    return EpochBatches(epoch_loader, max_epochs=None)
+
+
+def _webdataset_pipeline(shard_paths, instance):
+    import webdataset as wds
+
+    if not shard_paths:
+        raise BenchmarkError("no shards for the stock webdataset baseline")
+    # empty_check=False: stock webdataset refuses fewer shards than workers otherwise; the
+    # node splitter only matters under a launcher (the stock default refuses several nodes).
+    return wds.WebDataset(
+        [str(p) for p in shard_paths], shardshuffle=False, empty_check=False,
+        nodesplitter=wds.split_by_node if instance.count > 1 else wds.single_node_only,
+    )
+
+
+def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """Stock webdataset: decode("pil") + the standard transforms + DataLoader."""
+    transform = standard_transform(split)
+    dataset = (_webdataset_pipeline(source.shards.get(split, []), instance)
+               .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
+def stored_at_output_size(source: Source, split: str, size: int = IMAGE_SIZE) -> bool:
+    """Whether the converter already cropped this split's tensors to the output size."""
+    steps = (source.metadata or {}).get(f"{split}_transform_pipeline") or []
+    return any(str(step).replace(" ", "") in (f"CenterCrop({size})", f"CenterCrop({size},{size})") for step in steps)
+
+
+def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
+    """torchvision (v2, on uint8 CHW tensors) doing what the train/validation pipeline must still do.
+
+    train: RandomResizedCrop + flip, as for JPEGs (antialiased, like PIL's resampling);
+    validation: nothing when the tensors are stored at the output size, else Resize + CenterCrop.
+    None when nothing is left to do.
+    """
+    import torch
+
+    from .torchvision_cpu import transforms_v2 as v2
+
+    if split == "train":
+        steps = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
+    elif stored_at_output_size(source, split, size):
+        return None
+    else:
+        steps = [v2.Resize(resize, antialias=True), v2.CenterCrop(size)]
+    return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
+
+
+def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """Stock webdataset: decode() (np.load for .npy) + DataLoader, uint8 throughout.
+
+    With the augmentation the split still needs (train: RandomResizedCrop + flip in torchvision
+    v2 on the tensor), so that it does the same work as the loader's tensor rows.
+    """
+    dataset = _webdataset_pipeline(source.shards.get(split, []), instance).decode().to_tuple("npy", "cls")
+    transform = tensor_transform(source, split)
+    if transform is not None:
+        dataset = dataset.map_tuple(transform, int)
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
+class TFRecordExampleTransform:
+    """The stock TFRecord pipeline's per-record step: PIL decode + the standard transforms; label - offset."""
+
+    def __init__(self, split: str, label_offset: int):
+        self.transform = standard_transform(split)
+        self.label_offset = label_offset
+
+    def __call__(self, features):
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(features["image/encoded"])).convert("RGB")
+        return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
+
+
+def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+    """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode
+    + the standard transforms + DataLoader.
+
+    With an index and DataLoader workers, the package gives each worker its slice of every shard;
+    with no workers it starts each shard at a random record (and wraps around). It has no node
+    splitting: instances take every Nth shard. Its reader checks no CRC (the project's does).
+    """
+    from tfrecord.torch.dataset import TFRecordDataset
+    from torch.utils.data import ChainDataset
+
+    from .tfrecord_format import tfrecord_index_path
+
+    paths = source.shards.get(split, [])[instance.index :: instance.count]
+    if not paths:
+        raise BenchmarkError(f"{source.path}: no {split} shards for the stock tfrecord baseline")
+    transform = TFRecordExampleTransform(split, int((source.metadata or {}).get("label_offset", 0)))
+    description = {"image/encoded": "byte", "image/class/label": "int"}
+    dataset = ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=transform)
+                            for p in paths])
+    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
+                        max_epochs=None)
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    key: str
+    reads: str  # the FORMATS name of the source it reads
+    label: str
+    build: Callable
+    note: str
+
+
+BASELINES = {
+    entry.key: entry
+    for entry in (
+        BaselineEntry("imagefolder", "folder", "ImageFolder + DataLoader (baseline)", imagefolder_baseline,
+                      "ImageFolder(transform=RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize)"),
+        BaselineEntry("webdataset_pil", "img", "webdataset decode(\"pil\") (baseline)",
+                      webdataset_pil_baseline,
+                      'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)'),
+        BaselineEntry("webdataset_npy", "tensor", "webdataset .npy decode() (baseline)",
+                      webdataset_npy_baseline,
+                      'WebDataset(urls).decode().to_tuple("npy","cls"), + map_tuple(v2 RandomResizedCrop+flip, int) '
+                      'for train; uint8 as stored'),
+        BaselineEntry("tfrecord_torch", "tfrecord", "tfrecord TFRecordDataset + PIL (baseline)",
+                      tfrecord_torch_baseline,
+                      "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
+                      "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize"),
+    )
+}
+
+
+def loader_batches(source, split, batch_size, workers, normalization, instance, seed=0, **options):
+    """The project's loader (`datasets.loader.get_data`) as an epoch-repeating batch iterable.
+
+    The loader is made once, outside the timing (resolving a source reads its metadata and
+    sample index); each epoch is `set_epoch(n)` and a fresh iteration (new workers).
+    """
+    from .loader import get_data
+
+    loader = get_data(str(source), split, batch_size, workers, normalization=normalization, instance=instance,
+                      seed=seed, **options)
+
+    def epoch_loader(epoch):
+        loader.set_epoch(epoch)
+        return loader
+
+    return EpochBatches(epoch_loader, max_epochs=None)

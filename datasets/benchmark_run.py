@@ -1,0 +1,181 @@
+"""What host_benchmark.py runs: one source measured over iterations, or the format comparison.
+
+`run_host_benchmark` takes the options host_benchmark.py parsed, joins the other instances,
+prints the report as the figures arrive (on rank 0 under a launcher), writes the JSON and
+the chart, and returns the ids of the comparison rows that failed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from . import benchmark_report as report
+from .benchmark import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
+from .benchmark_comparison import evaluate_goals, plan_rows, run_comparison
+from .benchmark_pipelines import loader_batches
+from .benchmark_sources import discover_sources, source_bytes_per_image
+from .collective import Collective
+from .host_info import busy_host_warning, cores_busy_now, host_description
+from .launcher import LauncherError, instance_from_args
+
+
+class CannotStart(Exception):
+    """This instance cannot take part: the launcher's values are invalid, or the other instances cannot be joined."""
+
+
+def run_host_benchmark(args, warn) -> list:
+    """Measure as `args` (host_benchmark.parse_args) asks; `warn(text)` reports what skews the figures.
+
+    Returns the ids of the rows that failed (none for one source: a failure there raises).
+    """
+    import torch
+
+    # Every pipeline's torch ops run on one thread per process, as in DataLoader workers (torch
+    # sets that there): otherwise rows with --dataloader-worker 0 would use several cores and
+    # the loader (which sets it when it runs in-process) would change the rows measured after it.
+    torch.set_num_threads(1)
+    try:
+        instance = instance_from_args(args)
+    except LauncherError as error:
+        raise CannotStart(str(error)) from None
+    try:
+        collective = Collective(instance, args.rendezvous)
+    except (RuntimeError, ValueError) as error:
+        raise CannotStart(f"cannot join the other instances ({instance.describe()}): {error}") from None
+    if collective.warning:
+        warn(collective.warning)
+    # Sampled before any worker starts, so it is other programs' load, not ours.
+    args.cores_busy_before = cores_busy_now()
+    busy = busy_host_warning(busy=args.cores_busy_before)
+    if busy and collective.is_reporter:
+        warn(busy)
+    try:
+        if args.compare is not None:
+            return compare_formats(args, instance, collective)
+        measure_source(args, instance, collective)
+        return []
+    finally:
+        collective.close()
+
+
+def config_of(args, instance, **extra) -> dict:
+    host = host_description()
+    return {
+        "cores_busy_before": args.cores_busy_before,
+        "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
+        "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
+        "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
+        "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), **extra,
+    }
+
+
+def limit_text(args) -> str:
+    if args.batches is not None:
+        return f"{args.batches} batches"
+    if args.seconds is not None:
+        return f"{args.seconds:g} s"
+    return "one epoch"
+
+
+def measure_source(args, instance, collective) -> None:
+    """One source (--data), `--iterations` times, each printed as `Throughput of the iteration:<x> img/sec`."""
+    # The loader names generated data "synthetic": images made in memory, nothing read.
+    source = "synthetic" if args.data == "generated" else args.imagenet_data_path
+    bytes_per_image = source_bytes_per_image(args.data, None if args.data == "generated" else source, args.split)
+    loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
+                            args.normalization_location, instance, seed=args.seed).make_iterable
+
+    if collective.is_reporter:
+        print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
+              f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
+              f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
+              flush=True)
+
+    def print_iteration(result):
+        if not collective.is_reporter:
+            return
+        aggregate = result["aggregate"]
+        label = f"iteration {result['iteration']}"
+        if len(result["instances"]) > 1:
+            print(report.format_instances(label, result["instances"], aggregate))
+        print(f"Throughput of the iteration:{aggregate['images_per_s']:0.1f} img/sec")
+        print(f"  {label}: {aggregate['images']} images in {aggregate['seconds']:.2f} s, "
+              f"{aggregate['images_per_s_per_worker']:,.1f} img/s per worker, {aggregate['mb_per_s']:,.1f} MB/s, "
+              f"batch wait p50 {aggregate['latency_ms_p50']:.1f} ms p99 {aggregate['latency_ms_p99']:.1f} ms, "
+              f"CPU {aggregate['cpu_ms_per_image']:.2f} ms/image ({aggregate['cores_busy']:.2f} cores busy), "
+              f"batches {aggregate['batch_dtype']} {aggregate['batch_shape']}", flush=True)
+        if aggregate["seconds"] < SHORT_MEASUREMENT_SECONDS:
+            print("  " + SHORT_NOTE.lstrip("* "), flush=True)
+
+    results = run_iterations(
+        loader, iterations=args.iterations, warmup_batches=args.warmup_batches, max_batches=args.batches,
+        max_seconds=args.seconds, bytes_per_image=bytes_per_image, workers=args.dataloader_worker,
+        collective=collective, on_iteration=print_iteration,
+    )
+    if not collective.is_reporter:
+        return
+    rows = []
+    for result in results:
+        row = {"id": f"iteration_{result['iteration']}", "label": f"iteration {result['iteration']}",
+               "kind": "loader", "format": args.data, "normalization": args.normalization_location,
+               "workers": args.dataloader_worker, "source": str(source), "note": ""}
+        row.update({k: v for k, v in result["aggregate"].items() if k != "waits_s"})
+        row["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in result["instances"]]
+        rows.append(row)
+    config = config_of(args, instance, data=args.data, source=str(source), normalization=args.normalization_location)
+    write_outputs(args, rows, [], config)
+
+
+def compare_formats(args, instance, collective) -> list:
+    """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
+    sources = discover_sources(args.compare)
+    if args.formats:
+        wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
+        unknown = sorted(set(wanted) - {s.format for s in sources})
+        if unknown:
+            raise BenchmarkError(
+                f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
+                f"(found: {', '.join(s.format for s in sources)})")
+        sources = [s for s in sources if s.format in wanted]
+    rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed)
+    if collective.is_reporter:
+        print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
+              f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
+              f"{limit_text(args)} per row x {args.rounds} round(s); {instance.describe()}")
+        for source in sources:
+            print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
+                  f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
+        print(f"measuring {len(rows)} rows ...", flush=True)
+
+    def progress(text):
+        if collective.is_reporter:
+            print(f"  {text}", file=sys.stderr, flush=True)
+
+    results = run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
+                             max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
+                             progress=progress)
+    if not collective.is_reporter:
+        return []
+    goals = evaluate_goals(results, args.split)
+    if instance.count > 1:
+        for result in results:
+            if "error" not in result:
+                print(report.format_instances(result["label"], result["instances"], result))
+    print()
+    print(report.format_table(results))
+    print("\nGoals (ratios measured in this run):")
+    print(report.format_goals(goals))
+    config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
+                       formats=[s.format for s in sources])
+    write_outputs(args, results, goals, config)
+    return [r["id"] for r in results if "error" in r]
+
+
+def write_outputs(args, rows, goals, config) -> None:
+    if args.json:
+        report.write_json(args.json, report.sanitize_nan(report.comparison_report(rows, goals, config)))
+        print(f"wrote {args.json}")
+    if args.plot:
+        report.plot_comparison(args.plot, rows, config, goals)
+        print(f"wrote {args.plot}")

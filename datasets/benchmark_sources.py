@@ -1,0 +1,156 @@
+"""What the host benchmark reads: the formats it knows, and the sources found in a comparison directory.
+
+Adding a format (e.g. tfrecord) is one `FORMATS` entry here; a stock pipeline for it is one
+`BASELINES` entry in benchmark_pipelines.py. Light to import (no torch): the CLI uses it
+to check its arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .benchmark import BenchmarkError
+from .index import METADATA_FILE, DatasetError, read_metadata
+
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+
+
+@dataclass(frozen=True)
+class FormatEntry:
+    """One on-disk format the comparison knows: how to label it and what to compare it with."""
+
+    name: str  # metadata.json "format" value, or "folder"
+    payload: str  # "jpeg" or "tensor": JPEG formats are held against the bare decode+augment ceiling
+    stock_baseline: str | None  # BASELINES key of the stock pipeline that reads the same data, if any
+    description: str
+
+
+FORMATS = {
+    entry.name: entry
+    for entry in (
+        FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
+        FormatEntry("img", "jpeg", "webdataset_pil", "WebDataset tar shards of JPEG"),
+        FormatEntry("tensor", "tensor", "webdataset_npy", "WebDataset tar shards of uint8 .npy"),
+        FormatEntry("tfrecord", "jpeg", "tfrecord_torch", "TFRecord shards of JPEG (tf.train.Example)"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str
+    path: Path
+    shards: dict = field(default_factory=dict)  # split -> [shard paths] (converted formats)
+    bytes_per_image: dict = field(default_factory=dict)  # split -> mean stored bytes per sample
+    samples: dict = field(default_factory=dict)  # split -> samples
+    metadata: dict | None = None
+    name: str = ""  # row-id prefix: the format, or "format@directory" for a second source of one format
+
+    @property
+    def label(self) -> str:
+        return self.format if self.name in ("", self.format) else f"{self.format} ({self.path.name})"
+
+
+def list_folder_images(folder: Path) -> list:
+    """(path, class index) for every image under `folder`/<class>/, classes in sorted order."""
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    items = []
+    for label, name in enumerate(classes):
+        for path in sorted((folder / name).iterdir()):
+            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+                items.append((path, label))
+    return items
+
+
+def folder_split_dir(root: Path, split: str) -> Path | None:
+    names = (split, "val") if split == "validation" else (split,)
+    for name in names:
+        if (root / name).is_dir():
+            return root / name
+    return None
+
+
+def folder_source(root: Path) -> Source:
+    samples, per_image = {}, {}
+    for split in ("train", "validation"):
+        split_dir = folder_split_dir(root, split)
+        if split_dir is None:
+            continue
+        items = list_folder_images(split_dir)
+        samples[split] = len(items)
+        per_image[split] = (sum(p.stat().st_size for p, _ in items) / len(items)) if items else 0.0
+    return Source("folder", root, {}, per_image, samples)
+
+
+def converted_source(root: Path) -> Source:
+    metadata = read_metadata(root)
+    shards, per_image, samples = {}, {}, {}
+    for split, info in metadata.get("splits", {}).items():
+        records = info.get("shards", [])
+        shards[split] = [root / s["name"] for s in records]
+        count = sum(int(s["samples"]) for s in records)
+        samples[split] = count
+        per_image[split] = sum(int(s["bytes"]) for s in records) / count if count else 0.0
+    return Source(str(metadata["format"]), root, shards, per_image, samples, metadata)
+
+
+def is_image_folder(root: Path) -> bool:
+    return any(folder_split_dir(root, split) is not None for split in ("train", "validation"))
+
+
+def discover_sources(directory) -> list:
+    """The sources in a comparison directory, in FORMATS order, then unknown formats by name.
+
+    Layout (what `make demo` writes; names are free, detection is by content):
+        DIR/source/    the extracted folder: train/<class>/*.JPEG, validation/<class>/*.JPEG
+        DIR/img/       a converted dataset: metadata.json with "format": "img"
+        DIR/tensor/    ... "format": "tensor"
+        DIR/tfrecord/  ... "format": "tfrecord"
+    DIR itself may also be the folder or a converted dataset.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BenchmarkError(f"{directory}: not a directory (--compare expects the folder holding the source "
+                             f"folder and its converted forms)")
+    candidates = [directory] + sorted(p for p in directory.iterdir() if p.is_dir())
+    found = []
+    for path in candidates:
+        if (path / METADATA_FILE).is_file():
+            try:
+                source = converted_source(path)
+            except DatasetError as error:
+                raise BenchmarkError(str(error)) from None
+        elif is_image_folder(path):
+            source = folder_source(path)
+        else:
+            continue
+        found.append(source)
+    if not found:
+        raise BenchmarkError(
+            f"{directory}: found no image folder (train/ or validation/ of class folders) and no converted "
+            f"dataset ({METADATA_FILE}) in it or its subdirectories"
+        )
+    order = list(FORMATS)
+    found.sort(key=lambda s: (order.index(s.format) if s.format in order else len(order), s.format))
+    # The first source of a format (by directory name) carries the plain row ids the goals use;
+    # further ones (another quality, other steps) get "format@directory".
+    named, seen = [], set()
+    for source in found:
+        name = source.format if source.format not in seen else f"{source.format}@{source.path.name}"
+        seen.add(source.format)
+        named.append(dataclasses.replace(source, name=name))
+    return named
+
+
+def source_bytes_per_image(kind: str, path, split: str) -> float:
+    """Mean stored bytes per image of the source `--data` names (0 for generated data)."""
+    if kind == "generated" or path is None:
+        return 0.0
+    path = Path(path)
+    if (path / METADATA_FILE).is_file():
+        return converted_source(path).bytes_per_image.get(split, 0.0)
+    if is_image_folder(path):
+        return folder_source(path).bytes_per_image.get(split, 0.0)
+    return 0.0  # URLs or a list of shards: not counted (reported as 0)
