@@ -41,8 +41,14 @@ def _publish(handle, partial: Path, path: Path, before_rename=None) -> None:
 
 
 def _discard(handle, partial: Path) -> None:
-    handle.close()
-    partial.unlink(missing_ok=True)
+    try:
+        # On a full disk, close() retries the failed flush and raises again: the partial
+        # file must still go.
+        handle.close()
+    except OSError:
+        pass
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 @contextmanager
