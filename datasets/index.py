@@ -28,8 +28,9 @@ by a `SampleRecord`, one tab-separated line of the split's index.
 """
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 
@@ -67,8 +68,7 @@ class ShardRecord:
         return cls(str(obj["name"]), int(obj["samples"]), int(obj["bytes"]), str(obj["sha256"]))
 
 
-@dataclass(frozen=True)
-class SampleRecord:
+class SampleRecord(NamedTuple):
     """Where one sample lives and what its payload must hash to.
 
     record_offset/record_size: the sample's whole byte range in the shard (for tar: from
@@ -76,6 +76,10 @@ class SampleRecord:
     the length, CRCs and data of its record). Copying that range copies the sample
     byte for byte. payload_offset/payload_size: the image or tensor bytes themselves.
     members: "ext:header_offset" pairs joined by ";" (for tar), e.g. "cls:0;json:512;jpg:1536".
+
+    A NamedTuple, not a dataclass: an index holds one per sample (1.28M for ImageNet, in every
+    loader process), and a tuple is built ~2x faster and takes about half the memory.
+    `record._replace(field=value)` makes a changed copy.
     """
 
     key: str
@@ -93,7 +97,7 @@ class SampleRecord:
         return {ext: int(offset) for ext, offset in pairs}
 
 
-_COLUMNS = [f.name for f in fields(SampleRecord)]
+_COLUMNS = list(SampleRecord._fields)
 _INT_COLUMNS = {"label", "record_offset", "record_size", "payload_offset", "payload_size"}
 
 
@@ -115,18 +119,23 @@ def parse_sample_index(data: bytes, source="<index>"):
     lines = data.decode().splitlines()
     if not lines or lines[0].split("\t") != _COLUMNS:
         raise DatasetError(f"{source}: not a sample index (expected header {' '.join(_COLUMNS)})")
-    # Positional construction (the header was just checked to be _COLUMNS, in order): about 3x
-    # faster than building a dict per line, which matters for 1.28M lines.
-    converters = [int if c in _INT_COLUMNS else str for c in _COLUMNS]
-    width = len(_COLUMNS)
+    # One unpacking per line into a tuple (the header was just checked to be _COLUMNS, in this
+    # order): ~2x faster than converting field by field, which matters for 1.28M lines.
+    new = tuple.__new__
+    shard_names = {}  # one string per shard, not one per line: ~65 bytes a sample in every loader process
     records = []
     append = records.append
     for number, line in enumerate(lines[1:], start=2):
-        values = line.split("\t")
-        if len(values) != width:
-            raise DatasetError(f"{source}: line {number} has {len(values)} fields, expected {width}")
         try:
-            append(SampleRecord(*[convert(v) for convert, v in zip(converters, values)]))
+            key, shard, label, record_offset, record_size, payload_offset, payload_size, sha256, members = \
+                line.split("\t")
+        except ValueError:
+            raise DatasetError(f"{source}: line {number} has {line.count(chr(9)) + 1} fields, "
+                               f"expected {len(_COLUMNS)}") from None
+        try:
+            shard = shard_names.setdefault(shard, shard)
+            append(new(SampleRecord, (key, shard, int(label), int(record_offset), int(record_size),
+                                      int(payload_offset), int(payload_size), sha256, members)))
         except ValueError:
             raise DatasetError(f"{source}: line {number} has a non-integer offset, size or label") from None
     return records

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -289,7 +289,7 @@ def _tfrecord_files(locations, split: str, label_offset: Optional[int]) -> Sourc
             name = location.rsplit("/", 1)[-1]
             if is_url(location):  # no cheap header walk over HTTP: one streamed pass over the shard
                 with open_byte_range(location, 0, None) as stream:
-                    records = [replace(r, label=-1)  # labels are read (with the offset) when loaded
+                    records = [r._replace(label=-1)  # labels are read (with the offset) when loaded
                                for r in scan_tfrecord_shard(location, 0, name=location, stream=stream)]
             else:
                 records = index_tfrecord_shard(location, name=location)

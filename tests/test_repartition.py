@@ -19,7 +19,6 @@ import signal
 import subprocess
 import textwrap
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -225,13 +224,13 @@ def test_index_that_disagrees_with_the_shards_is_a_data_error():
         group_records_by_shard(shards, records[:-1])
     with pytest.raises(DatasetError, match="appears twice"):
         group_records_by_shard(shards, records + records[:1])
-    bad = [replace(records[0], shard="elsewhere.tar")] + records[1:]
+    bad = [records[0]._replace(shard="elsewhere.tar")] + records[1:]
     with pytest.raises(DatasetError, match="does not list"):
         group_records_by_shard(shards, bad)
-    overlapping = [replace(records[1], record_offset=512)]
+    overlapping = [records[1]._replace(record_offset=512)]
     with pytest.raises(DatasetError, match="byte range"):
         group_records_by_shard(shards, records[:1] + overlapping + records[2:])
-    unaligned = [replace(records[1], record_offset=1537)]
+    unaligned = [records[1]._replace(record_offset=1537)]
     with pytest.raises(DatasetError, match="byte range"):
         group_records_by_shard(shards, records[:1] + unaligned + records[2:], alignment=512)
 

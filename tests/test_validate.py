@@ -245,7 +245,7 @@ def test_label_outside_the_class_table_resealed(dataset):
     target = records(dataset)[20]
     patch_bytes(dataset / target.shard, target.member_offsets()["cls"] + 512, b"7")
     index = records(dataset)
-    index[20] = index[20].__class__(**{**index[20].__dict__, "label": 7})
+    index[20] = index[20]._replace(label=7)
     reseal(dataset, index)
     report = validate(dataset)
     assert report.exit_code == 1
@@ -318,7 +318,7 @@ def test_metadata_not_json(dataset):
 def test_edited_sample_index(dataset):
     index = records(dataset)
     target = index[7]
-    index[7] = target.__class__(**{**target.__dict__, "payload_sha256": "f" * 64})
+    index[7] = target._replace(payload_sha256="f" * 64)
     (dataset / "train.index.tsv").write_bytes(encode_sample_index(index))
     report = validate(dataset)
     assert_found(report, ERROR, "train.index.tsv", None, "sha256 differs from metadata")
@@ -389,7 +389,7 @@ def test_deep_finds_what_only_decoding_can(dataset):
     else:  # JPEG: zero everything after the first third, end-of-image marker included
         data[len(data) // 3:] = bytes(len(data) - len(data) // 3)
     patch_bytes(path, target.payload_offset, bytes(data))
-    index[14] = target.__class__(**{**target.__dict__, "payload_sha256": sha256_bytes(bytes(data))})
+    index[14] = target._replace(payload_sha256=sha256_bytes(bytes(data)))
     reseal(dataset, index)
     assert validate(dataset).ok
     report = validate(dataset, deep=True)
