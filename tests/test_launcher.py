@@ -302,11 +302,14 @@ def test_argparse_rejects_bad_values(argv, expected, capsys):
 
 # ---------------------------------------------------------------- real torchrun
 
+# Each process writes its own file: two processes printing to one pipe can interleave their
+# lines (print writes the text and the newline separately when unbuffered).
 WORKER = """
-import dataclasses, json
+import dataclasses, json, os
 from datasets.launcher import detect_instance
 instance = detect_instance()
-print("INSTANCE " + json.dumps(dataclasses.asdict(instance)), flush=True)
+with open(f"instance-{os.getpid()}.json", "w") as handle:
+    json.dump(dataclasses.asdict(instance), handle)
 """
 
 
@@ -321,7 +324,7 @@ def test_real_torchrun_gives_each_process_its_own_index(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
-    seen = [json.loads(line.split(" ", 1)[1]) for line in completed.stdout.splitlines() if line.startswith("INSTANCE ")]
+    seen = [json.loads(path.read_text()) for path in tmp_path.glob("instance-*.json")]
     assert sorted((item["index"], item["count"], item["source"], item["local_rank"]) for item in seen) == [
         (0, 2, "torchrun", 0),
         (1, 2, "torchrun", 1),
