@@ -164,7 +164,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     entry = metadata["splits"][split]
     index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
     index_location = join_location(base, index_name)
-    records = parse_sample_index(read_bytes(index_location), index_location)
+    records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
     groups = _group_by_shard(records)
     fmt = metadata["format"]
     if fmt not in PAYLOAD_EXTENSIONS:
@@ -222,7 +222,7 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
     entry = repartition["entry"]
     item = entry["instances"][instance]
     index_location = join_location(repartition["base"], item["index"])
-    records = parse_sample_index(read_bytes(index_location), index_location)
+    records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
     if len(records) != int(item["samples"]):
         raise SourceError(f"{index_location}: holds {len(records)} samples, the manifest says {item['samples']}")
     return OwnShare(repartition["location"], repartition["policy"], records, repartition["counts"],
@@ -249,7 +249,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
-            records = parse_sample_index(read_bytes(index_location), index_location)
+            records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
             wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
             chosen = [r for r in records if r.shard in wanted]
             if {r.shard for r in chosen} == wanted:
