@@ -11,6 +11,7 @@ page cache, then measures, each the best of --repeats:
   sha256 (files)      datasets.fileio.sha256_file over every shard (what `sha256sum` does)
   validate w1 / w2    datasets.validate.validate_converted with 1 and 2 worker processes
   validate --deep w1  every payload hashed and every tensor parsed as well
+  sha256sum, openssl  the command-line tools on the same shards, when installed
 
 and writes the figures as JSON (OUT/validate_benchmark.json) and a table. The goal is
 validate w1 >= 80% of sha256 (memory) per worker. Timings on a shared machine are noisy:
@@ -21,6 +22,8 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -144,6 +147,12 @@ def main(argv=None):
         ("validate", 2, lambda: run_validate(2), total),
         ("validate --deep", 1, lambda: run_validate(1, deep=True), total),
     ]
+    # What a user would otherwise run on the same files (when installed): the reference points
+    # outside Python. coreutils' sha256sum has no SHA-NI code path; openssl's has.
+    for label, command in (("sha256sum (coreutils)", ["sha256sum"]), ("openssl dgst -sha256", ["openssl", "dgst", "-sha256"])):
+        if shutil.which(command[0]):
+            cases.append((label, 1, lambda command=command: subprocess.run(
+                command + [str(p) for p in shards], check=True, stdout=subprocess.DEVNULL), total))
     best = best_rates([(f"{what} w{w}", run, n) for what, w, run, n in cases], args.repeats)
     rows = [(what, w, best[f"{what} w{w}"]) for what, w, _, _ in cases]
     memory, files = rows[0][2], rows[1][2]
