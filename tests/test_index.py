@@ -41,3 +41,20 @@ def test_a_damaged_index_names_the_file_and_line(damage, message):
     with pytest.raises(DatasetError, match=message) as raised:
         parse_sample_index(("\n".join(damage(lines)) + "\n").encode(), "train.index.tsv")
     assert str(raised.value).startswith("train.index.tsv: ")
+
+
+def test_the_garbage_collector_is_left_as_it_was():
+    import gc
+
+    assert gc.isenabled()
+    parse_sample_index(encode_sample_index(RECORDS))
+    assert gc.isenabled()
+    with pytest.raises(DatasetError):
+        parse_sample_index(b"not an index\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse_sample_index(encode_sample_index(RECORDS))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
