@@ -99,7 +99,6 @@ class SampleRecord(NamedTuple):
 
 
 _COLUMNS = list(SampleRecord._fields)
-_INT_COLUMNS = {"label", "record_offset", "record_size", "payload_offset", "payload_size"}
 
 
 def encode_sample_index(records) -> bytes:

@@ -12,6 +12,7 @@ SAMPLES = [
     ("n01_0002", [("cls", b"17"), ("json", b"{}"), ("jpg", b"\xff\xd8" + b"x" * 4094)]),  # payload of exactly 4 KB
     ("n02_0001", [("cls", b"999"), ("json", b"{}" * 300), ("npy", b"\x93NUMPY" + bytes(150_522))]),
     ("n02_0002", [("cls", b"3"), ("json", b""), ("jpg", b"")]),  # empty members
+    ("n03_" + "long" * 30, [("cls", b"1"), ("jpg", b"y" * 600)]),  # name over 100 bytes: a GNU long-name header
 ]
 
 
@@ -47,10 +48,13 @@ def test_reported_offsets_point_at_each_member(tmp_path):
         assert sample.record_offset == sample.members[members[0][0]].header_offset
         for ext, payload in members:
             member = sample.members[ext]
-            assert found[f"{key}.{ext}"].header_offset == member.header_offset
+            # header_offset is where the member's headers start: for a long name, its GNU long-name
+            # block, which the reader passes over to the member's own header.
+            assert found[f"{key}.{ext}"].data_offset == member.data_offset
+            assert member.header_offset <= found[f"{key}.{ext}"].header_offset < member.data_offset
             assert data[member.data_offset:member.data_offset + member.size] == payload
     # Each sample's byte range runs from its first header to the end of its last member's padding.
     for sample, following in zip(written, written[1:]):
         assert sample.record_offset + sample.record_size == following.record_offset
-    last_member = written[-1].members["jpg"]
+    last_member = written[-1].members[SAMPLES[-1][1][-1][0]]
     assert written[-1].record_offset + written[-1].record_size == last_member.data_offset + -(-last_member.size // 512) * 512
