@@ -4,14 +4,14 @@
 
 Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
 data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
-datasets.convert; its module docstring describes the output and the guarantees.
+datasets.convert.converter; its module docstring describes the output and the guarantees.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from datasets.convert import (
+from datasets.convert.converter import (
     DEFAULT_IMAGE_QUALITY,
     DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_SAMPLES_PER_SHARD,
@@ -26,7 +26,7 @@ from datasets.convert import (
 from datasets.cli_args import int_between, positive_int, usable_cpus
 from datasets.index import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
-from datasets.imagenet_source import LAYOUTS
+from datasets.convert.imagenet_source import LAYOUTS
 
 
 def build_parser() -> argparse.ArgumentParser:

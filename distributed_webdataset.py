@@ -23,7 +23,7 @@ from datasets.repartition import (
     describe_plan,
     repartition,
 )
-from datasets.tar_format import TarFormatError
+from datasets.formats.tar import TarFormatError
 
 REMAINDER_HELP = f"""how to handle samples that do not divide evenly: {', '.join(POLICIES)}.
 spread: counts differ by at most 1, every sample kept exactly once (for evaluation);

@@ -125,7 +125,7 @@ def parse_args(argv=None):
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):
                 parser.error(f"--imagenet-data-path {path}: no such file or directory")
-            from datasets.benchmark_sources import is_image_folder  # light: no torch
+            from datasets.hostbench.sources import is_image_folder  # light: no torch
 
             converted = os.path.isfile(os.path.join(path, "metadata.json"))
             if args.data == "imagenet" and not is_image_folder(Path(path)):
@@ -145,8 +145,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
-    from datasets.benchmark import BenchmarkError
-    from datasets.benchmark_run import CannotStart, run_host_benchmark
+    from datasets.hostbench.timing import BenchmarkError
+    from datasets.hostbench.run import CannotStart, run_host_benchmark
 
     def warn(text):
         print(f"host_benchmark: warning: {text}", file=sys.stderr)

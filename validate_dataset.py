@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from datasets.cli_args import usable_cpus
-from datasets.validate import ValidationUsageError, validate
+from datasets.validate.validator import ValidationUsageError, validate
 
 MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line; --json has them all
 

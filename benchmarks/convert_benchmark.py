@@ -10,7 +10,7 @@ measures, each the best of --repeats:
                                  one process: what re-encoding costs with no I/O, hashing or tar
   bare tensor Resize+Crop        PIL decode + Resize(256) + CenterCrop(224) + .npy encode
   bare passthrough check         header parse + completeness check + sha256 (no decode)
-  convert img passthrough        datasets.convert.convert, --workers 1 and 2 (the shards are
+  convert img passthrough        datasets.convert.converter.convert, --workers 1 and 2 (the shards are
                                  written to OUT/target, on the disk a user would write to)
   convert img Resize(256)        the same with --train/--validation-preprocess-steps Resize(256)
   convert tensor Resize+Crop     --format tensor, Resize(256) CenterCrop(224) for both splits
@@ -48,9 +48,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.convert import ConvertOptions, EncodeOptions, ShardTask, convert, encode_payload, write_shard  # noqa: E402
-from datasets.imagenet_source import open_source  # noqa: E402
-from datasets.npy_format import encode_npy  # noqa: E402
+from datasets.convert.converter import ConvertOptions, EncodeOptions, ShardTask, convert, encode_payload, write_shard  # noqa: E402
+from datasets.convert.imagenet_source import open_source  # noqa: E402
+from datasets.formats.npy import encode_npy  # noqa: E402
 from datasets.preprocess import apply_steps, parse_steps  # noqa: E402
 
 RESIZE = ("Resize(256)",)

@@ -9,7 +9,7 @@ page cache, then measures, each the best of --repeats:
 
   sha256 (memory)     hashlib.sha256 over a buffer already in memory: the CPU bound
   sha256 (files)      datasets.fileio.sha256_file over every shard (what `sha256sum` does)
-  validate w1 / w2    datasets.validate.validate_converted with 1 and 2 worker processes
+  validate w1 / w2    datasets.validate.validator.validate_converted with 1 and 2 worker processes
   validate --deep w1  every payload hashed and every tensor parsed as well
   sha256sum, openssl  the command-line tools on the same shards, when installed
 
@@ -33,8 +33,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.fileio import sha256_file  # noqa: E402
-from datasets.convert import add_to_shard  # noqa: E402
-from datasets.imagenet_source import SourceSample  # noqa: E402
+from datasets.convert.converter import add_to_shard  # noqa: E402
+from datasets.convert.imagenet_source import SourceSample  # noqa: E402
 from datasets.index import (  # noqa: E402
     FORMAT_VERSION,
     ShardRecord,
@@ -43,9 +43,9 @@ from datasets.index import (  # noqa: E402
     write_metadata,
     write_sample_index,
 )
-from datasets.npy_format import encode_npy  # noqa: E402
-from datasets.tar_format import TarShardWriter  # noqa: E402
-from datasets.validate import validate_converted  # noqa: E402
+from datasets.formats.npy import encode_npy  # noqa: E402
+from datasets.formats.tar import TarShardWriter  # noqa: E402
+from datasets.validate.validator import validate_converted  # noqa: E402
 
 # The converter's default tensor shapes: train Resize(256) CenterCrop(256), validation CenterCrop(224).
 SAMPLE_SHAPES = {"train": (256, 256, 3), "validation": (224, 224, 3)}

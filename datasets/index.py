@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
+from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1

@@ -90,7 +90,7 @@ class Resize(Step):
         return image.resize(size, Image.BILINEAR)
 
     def torchvision(self):
-        from .torchvision_cpu import transforms
+        from datasets.torchvision_cpu import transforms
 
         return transforms.Resize(self.size)
 
@@ -112,7 +112,7 @@ class CenterCrop(Step):
         return image.crop((left, top, left + crop_width, top + crop_height))
 
     def torchvision(self):
-        from .torchvision_cpu import transforms
+        from datasets.torchvision_cpu import transforms
 
         return transforms.CenterCrop(self.size)
 

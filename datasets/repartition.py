@@ -73,8 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from .fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
-from .index import (
+from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from datasets.index import (
     METADATA_FILE,
     DatasetError,
     SampleRecord,
@@ -83,8 +83,8 @@ from .index import (
     parse_sample_index,
     write_sample_index,
 )
-from .tar_format import BLOCK, TarShardWriter
-from .tfrecord_format import TFRecordShardWriter, describe_damage
+from datasets.formats.tar import BLOCK, TarShardWriter
+from datasets.formats.tfrecord import TFRecordShardWriter, describe_damage
 
 POLICIES = ("spread", "pad", "drop")
 MANIFEST_FILE = "manifest.json"

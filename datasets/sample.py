@@ -64,7 +64,7 @@ as stored (the EXIF-rotated one's width and height are swapped).
 
 Determinism: every image is drawn from its own generator seeded with (seed, split, class, index),
 so the bytes do not depend on the number of worker processes or on scheduling; listings are
-sorted; archives are written with fixed mtime/uid/gid/owner/mode (datasets.tar_format). The same
+sorted; archives are written with fixed mtime/uid/gid/owner/mode (datasets.formats.tar). The same
 arguments give byte-identical files; another seed gives other crops, other sizes and other
 photo-to-class assignments.
 """
@@ -85,8 +85,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFilter, ImageOps
 
-from .fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
-from .tar_format import TarShardWriter
+from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
+from datasets.formats.tar import TarShardWriter
 
 DEFAULT_PHOTOS = Path(__file__).resolve().parent / "photos"
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")

@@ -635,10 +635,10 @@ def test_full_disk_during_each_kind_of_write(sample_source, small_disk, referenc
 
 
 def test_fast_tar_member_header_is_byte_identical_to_tarfiles():
-    """datasets.tar_format.member_header patches a template (the converter's hot path): same bytes as tarfile."""
+    """datasets.formats.tar.member_header patches a template (the converter's hot path): same bytes as tarfile."""
     import random
 
-    from datasets.tar_format import _tarfile_member_header, member_header
+    from datasets.formats.tar import _tarfile_member_header, member_header
 
     rng = random.Random(0)
     for _ in range(3000):

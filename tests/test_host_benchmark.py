@@ -110,7 +110,7 @@ def test_compare_defaults_to_seconds(cli, tmp_path):
 
 
 def test_measure_excludes_warmup_and_stops_at_the_batch_limit():
-    from datasets.benchmark import measure_batches
+    from datasets.hostbench.timing import measure_batches
 
     pulled = []
 
@@ -129,14 +129,14 @@ def test_measure_excludes_warmup_and_stops_at_the_batch_limit():
 
 
 def test_measure_runs_to_the_end_of_the_data_without_a_limit():
-    from datasets.benchmark import measure_batches
+    from datasets.hostbench.timing import measure_batches
 
     figures = measure_batches((([0, 0], None) for _ in range(5)), warmup_batches=1)
     assert figures["batches"] == 4 and figures["images"] == 8
 
 
 def test_too_little_data_for_the_warmup_is_a_clear_error():
-    from datasets.benchmark import BenchmarkError, measure_batches
+    from datasets.hostbench.timing import BenchmarkError, measure_batches
 
     with pytest.raises(BenchmarkError, match="warm-up"):
         measure_batches((([0], None) for _ in range(2)), warmup_batches=3)
@@ -149,7 +149,7 @@ def test_cpu_meter_counts_a_live_child_process():
     """A child that burns CPU and is still alive: RUSAGE_CHILDREN would count nothing."""
     import resource
 
-    from datasets.benchmark import CpuMeter
+    from datasets.hostbench.timing import CpuMeter
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)\n"
     meter = CpuMeter()
@@ -176,7 +176,7 @@ def test_cpu_meter_counts_a_live_child_process():
 
 
 def test_combined_instances_use_the_slowest_time():
-    from datasets.benchmark import combine_instances, measurement_figures
+    from datasets.hostbench.timing import combine_instances, measurement_figures
 
     fast = measurement_figures(images=100, batches=10, seconds=1.0, cpu_seconds=1.0, waits=[0.1] * 10,
                                bytes_per_image=10.0, workers=2)
@@ -190,7 +190,7 @@ def test_combined_instances_use_the_slowest_time():
 
 
 def test_goals_met_not_met_and_not_measured():
-    from datasets.benchmark_comparison import evaluate_goals
+    from datasets.hostbench.comparison import evaluate_goals
 
     def row(id, **figures):
         return {"id": id, **figures}
@@ -217,9 +217,9 @@ def test_goals_met_not_met_and_not_measured():
 
 
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
-    from datasets.benchmark import BenchmarkError
-    from datasets.benchmark_comparison import plan_rows
-    from datasets.benchmark_sources import discover_sources
+    from datasets.hostbench.timing import BenchmarkError
+    from datasets.hostbench.comparison import plan_rows
+    from datasets.hostbench.sources import discover_sources
     from datasets.launcher import Instance
 
     with pytest.raises(BenchmarkError, match="found no image folder"):

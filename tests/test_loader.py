@@ -1,4 +1,4 @@
-"""datasets.loader on the converted sample dataset (36 train / 12 validation samples, shards of 8).
+"""datasets.loader.image_loader on the converted sample dataset (36 train / 12 validation samples, shards of 8).
 
 Real stack throughout: real shards from create_webdataset.py, real DataLoader workers, real HTTP
 servers (`python -m http.server`, and a Range-capable one), torchvision as the reference.
@@ -26,11 +26,11 @@ from PIL import Image
 from conftest import run_script
 from datasets.index import read_sample_index
 from datasets.launcher import Instance
-from datasets.loader import SampleError, get_data
+from datasets.loader.image_loader import SampleError, get_data
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
-from datasets.npy_format import decode_npy
-from datasets.pipeline import parse_stored_steps, plan_steps
-from datasets.tar_format import iter_tar_samples
+from datasets.formats.npy import decode_npy
+from datasets.loader.pipeline import parse_stored_steps, plan_steps
+from datasets.formats.tar import iter_tar_samples
 from datasets.torchvision_cpu import transforms
 
 SINGLE = Instance(0, 1, "explicit")

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from datasets.partition import (
+from datasets.loader.share_plan import (
     PlanError,
     balance,
     batches_in,

@@ -38,7 +38,7 @@ from datasets.index import (
     write_metadata,
     write_sample_index,
 )
-from datasets.npy_format import encode_npy
+from datasets.formats.npy import encode_npy
 from datasets.repartition import (
     MANIFEST_FILE,
     Request,
@@ -52,8 +52,8 @@ from datasets.repartition import (
     remainder_records,
     repartition,
 )
-from datasets.tar_format import TarShardWriter, iter_tar_members, iter_tar_samples
-from datasets.tfrecord_format import (
+from datasets.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
+from datasets.formats.tfrecord import (
     TFRecordShardWriter,
     iter_tfrecord_samples,
     read_tfrecord_index,

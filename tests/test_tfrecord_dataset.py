@@ -17,7 +17,7 @@ import pytest
 
 from conftest import PYTHON, REPO, run_script
 from datasets.index import read_metadata, read_sample_index
-from datasets.tfrecord_format import (
+from datasets.formats.tfrecord import (
     FRAMING_SIZE,
     HEADER_SIZE,
     LABEL_OFFSET,
@@ -177,7 +177,7 @@ def problems_of(report):
 
 
 def test_validator_passes_a_clean_tfrecord_dataset_deeply(converted):
-    from datasets.validate import validate
+    from datasets.validate.validator import validate
 
     report = validate(converted("tfrecord"), deep=True)
     assert report.ok and not report.warnings, [p.line() for p in report.problems]
@@ -213,7 +213,7 @@ def test_validator_names_a_flipped_byte_by_shard_and_record_number(converted, tm
 
 
 def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
-    from datasets.validate import validate
+    from datasets.validate.validator import validate
 
     target = damaged_copy(converted, tmp_path)
     # Truncated inside its last record.
@@ -251,7 +251,7 @@ def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
 
 def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(converted, tmp_path):
     from datasets.repartition import repartition
-    from datasets.validate import validate
+    from datasets.validate.validator import validate
 
     target = damaged_copy(converted, tmp_path)
     result = repartition(target, 3)
@@ -365,7 +365,7 @@ def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(t
 def test_loader_refuses_to_guess_the_label_offset(tmp_path):
     from datasets.launcher import Instance
     from datasets.loader import get_data
-    from datasets.sources import SourceError
+    from datasets.loader.sources import SourceError
 
     write_tfslim_shards(tmp_path, "train", [1, 2, 3, 4, 5, 6, 7, 8, 9], shards=2)  # 0-based or 1-based?
     with pytest.raises(SourceError, match="cannot tell whether the labels start at 0 or at 1.*give the label offset"):

@@ -14,7 +14,7 @@ import crc32c
 import pytest
 from PIL import Image
 
-from datasets.tfrecord_format import (
+from datasets.formats.tfrecord import (
     FEATURE_ENCODED,
     FEATURE_LABEL,
     LABEL_OFFSET,
@@ -180,7 +180,7 @@ def test_our_example_parser_agrees_with_protobuf(shard):
 def test_our_example_encoding_is_protobufs_deterministic_serialization(features):
     from tfrecord import example_pb2
 
-    from datasets.tfrecord_format import serialize_example
+    from datasets.formats.tfrecord import serialize_example
 
     def feature(value, dtype):
         values = value if isinstance(value, list) else [value]
@@ -195,7 +195,7 @@ def test_our_example_encoding_is_protobufs_deterministic_serialization(features)
 def test_our_masked_crc_equals_the_tfrecord_packages():
     from tfrecord.writer import TFRecordWriter
 
-    from datasets.tfrecord_format import masked_crc32c
+    from datasets.formats.tfrecord import masked_crc32c
 
     for data in (b"", b"a", struct.pack("<Q", 123456), bytes(range(256)) * 40):
         assert struct.pack("<I", masked_crc32c(data)) == TFRecordWriter.masked_crc(data)
@@ -208,7 +208,7 @@ def test_writing_and_reading_do_not_import_torch(tmp_path):
     import sys
 
     code = (
-        "import sys; from datasets.tfrecord_format import TFRecordShardWriter, iter_tfrecord_samples\n"
+        "import sys; from datasets.formats.tfrecord import TFRecordShardWriter, iter_tfrecord_samples\n"
         f"with TFRecordShardWriter({str(tmp_path / 'x')!r}) as w: w.add_sample('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
         f"assert [s['__key__'] for s in iter_tfrecord_samples({str(tmp_path / 'x')!r}, 1)] == ['k']\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfrecord', 'google')))"
@@ -391,7 +391,7 @@ def test_a_label_below_the_offset_is_an_error_not_a_negative_class(tmp_path):
 
 
 def test_a_record_that_is_not_an_example_is_named(tmp_path):
-    from datasets.tfrecord_format import frame_record
+    from datasets.formats.tfrecord import frame_record
 
     path = tmp_path / "train-00000-of-00001"
     path.write_bytes(frame_record(b"\x0a\x05abc"))  # field 1 announces 5 bytes, 3 follow
@@ -402,13 +402,13 @@ def test_a_record_that_is_not_an_example_is_named(tmp_path):
 
 
 def open_example_bytes():
-    from datasets.tfrecord_format import imagenet_example_features, serialize_example
+    from datasets.formats.tfrecord import imagenet_example_features, serialize_example
 
     return serialize_example(imagenet_example_features("k", 0, "n0", tiny_jpeg(), 8, 8, "k.JPEG"))
 
 
 def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(shard, tmp_path):
-    from datasets.tfrecord_format import check_tfrecord_shard, header_entries, index_entries, scan_tfrecord_shard
+    from datasets.formats.tfrecord import check_tfrecord_shard, header_entries, index_entries, scan_tfrecord_shard
 
     path, _, written = shard
     expected = [(w.record_offset, w.record_size) for w in written]

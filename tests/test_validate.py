@@ -16,11 +16,11 @@ import subprocess
 import pytest
 
 from conftest import run_script
-from datasets import raw_checksum
+from datasets.validate import raw_checksum
 from datasets.fileio import sha256_bytes, sha256_file
 from datasets.index import encode_sample_index, read_sample_index
-from datasets.tar_format import TarShardWriter, _checksum_ok, iter_tar_samples
-from datasets.validate import ERROR, WARNING, validate
+from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
+from datasets.validate.validator import ERROR, WARNING, validate
 
 FORMATS = ["img", "tensor"]
 

@@ -50,8 +50,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .collective import Collective
-from .launcher import Instance
+from datasets.hostbench.collective import Collective
+from datasets.launcher import Instance
 
 
 class BenchmarkError(Exception):

@@ -11,8 +11,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .benchmark import BenchmarkError
-from .index import METADATA_FILE, DatasetError, read_metadata
+from datasets.hostbench.timing import BenchmarkError
+from datasets.index import METADATA_FILE, DatasetError, read_metadata
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 

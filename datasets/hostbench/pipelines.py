@@ -27,8 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from .benchmark import BenchmarkError, EpochBatches
-from .benchmark_sources import Source, folder_split_dir
+from datasets.hostbench.timing import BenchmarkError, EpochBatches
+from datasets.hostbench.sources import Source, folder_split_dir
 
 IMAGE_SIZE = 224
 RESIZE_SIZE = 256
@@ -39,7 +39,7 @@ BARE_PRELOAD_LIMIT = 512  # images held in memory by the bare decode+augment loo
 
 def standard_transform(split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE, to_tensor: bool = True):
     """torchvision's standard ImageNet transforms (the baselines'); without ToTensor+Normalize if not to_tensor."""
-    from .torchvision_cpu import transforms
+    from datasets.torchvision_cpu import transforms
 
     if split == "train":
         steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
@@ -98,7 +98,7 @@ def imagefolder_baseline(source: Source, split, batch_size, workers, instance, s
     """torchvision ImageFolder + DataLoader with the standard transforms (float32, normalised on the host)."""
     from torch.utils.data.distributed import DistributedSampler
 
-    from .torchvision_cpu import torchvision
+    from datasets.torchvision_cpu import torchvision
 
     split_dir = folder_split_dir(source.path, split)
     if split_dir is None:
@@ -154,7 +154,7 @@ def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize:
     """
     import torch
 
-    from .torchvision_cpu import transforms_v2 as v2
+    from datasets.torchvision_cpu import transforms_v2 as v2
 
     if split == "train":
         steps = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
@@ -204,7 +204,7 @@ def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance
     from tfrecord.torch.dataset import TFRecordDataset
     from torch.utils.data import ChainDataset
 
-    from .tfrecord_format import tfrecord_index_path
+    from datasets.formats.tfrecord import tfrecord_index_path
 
     paths = source.shards.get(split, [])[instance.index :: instance.count]
     if not paths:
@@ -252,7 +252,7 @@ def loader_batches(source, split, batch_size, workers, normalization, instance, 
     The loader is made once, outside the timing (resolving a source reads its metadata and
     sample index); each epoch is `set_epoch(n)` and a fresh iteration (new workers).
     """
-    from .loader import get_data
+    from datasets.loader.image_loader import get_data
 
     loader = get_data(str(source), split, batch_size, workers, normalization=normalization, instance=instance,
                       seed=seed, **options)

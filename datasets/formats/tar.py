@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .fileio import HashingAtomicWriter
+from datasets.fileio import HashingAtomicWriter
 
 BLOCK = 512
 RECORD = 20 * BLOCK  # tar's default blocking factor; the archive is padded to it

@@ -26,9 +26,9 @@ from typing import Iterator, Optional
 
 from braceexpand import braceexpand
 
-from .index import SampleRecord
-from .tar_format import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
-from .tfrecord_format import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
+from datasets.index import SampleRecord
+from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
+from datasets.formats.tfrecord import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
 
 log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 60

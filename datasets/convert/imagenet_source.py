@@ -3,7 +3,7 @@
 `open_source(root, splits, layout)` lists every source sample of the requested splits and
 returns a `Source`: the class table and, per split, the `SourceSample`s in canonical order
 (class index, then source path), plus the files that were ignored as not being images.
-(The loader's `datasets.sources` resolves what a *training* source names; this module only
+(The loader's `datasets.loader.sources` resolves what a *training* source names; this module only
 feeds the converter.)
 
 Folder layout (what torchvision's ImageFolder reads):
@@ -28,7 +28,7 @@ Class index = position of the wnid in sorted order, as for the folders, so both 
 give the same labels. Archives are never extracted: a first pass reads each archive once, as
 a stream, and records every image member's name, size and the absolute byte offset of its
 data in the archive file. The stream is parsed with the shared direct tar parser
-(datasets.tar_format.iter_tar_members): the outer train tar member by member, each inner
+(datasets.formats.tar.iter_tar_members): the outer train tar member by member, each inner
 per-class tar read whole into memory (ImageNet's largest is ~150 MB) and its headers parsed
 there. tarfile's stream mode ("r|") listed the same archive at 190-320 MB/s here (it copies
 its whole buffer on every 512-byte header read); the direct parser at ~950 MB/s, so listing
@@ -51,7 +51,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tar_format import TarFormatError, iter_tar_members
+from datasets.formats.tar import TarFormatError, iter_tar_members
 
 TRAIN_DIR = "train"
 VALIDATION_DIRS = ("validation", "val")

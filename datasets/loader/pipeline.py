@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 import numpy as np
 from PIL import Image
 
-from .npy_format import decode_npy
+from datasets.formats.npy import decode_npy
 
 RESIZE, CENTER_CROP, RANDOM_RESIZED_CROP, FLIP = "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip"
 _STEP_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*$")
@@ -85,7 +85,7 @@ def parse_stored_steps(value) -> list:
     if value is None or value == "" or value == []:
         return []
     try:  # the converter's own parser, when present, is the authority on what it wrote
-        from .preprocess import parse_steps
+        from datasets.preprocess import parse_steps
     except ImportError:
         parse_steps = None
     if parse_steps is not None and not (isinstance(value, list) and value and isinstance(value[0], dict)):

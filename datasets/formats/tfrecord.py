@@ -45,7 +45,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from .fileio import HashingAtomicWriter, atomic_write_bytes
+from datasets.fileio import HashingAtomicWriter, atomic_write_bytes
 
 LENGTH_SIZE = 8
 CRC_SIZE = 4
@@ -809,7 +809,7 @@ def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc
     from the Examples (see `example_to_sample`), so every record is read; payload hashes are
     not computed (left empty), as `shard_reader.scan_shard` does for tar.
     """
-    from .index import SampleRecord
+    from datasets.index import SampleRecord
 
     name = str(source) if name is None else name
     records = []
@@ -859,7 +859,7 @@ def index_tfrecord_shard(path, name=None):
     accounts for the whole file). Keys are positional ("<shard>#<n>", see `positional_key`),
     labels -1 (read from each record when it is loaded), payload ranges and hashes unknown.
     """
-    from .index import SampleRecord
+    from datasets.index import SampleRecord
 
     path = Path(path)
     name = str(path) if name is None else name

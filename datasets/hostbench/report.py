@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .benchmark import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError
-from .benchmark_comparison import METRIC_UNITS
-from .benchmark_sources import FORMATS
-from .host_info import host_description
+from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError
+from datasets.hostbench.comparison import METRIC_UNITS
+from datasets.hostbench.sources import FORMATS
+from datasets.hostbench.host_info import host_description
 
 
 def _num(value, digits=0) -> str:
@@ -108,7 +108,7 @@ def comparison_report(results, goals, config) -> dict:
 
 
 def write_json(path, report: dict) -> None:
-    from .fileio import atomic_write_bytes
+    from datasets.fileio import atomic_write_bytes
 
     atomic_write_bytes(path, (json.dumps(report, indent=1, allow_nan=False, default=_json_default) + "\n").encode())
 
@@ -150,7 +150,7 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    from .fileio import atomic_open
+    from datasets.fileio import atomic_open
 
     if not results:
         raise BenchmarkError("no rows: nothing to plot")

@@ -29,11 +29,11 @@ from typing import Optional
 
 import numpy as np
 
-from .fileio import sha256_bytes
-from .index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, parse_sample_index, sample_index_name
-from .pipeline import parse_stored_steps
-from .shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
-from .tfrecord_format import (
+from datasets.fileio import sha256_bytes
+from datasets.index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, parse_sample_index, sample_index_name
+from datasets.loader.pipeline import parse_stored_steps
+from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
+from datasets.formats.tfrecord import (
     LabelOffsetError,
     TFRecordFormatError,
     find_tfrecord_shards,
@@ -317,7 +317,7 @@ def _split_folder(root: Path, split: str) -> Optional[Path]:
 
 
 def _image_folder(folder: Path, split: str) -> Source:
-    from .torchvision_cpu import torchvision
+    from datasets.torchvision_cpu import torchvision
 
     folder_module = torchvision.datasets.folder
     try:

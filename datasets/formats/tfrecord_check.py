@@ -1,4 +1,4 @@
-"""The validator's check of one TFRecord shard (plugged into datasets.validate's SHARD_FORMATS).
+"""The validator's check of one TFRecord shard (plugged into datasets.validate.validator's SHARD_FORMATS).
 
 One sequential pass over the mapped shard: every record's length CRC and data CRC (masked
 CRC32C; the `tfrecord` package never checks them, so this is the guarantee), the whole-shard
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import hashlib
 
-from .fileio import sha256_bytes
-from .tfrecord_format import (
+from datasets.fileio import sha256_bytes
+from datasets.formats.tfrecord import (
     CRC_SIZE,
     FEATURE_ENCODED,
     FEATURE_FILENAME,
@@ -37,7 +37,7 @@ from .tfrecord_format import (
     read_tfrecord_index,
     tfrecord_index_path,
 )
-from .validate import (
+from datasets.validate.validator import (
     MappedShard,
     ShardResult,
     ShardTask,

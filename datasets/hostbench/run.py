@@ -10,14 +10,14 @@ from __future__ import annotations
 import sys
 import time
 
-from . import benchmark_report as report
-from .benchmark import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
-from .benchmark_comparison import evaluate_goals, plan_rows, run_comparison
-from .benchmark_pipelines import loader_batches
-from .benchmark_sources import discover_sources, source_bytes_per_image
-from .collective import Collective
-from .host_info import busy_host_warning, cores_busy_now, host_description
-from .launcher import LauncherError, instance_from_args
+from datasets.hostbench import report
+from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
+from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
+from datasets.hostbench.pipelines import loader_batches
+from datasets.hostbench.sources import discover_sources, source_bytes_per_image
+from datasets.hostbench.collective import Collective
+from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description
+from datasets.launcher import LauncherError, instance_from_args
 
 
 class CannotStart(Exception):

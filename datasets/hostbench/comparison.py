@@ -18,9 +18,9 @@ import gc
 from dataclasses import dataclass
 from typing import Callable
 
-from .benchmark import combine_instances, measure_batches
-from .benchmark_pipelines import BASELINES, bare_decode_augment, loader_batches
-from .benchmark_sources import FORMATS, folder_split_dir, list_folder_images
+from datasets.hostbench.timing import combine_instances, measure_batches
+from datasets.hostbench.pipelines import BASELINES, bare_decode_augment, loader_batches
+from datasets.hostbench.sources import FORMATS, folder_split_dir, list_folder_images
 
 NORMALIZATIONS = ("host", "device")
 

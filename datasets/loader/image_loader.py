@@ -49,12 +49,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .launcher import Instance, detect_instance
-from .normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from .partition import DEFAULT_POLICY, POLICIES, epoch_sequence, plan_instance, plan_own_share
-from .pipeline import ImagePipeline
-from .shard_reader import contiguous_runs, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
-from .sources import FolderItem, Source, _group_by_shard, load_own_share, resolve_source, synthetic_pool
+from datasets.launcher import Instance, detect_instance
+from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
+from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_sequence, plan_instance, plan_own_share
+from datasets.loader.pipeline import ImagePipeline
+from datasets.loader.shard_reader import contiguous_runs, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
+from datasets.loader.sources import FolderItem, Source, _group_by_shard, load_own_share, resolve_source, synthetic_pool
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")

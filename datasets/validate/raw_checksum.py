@@ -30,8 +30,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import fileio
-from .fileio import atomic_write_bytes
+from datasets import fileio
+from datasets.fileio import atomic_write_bytes
 
 MANIFEST_FILE = "dataset_manifest.tsv"
 _MANIFEST_HEADER = "path\tsize\tsha256"

@@ -1,6 +1,6 @@
 """Convert an ImageNet source (folders or archives) into verified, reproducible WebDataset shards.
 
-Pipeline: list the source (datasets.imagenet_source) -> plan -> encode and write whole shards in
+Pipeline: list the source (datasets.convert.imagenet_source) -> plan -> encode and write whole shards in
 worker processes -> record each finished shard -> when every shard exists, write the
 per-split sample indexes and, last, metadata.json.
 
@@ -48,7 +48,7 @@ Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
 tfrecord (--format tfrecord): the same samples, payloads and guarantees, in TF-slim TFRecord
 shards <split>-00000-of-01024 of tf.train.Example records with TF-slim's ImageNet feature names,
 each with its <shard>.tfindex (the tfrecord package's index); labels stored 1..N as TF-slim
-does, "label_offset": 1 in metadata.json (see datasets.tfrecord_format). The per-sample json
+does, "label_offset": 1 in metadata.json (see datasets.formats.tfrecord). The per-sample json
 is not stored (TF-slim has no place for it); the sample index and metadata are as for tar.
 
 Crash safety and resume. Every shard is written as <name>.partial, fsynced and renamed.
@@ -94,8 +94,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_bytes, sha256_file
-from .index import (
+from datasets.fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_bytes, sha256_file
+from datasets.index import (
     FORMAT_VERSION,
     METADATA_FILE,
     PAYLOAD_EXTENSIONS,
@@ -107,12 +107,12 @@ from .index import (
     write_metadata,
     write_sample_index,
 )
-from .launcher import Instance
-from .npy_format import encode_npy
-from .preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
-from .imagenet_source import SourceError, open_source
-from .tar_format import BLOCK, RECORD, TarShardWriter, padding
-from .tfrecord_format import LABEL_OFFSET, TFRecordShardWriter, tfrecord_index_path, tfrecord_shard_name
+from datasets.launcher import Instance
+from datasets.formats.npy import encode_npy
+from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
+from datasets.convert.imagenet_source import SourceError, open_source
+from datasets.formats.tar import BLOCK, RECORD, TarShardWriter, padding
+from datasets.formats.tfrecord import LABEL_OFFSET, TFRecordShardWriter, tfrecord_index_path, tfrecord_shard_name
 
 FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor", "tfrecord")
 JPEG_PAYLOAD_FORMATS = ("img", "tfrecord")  # formats whose payload is a JPEG (passthrough or re-encoded)

@@ -21,7 +21,7 @@ Two kinds of folder are checked (`validate`):
 **Raw image folder** (`train/<class>/*`, `validation/<class>/*`): the reference harness's
 checksum and counts against the published ImageNet values, and, when the folder has a
 manifest (`write_manifest=True` records one), every file against it. See
-datasets.raw_checksum. How a folder that is not ImageNet is reported:
+datasets.validate.raw_checksum. How a folder that is not ImageNet is reported:
   - no manifest: the folder is taken to be ImageNet, as in the reference harness; any
     difference from the published checksum and counts is corruption (exit code 1), and
     the report suggests `--write-manifest` for a dataset of one's own;
@@ -62,9 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from . import raw_checksum
-from .fileio import PARTIAL_SUFFIX, sha256_bytes
-from .index import (
+from datasets.validate import raw_checksum
+from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
+from datasets.index import (
     METADATA_FILE,
     PAYLOAD_EXTENSIONS,
     DatasetError,
@@ -73,15 +73,15 @@ from .index import (
     parse_metadata,
     parse_sample_index,
 )
-from .npy_format import NpyFormatError, decode_npy
-from .tar_format import BLOCK, TarFormatError, iter_tar_members, split_key
+from datasets.formats.npy import NpyFormatError, decode_npy
+from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
 
 ERROR = "error"
 WARNING = "warning"
 DISTRIBUTED_DIR = "distributed"
 REPARTITION_MANIFEST = "manifest.json"
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
-TOOL_FOLDERS = {".convert-state"}  # create_webdataset.py's resume records (datasets.convert.STATE_DIR)
+TOOL_FOLDERS = {".convert-state"}  # create_webdataset.py's resume records (datasets.convert.converter.STATE_DIR)
 HASH_STEP = 1 << 20  # hash the shard in steps of at least this many bytes as the walk advances
 RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
 RAW_TASK_FILES = 256
@@ -591,13 +591,13 @@ class ShardFormat:
 
 
 def check_tfrecord_shard(task: ShardTask) -> ShardResult:
-    from .validate_tfrecord import check_tfrecord_shard as check  # imports this module: imported on use
+    from datasets.formats.tfrecord_check import check_tfrecord_shard as check  # imports this module: imported on use
 
     return check(task)
 
 
 def tfrecord_companions(shard_name):
-    from .tfrecord_format import INDEX_SUFFIX
+    from datasets.formats.tfrecord import INDEX_SUFFIX
 
     return (shard_name + INDEX_SUFFIX,)
 
