@@ -80,7 +80,7 @@ def build_synthetic_dataset(out, fmt="tensor", samples=None, samples_per_shard=1
                     sample = SourceSample(key, label, class_names[label], f"{split}/{class_names[label]}/{key}.JPEG", None)
                     info = {"source": sample.source, "class": sample.class_name}
                     records.append(add_to_shard(fmt, writer, name, sample, info, payload(rng, split, number)))
-            shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256))
+            shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256, writer.md5))
         index = write_sample_index(out / sample_index_name(split), records)
         metadata[f"{split}_length"] = count
         metadata["splits"][split] = {"length": count, "source_samples": count, "skipped": [],

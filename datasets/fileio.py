@@ -70,11 +70,13 @@ def atomic_open(path, mode="wb"):
 
 
 class HashingAtomicWriter:
-    """A binary file written like `atomic_open`'s, that hashes (sha256) and counts its bytes as it writes them.
+    """A binary file written like `atomic_open`'s, that hashes (sha256 and md5) and counts its bytes as it
+    writes them.
 
     `with HashingAtomicWriter(path) as w: w.write(data)`. On a clean exit the file is
-    published under `path` and `w.sha256` / `w.bytes_written` describe it: no second read
-    to hash it. On any exception the partial file is removed. Shard writers subclass it
+    published under `path` and `w.sha256` / `w.md5` / `w.bytes_written` describe it: no second
+    read to hash it. (md5 because it is the per-file digest of Graphcore's folder checksum and
+    the ETag of a single-part S3 upload.) On any exception the partial file is removed. Shard writers subclass it
     and keep only their format's framing, using the two hooks below.
     """
 
@@ -82,7 +84,9 @@ class HashingAtomicWriter:
         self.path = Path(path)
         self.bytes_written = 0
         self.sha256 = None
+        self.md5 = None
         self._digest = hashlib.sha256()
+        self._md5 = hashlib.md5()
         self._partial = partial_path(self.path)
         self._file = None
 
@@ -93,6 +97,7 @@ class HashingAtomicWriter:
     def write(self, data) -> None:
         self._file.write(data)
         self._digest.update(data)
+        self._md5.update(data)
         self.bytes_written += len(data)
 
     def _write_trailer(self) -> None:
@@ -113,6 +118,7 @@ class HashingAtomicWriter:
             _discard(self._file, self._partial)
             raise
         self.sha256 = self._digest.hexdigest()
+        self.md5 = self._md5.hexdigest()
         return False
 
 

@@ -23,7 +23,7 @@ metadata.json keeps the reference harness's keys (`train_length`, `validation_le
         "shards": [ShardRecord.to_json(), ...],
         "index": {"name": "train.index.tsv", "bytes": ..., "sha256": ...}}}
 
-Each shard is described by a `ShardRecord` (name, samples, bytes, sha256); each sample
+Each shard is described by a `ShardRecord` (name, samples, bytes, sha256, md5); each sample
 by a `SampleRecord`, one tab-separated line of the split's index.
 """
 
@@ -56,17 +56,25 @@ def sample_index_name(split: str) -> str:
 
 @dataclass(frozen=True)
 class ShardRecord:
+    """One shard as written. md5 is "" in metadata written before it was recorded (it is then
+    left out of the JSON, so such metadata round-trips unchanged)."""
+
     name: str
     samples: int
     bytes: int
     sha256: str
+    md5: str = ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        obj = asdict(self)
+        if not self.md5:
+            del obj["md5"]
+        return obj
 
     @classmethod
     def from_json(cls, obj) -> "ShardRecord":
-        return cls(str(obj["name"]), int(obj["samples"]), int(obj["bytes"]), str(obj["sha256"]))
+        return cls(str(obj["name"]), int(obj["samples"]), int(obj["bytes"]), str(obj["sha256"]),
+                   str(obj.get("md5", "")))
 
 
 class SampleRecord(NamedTuple):

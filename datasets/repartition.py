@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, sha256_bytes, sha256_file
+from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
 from datasets.index import (
     METADATA_FILE,
     DatasetError,
@@ -107,7 +107,7 @@ def output_dir(target, num_instances: int) -> Path:
 # ------------------------------------------------------------------------------------------ formats
 # The one place where the dataset format decides how remainder shards are written. A format
 # needs a writer (context manager publishing atomically, with `add_raw_record(raw) -> offset`,
-# `.sha256`, `.bytes_written`), the finished size for given record bytes, the alignment its
+# `.sha256`, `.md5`, `.bytes_written`), the finished size for given record bytes, the alignment its
 # records must have, and optionally what the shard's own checks say about a damaged shard.
 
 
@@ -692,7 +692,7 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
                 copied_records = remainder_records(instance.copied, _relative(n, remainder_name))
                 if remainder_path.is_file() and remainder_path.stat().st_size == expected_size:
                     # Finished by an earlier run of this same plan (it has its final name, so it is whole).
-                    digest, size = sha256_file(remainder_path)
+                    (digest, md5), size = hash_file(remainder_path, ("sha256", "md5"))
                     if progress:
                         progress("kept", split=plan.split, name=remainder_name, bytes=size)
                 else:
@@ -703,10 +703,10 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
                                 raise AssertionError("remainder offsets disagree with the plan")
                             if progress:
                                 progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
-                    digest, size = writer.sha256, writer.bytes_written
+                    digest, md5, size = writer.sha256, writer.md5, writer.bytes_written
                     if progress:
                         progress("written", split=plan.split, name=remainder_name, bytes=size)
-                remainder_record = ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest)
+                remainder_record = ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest, md5)
             read_order = [r for name in instance.shards for r in records_by_shard[name]] + copied_records
             with _writing(out / index_name):
                 write_sample_index(out / index_name, read_order)

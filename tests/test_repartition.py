@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from conftest import PYTHON, REPO, run_script
-from datasets.fileio import sha256_file
+from datasets.fileio import hash_file, sha256_file
 from datasets.index import (
     METADATA_FILE,
     PAYLOAD_EXTENSIONS,
@@ -401,9 +401,10 @@ def check_output(target, num_instances, expected_policies=None):
                 else:
                     assert record == original
             if instance["remainder"]:
-                digest, size = sha256_file(target / instance["remainder"])
+                (digest, md5), size = hash_file(target / instance["remainder"], ("sha256", "md5"))
                 assert instance["remainder_record"] == {
-                    "name": instance["remainder"], "samples": instance["copied_samples"], "bytes": size, "sha256": digest}
+                    "name": instance["remainder"], "samples": instance["copied_samples"], "bytes": size, "sha256": digest,
+                    "md5": md5}
                 copied = [r for r in index if r.shard == instance["remainder"]]
                 assert instance["copied_bytes"] == sum(r.record_size for r in copied)
                 if fmt == "tfrecord":

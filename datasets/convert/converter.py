@@ -491,7 +491,7 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                 records.append(add_to_shard(options.format, writer, task.name, sample, info, payload))
                 if progress:
                     progress(1)
-    shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256)
+    shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256, writer.md5)
     return ShardResult(task.split, task.number, shard, records, skipped)
 
 

@@ -660,7 +660,8 @@ def _check_metadata(metadata, problems):
             all_names[shard.name] += 1
             if shard.name.startswith("/") or ".." in shard.name.split("/") or "/" in shard.name:
                 problems.append(error(meta, f"split {split!r}: shard name {shard.name!r} is not a plain file name"))
-            if shard.samples < 0 or shard.bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", shard.sha256):
+            if (shard.samples < 0 or shard.bytes < 0 or not re.fullmatch(r"[0-9a-f]{64}", shard.sha256)
+                    or not re.fullmatch(r"(?:[0-9a-f]{32})?", shard.md5)):
                 problems.append(error(meta, f"split {split!r}: the record of {shard.name} is malformed: {shard}"))
         total = sum(shard.samples for shard in shards)
         length = entry.get("length")
