@@ -331,6 +331,13 @@ def list_objects(prefix_location: str) -> dict:
         token = answer["NextContinuationToken"]
 
 
+def sha256_base64(hex_digest: str) -> str:
+    """S3's ChecksumSHA256 form of a hex sha256: base64 of the raw digest."""
+    import base64
+
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode()
+
+
 def put_object(location: str, body, **kwargs) -> dict:
     bucket, key = split_s3(location)
     return _call("put_object", bucket, key, Body=body, **kwargs)

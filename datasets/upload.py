@@ -19,7 +19,6 @@ counted and reported, and metadata.json is then not uploaded.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import threading
@@ -39,6 +38,7 @@ from datasets.storage import (
     join_location,
     list_objects,
     put_object,
+    sha256_base64,
     split_s3,
 )
 
@@ -77,11 +77,6 @@ class UploadReport:
     @property
     def mb_per_second(self) -> float:
         return self.bytes_uploaded / 1e6 / self.seconds if self.seconds else 0.0
-
-
-def sha256_base64(hex_digest: str) -> str:
-    """S3's ChecksumSHA256 form: base64 of the raw digest."""
-    return base64.b64encode(bytes.fromhex(hex_digest)).decode()
 
 
 def _hash_file(path: Path, algorithm: str) -> str:

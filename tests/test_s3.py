@@ -174,3 +174,93 @@ def test_missing_shard_object_is_a_skipped_sample_not_an_outage(s3_env, converte
     skipped = loader.report.skipped
     assert len(skipped) == gone["samples"] and len(keys) == 12 - gone["samples"]
     assert all(s.shard == gone["name"] and "no such object" in s.reason for s in skipped)
+
+
+def validate_cli(server, location, *args):
+    return run_script("validate_dataset.py", location, "--s3-endpoint", server.endpoint, "--no-progress", "--workers",
+                      1, *args, env=server.env())
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor", "tfrecord"])
+def test_convert_upload_validate(s3_server, uploaded, fmt):
+    location = uploaded(fmt)
+    full = validate_cli(s3_server, location)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert full.stdout.startswith("Dataset OK.") and "streamed once each" in full.stdout
+    quick = validate_cli(s3_server, location, "--quick")
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    assert quick.stdout.startswith("Dataset OK.") and "--quick: object sizes and the checksums" in quick.stdout
+    assert "warning:" not in quick.stdout  # SeaweedFS keeps the SHA256 sent with each PUT
+
+
+@pytest.fixture(scope="module")
+def repartitioned(tmp_path_factory, converted):
+    import shutil
+
+    target = tmp_path_factory.mktemp("s3-repartition") / "img"
+    shutil.copytree(converted("img"), target)
+    result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 2, "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target
+
+
+def test_repartition_upload_validate_and_load(s3_env, repartitioned, s3_bucket):
+    target = f"s3://{s3_bucket}/img"
+    result = upload_cli(s3_env, repartitioned, target, "--workers", 2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    listing = s3_env.client().list_objects_v2(Bucket=s3_bucket, Prefix="img/distributed/")["Contents"]
+    assert any(item["Key"].endswith("2-instances/manifest.json") for item in listing)
+    checked = validate_cli(s3_env, target)
+    assert checked.returncode == 0 and checked.stdout.startswith("Dataset OK."), checked.stdout + checked.stderr
+    for index in range(2):
+        instance = Instance(index, 2, "test")
+        local = read_all(get_data(str(repartitioned), "train", 3, 0, normalization="device", instance=instance,
+                                  with_keys=True, policy="drop"))
+        remote = read_all(get_data(target, "train", 3, 0, normalization="device", instance=instance,
+                                   with_keys=True, policy="drop"))
+        assert remote[0] == local[0] and torch.equal(remote[2], local[2])
+        assert local[0]
+
+
+def test_validator_names_a_damaged_object(s3_server, converted, s3_bucket):
+    """An object whose bytes differ from what was converted (same size): full and quick name it."""
+    import base64
+    import hashlib
+
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_server, local, target).returncode == 0
+    shard = json.loads((local / METADATA_FILE).read_text())["splits"]["train"]["shards"][1]["name"]
+    data = bytearray((local / shard).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    s3_server.client().put_object(Bucket=s3_bucket, Key=f"ds/{shard}", Body=bytes(data), ChecksumSHA256=checksum)
+    full = validate_cli(s3_server, target)
+    assert full.returncode == 1 and full.stdout.startswith("Dataset is corrupted.")
+    assert f"error: {shard}" in full.stdout
+    quick = validate_cli(s3_server, target, "--quick")
+    assert quick.returncode == 1 and f"error: {shard}: the SHA256 the server stored differs" in quick.stdout
+
+
+def test_validator_names_missing_and_extra_objects(s3_server, converted, s3_bucket):
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_server, local, target).returncode == 0
+    client = s3_server.client()
+    shard = json.loads((local / METADATA_FILE).read_text())["splits"]["validation"]["shards"][0]["name"]
+    client.delete_object(Bucket=s3_bucket, Key=f"ds/{shard}")
+    client.put_object(Bucket=s3_bucket, Key="ds/stray.bin", Body=b"stray")
+    for args in ((), ("--quick",)):
+        result = validate_cli(s3_server, target, *args)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"error: {shard}" in result.stdout and "warning: stray.bin" in result.stdout
+
+
+def test_validator_exits_2_when_the_endpoint_is_unreachable(s3_server):
+    from s3_server import free_port_pairs
+
+    dead = f"http://127.0.0.1:{free_port_pairs(1)[0]}"
+    result = run_script("validate_dataset.py", f"s3://{DATASET_BUCKET}/img0", "--s3-endpoint", dead, "--s3-retries", 1,
+                        "--no-progress", env=s3_server.env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert dead in result.stderr and "failed after the retries" in result.stderr
