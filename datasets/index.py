@@ -5,11 +5,15 @@ A converted dataset directory holds:
     metadata.json                 written last: its presence means the dataset is complete
     <split>-000000.tar ...        shards (TF-slim names for the tfrecord format:
                                   <split>-00000-of-01024, each with its <shard>.tfindex)
-    <split>.index.tsv             one line per sample, so any sample can be found and checked alone
+    samples-<split>.index.tsv     one line per sample, so any sample can be found and checked alone
+                                  (named so that no side file starts with a split name: the reference
+                                  loader takes every such name for a shard; datasets made before keep
+                                  <split>.index.tsv, which metadata.json names)
 
 metadata.json keeps the reference harness's keys (`train_length`, `validation_length`,
 `format`, `shuffle`, `train_transform_pipeline`, `validation_transform_pipeline`,
-`seed`, `image_quality`) and adds:
+`seed`, `image_quality`, `checksum`: checksumdir's md5 dirhash of the folder without metadata.json,
+see datasets.validate.raw_checksum) and adds:
 
     "format_version": 1,
     "classes": ["n01440764", ...],          class index -> class folder name
@@ -21,13 +25,19 @@ metadata.json keeps the reference harness's keys (`train_length`, `validation_le
         "source_samples": samples found in the source (= length + len(skipped)),
         "skipped": [{"path": ..., "reason": ...}],
         "shards": [ShardRecord.to_json(), ...],
-        "index": {"name": "train.index.tsv", "bytes": ..., "sha256": ...}}}
+        "index": {"name": "samples-train.index.tsv", "bytes": ..., "sha256": ..., "md5": ...}}}
+    "payload_extension": "pth",             only where it differs from PAYLOAD_EXTENSIONS[format]
+                                            (an adopted reference tensor dataset)
+
+A metadata.json of the reference harness itself (its keys only, no "splits") is recognised by
+`is_reference_metadata`; datasets.reference_layout reads, checks and adopts such datasets.
 
 Each shard is described by a `ShardRecord` (name, samples, bytes, sha256, md5); each sample
 by a `SampleRecord`, one tab-separated line of the split's index.
 """
 
 import gc
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,8 +60,36 @@ def tar_shard_name(split: str, number: int) -> str:
     return f"{split}-{number:06d}.tar"
 
 
+SAMPLE_INDEX_SUFFIX = ".index.tsv"
+_INDEX_PREFIX = "samples-"
+
+
 def sample_index_name(split: str) -> str:
-    return f"{split}.index.tsv"
+    """The split's sample index file: the one place that names it."""
+    return f"{_INDEX_PREFIX}{split}{SAMPLE_INDEX_SUFFIX}"
+
+
+def split_of_index_name(name: str):
+    """The split a sample index file name belongs to (this name or the earlier <split>.index.tsv), or None."""
+    if not name.endswith(SAMPLE_INDEX_SUFFIX):
+        return None
+    stem = name[: -len(SAMPLE_INDEX_SUFFIX)]
+    return stem.removeprefix(_INDEX_PREFIX) or None
+
+
+def payload_extension_of(metadata: dict) -> str:
+    """The payload member's extension in this dataset's samples."""
+    return metadata.get("payload_extension") or PAYLOAD_EXTENSIONS.get(metadata.get("format"), "jpg")
+
+
+def is_reference_metadata(metadata) -> bool:
+    """True for the reference harness's metadata.json (its keys, none of this project's)."""
+    return (isinstance(metadata, dict) and "splits" not in metadata and "format" in metadata
+            and any(f"{split}_length" in metadata for split in SPLITS))
+
+
+class ReferenceMetadataError(DatasetError):
+    """metadata.json of a dataset made by the reference harness: read with datasets.reference_layout."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +155,11 @@ def encode_sample_index(records) -> bytes:
 
 
 def write_sample_index(path, records) -> dict:
-    """Write the index atomically; return its {"name", "bytes", "sha256"} for metadata."""
+    """Write the index atomically; return its {"name", "bytes", "sha256", "md5"} for metadata."""
     data = encode_sample_index(records)
     atomic_write_bytes(path, data)
-    return {"name": Path(path).name, "bytes": len(data), "sha256": sha256_bytes(data)}
+    return {"name": Path(path).name, "bytes": len(data), "sha256": sha256_bytes(data),
+            "md5": hashlib.md5(data).hexdigest()}
 
 
 def parse_sample_index(data: bytes, source="<index>", hashes: bool = True):
@@ -190,6 +229,9 @@ def parse_metadata(data: bytes, source=METADATA_FILE) -> dict:
         raise DatasetError(f"{source}: not valid JSON: {error}") from None
     if not isinstance(metadata, dict):
         raise DatasetError(f"{source}: expected a JSON object")
+    if is_reference_metadata(metadata):
+        raise ReferenceMetadataError(f"{source}: a dataset made by the reference harness (Graphcore's "
+                                     f"create_webdataset.py); `validate_dataset.py --adopt` indexes it")
     for key in ("format", "splits", "classes"):
         if key not in metadata:
             raise DatasetError(f"{source}: the key {key!r} is missing")

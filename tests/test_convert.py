@@ -211,8 +211,8 @@ def test_archive_layout_gives_the_folder_layouts_samples_labels_and_order(conver
     metadata = read_metadata(archives)
     assert metadata["source_layout"] == "archive" and metadata["classes"] == read_metadata(folders)["classes"]
     for split in ("train", "validation"):
-        from_folders = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(folders / f"{split}.index.tsv")]
-        from_archives = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(archives / f"{split}.index.tsv")]
+        from_folders = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(folders / f"samples-{split}.index.tsv")]
+        from_archives = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(archives / f"samples-{split}.index.tsv")]
         assert from_archives == from_folders
     info = json.loads(all_samples(archives, "train")[0][1]["json"])
     assert info["source"].startswith("ILSVRC2012_img_train.tar:n") and ".tar:" in info["source"]
@@ -229,11 +229,11 @@ def test_workers_do_not_change_the_bytes_and_the_seed_changes_the_order(sample_s
     assert len(one) > 10 and one == two
 
     converted_ok(sample_source, tmp_path / "seed8", "--workers", 2, "--seed", 8, *common)
-    keys7 = [r.key for r in read_sample_index(tmp_path / "w1" / "train.index.tsv")]
-    keys8 = [r.key for r in read_sample_index(tmp_path / "seed8" / "train.index.tsv")]
+    keys7 = [r.key for r in read_sample_index(tmp_path / "w1" / "samples-train.index.tsv")]
+    keys8 = [r.key for r in read_sample_index(tmp_path / "seed8" / "samples-train.index.tsv")]
     assert keys7 != keys8 and sorted(keys7) == sorted(keys8)
     # Shuffled: the first shard mixes classes (class-sorted order would not).
-    labels = [r.label for r in read_sample_index(tmp_path / "w1" / "train.index.tsv")]
+    labels = [r.label for r in read_sample_index(tmp_path / "w1" / "samples-train.index.tsv")]
     assert len(set(labels[:5])) > 1
 
 
@@ -247,7 +247,7 @@ def test_a_drawn_seed_is_recorded_and_reproduces_the_output(sample_source, tmp_p
 
 def test_no_shuffle_keeps_imagefolder_order(sample_source, tmp_path):
     converted_ok(sample_source, tmp_path, "--no-shuffle", "--splits", "train")
-    records = read_sample_index(tmp_path / "train.index.tsv")
+    records = read_sample_index(tmp_path / "samples-train.index.tsv")
     assert read_metadata(tmp_path)["shuffle"] is False
     expected = sorted((p.parent.name, p.name) for p in (sample_source / "train").rglob("*.JPEG"))
     assert [r.key for r in records] == [Path(name).stem for _, name in expected]
@@ -599,13 +599,13 @@ def _pages(size: int, page: int) -> int:
 # Validation split, 2 shards, one worker: the files are written in this order.
 WRITE_ORDER = ["validation-000000.tar", ".convert-state/validation-000000.tar.json",
                "validation-000001.tar", ".convert-state/validation-000001.tar.json",
-               "validation.index.tsv", "metadata.json"]
+               "samples-validation.index.tsv", "metadata.json"]
 
 
 @pytest.mark.parametrize("fills_in, what", [
     ("validation-000001.tar", "shard"),
     (".convert-state/validation-000000.tar.json", "state record of validation-000000.tar"),
-    ("validation.index.tsv", "validation sample index"),
+    ("samples-validation.index.tsv", "validation sample index"),
     ("metadata.json", "metadata"),
 ])
 def test_full_disk_during_each_kind_of_write(sample_source, small_disk, reference_conversion, fills_in, what):

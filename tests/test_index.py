@@ -39,8 +39,8 @@ def test_records_of_one_shard_share_its_name():
 def test_a_damaged_index_names_the_file_and_line(damage, message):
     lines = encode_sample_index(RECORDS).decode().splitlines()
     with pytest.raises(DatasetError, match=message) as raised:
-        parse_sample_index(("\n".join(damage(lines)) + "\n").encode(), "train.index.tsv")
-    assert str(raised.value).startswith("train.index.tsv: ")
+        parse_sample_index(("\n".join(damage(lines)) + "\n").encode(), "samples-train.index.tsv")
+    assert str(raised.value).startswith("samples-train.index.tsv: ")
 
 
 def test_the_garbage_collector_is_left_as_it_was():

@@ -37,7 +37,7 @@ SINGLE = Instance(0, 1, "explicit")
 
 
 def keys_of(directory, split):
-    return [r.key for r in read_sample_index(Path(directory) / f"{split}.index.tsv")]
+    return [r.key for r in read_sample_index(Path(directory) / f"samples-{split}.index.tsv")]
 
 
 def read_all(loader):
@@ -301,7 +301,7 @@ def test_bad_arguments_are_clear(img):
 def _corrupt_copy(img, tmp_path, split="train"):
     target = tmp_path / "corrupt"
     shutil.copytree(img, target)
-    records = read_sample_index(target / f"{split}.index.tsv")
+    records = read_sample_index(target / f"samples-{split}.index.tsv")
     return target, records
 
 

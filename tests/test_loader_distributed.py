@@ -76,7 +76,7 @@ def test_torchrun_exactly_once_and_equal_batches(uneven_dataset, tmp_path, proce
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(processes)]
     assert [r["instance"] for r in ranks] == [[i, processes, "torchrun"] for i in range(processes)]
-    keys = {split: [r.key for r in read_sample_index(uneven_dataset / f"{split}.index.tsv")]
+    keys = {split: [r.key for r in read_sample_index(uneven_dataset / f"samples-{split}.index.tsv")]
             for split in ("train", "validation")}
     assert len(keys["train"]) == 35 and len(keys["validation"]) == 25
 

@@ -731,7 +731,7 @@ def test_damaged_dataset_is_a_data_error(small_datasets, damage, message):
     elif damage == "delete":
         (target / "validation-000001.tar").unlink()
     elif damage == "index":
-        with open(target / "train.index.tsv", "ab") as handle:
+        with open(target / "samples-train.index.tsv", "ab") as handle:
             handle.write(b"\n")
     else:
         (target / METADATA_FILE).write_text("{broken")

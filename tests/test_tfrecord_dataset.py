@@ -96,7 +96,7 @@ def test_converted_shards_are_tfslim_and_hold_the_source_bytes(converted, sample
                 assert bytes(example["image/format"]) == b"JPEG" and bytes(example["image/colorspace"]) == b"RGB"
                 seen.append(key)
         assert sorted(seen) == sorted(sources)
-        for record in read_sample_index(target / f"{split}.index.tsv"):  # every sample found and checked alone
+        for record in read_sample_index(target / f"samples-{split}.index.tsv"):  # every sample found and checked alone
             with open(target / record.shard, "rb") as handle:
                 handle.seek(record.payload_offset)
                 payload = handle.read(record.payload_size)
@@ -108,8 +108,8 @@ def test_converted_shards_are_tfslim_and_hold_the_source_bytes(converted, sample
 def test_tfrecord_holds_the_same_samples_in_the_same_order_as_img(converted):
     img, tfrecord = converted("img"), converted("tfrecord")
     for split in ("train", "validation"):
-        ours = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(tfrecord / f"{split}.index.tsv")]
-        theirs = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(img / f"{split}.index.tsv")]
+        ours = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(tfrecord / f"samples-{split}.index.tsv")]
+        theirs = [(r.key, r.label, r.payload_sha256) for r in read_sample_index(img / f"samples-{split}.index.tsv")]
         assert ours == theirs
 
 
@@ -192,7 +192,7 @@ def test_validator_passes_a_clean_tfrecord_dataset_deeply(converted):
 ])
 def test_validator_names_a_flipped_byte_by_shard_and_record_number(converted, tmp_path, where, message):
     target = damaged_copy(converted, tmp_path)
-    records = [r for r in read_sample_index(target / "train.index.tsv") if r.shard == "train-00002-of-00005"]
+    records = [r for r in read_sample_index(target / "samples-train.index.tsv") if r.shard == "train-00002-of-00005"]
     number = 5
     record = records[number]
     offset = {
@@ -218,14 +218,14 @@ def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
     target = damaged_copy(converted, tmp_path)
     # Truncated inside its last record.
     truncated = target / "validation-00001-of-00002"
-    last = read_sample_index(target / "validation.index.tsv")[-1]
+    last = read_sample_index(target / "samples-validation.index.tsv")[-1]
     os.truncate(truncated, truncated.stat().st_size - 100)
     # An index file that no longer matches its shard, and one that is gone.
     tfrecord_index_path(target / "train-00000-of-00005").write_text("0 5\n")
     tfrecord_index_path(target / "train-00001-of-00005").unlink()
     # A record rewritten with another label and valid CRCs: only the label check can see it.
     shard = target / "train-00003-of-00005"
-    victim = [r for r in read_sample_index(target / "train.index.tsv") if r.shard == shard.name][2]
+    victim = [r for r in read_sample_index(target / "samples-train.index.tsv") if r.shard == shard.name][2]
     raw = shard.read_bytes()
     data = raw[victim.record_offset + HEADER_SIZE : victim.record_offset + victim.record_size - 4]
     features = parse_example(data)
@@ -257,7 +257,7 @@ def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(con
     result = repartition(target, 3)
     originals = {}
     for split in ("train", "validation"):
-        for r in read_sample_index(target / f"{split}.index.tsv"):
+        for r in read_sample_index(target / f"samples-{split}.index.tsv"):
             with open(target / r.shard, "rb") as handle:
                 handle.seek(r.record_offset)
                 originals[r.key] = handle.read(r.record_size)
@@ -288,7 +288,7 @@ def test_repartition_refuses_a_source_shard_with_a_flipped_byte_naming_the_recor
     target = damaged_copy(converted, tmp_path)
     plan = repartition(target, 3, dry_run=True).plans[0]
     shard_name = sorted({r.shard for i in plan.instances for r in i.copied})[0]
-    record = [r for r in read_sample_index(target / f"{plan.split}.index.tsv") if r.shard == shard_name][4]
+    record = [r for r in read_sample_index(target / f"samples-{plan.split}.index.tsv") if r.shard == shard_name][4]
     flip_byte(target / shard_name, record.payload_offset + 10)
     result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3)
     assert result.returncode == 1, result.stdout + result.stderr

@@ -37,7 +37,7 @@ def dataset(request, converted, tmp_path):
 
 
 def records(ds, split="train"):
-    return read_sample_index(ds / f"{split}.index.tsv")
+    return read_sample_index(ds / f"samples-{split}.index.tsv")
 
 
 def shard_records(ds, shard, split="train"):
@@ -72,7 +72,7 @@ def reseal(ds, index_records=None, split="train"):
     meta = metadata(ds)
     if index_records is not None:
         data = encode_sample_index(index_records)
-        (ds / f"{split}.index.tsv").write_bytes(data)
+        (ds / f"samples-{split}.index.tsv").write_bytes(data)
     for name, entry in meta["splits"].items():
         for shard in entry["shards"]:
             if (ds / shard["name"]).exists():
@@ -319,9 +319,9 @@ def test_edited_sample_index(dataset):
     index = records(dataset)
     target = index[7]
     index[7] = target._replace(payload_sha256="f" * 64)
-    (dataset / "train.index.tsv").write_bytes(encode_sample_index(index))
+    (dataset / "samples-train.index.tsv").write_bytes(encode_sample_index(index))
     report = validate(dataset)
-    assert_found(report, ERROR, "train.index.tsv", None, "sha256 differs from metadata")
+    assert_found(report, ERROR, "samples-train.index.tsv", None, "sha256 differs from metadata")
 
 
 def test_repartition_verified_then_missing_sample(dataset):

@@ -27,7 +27,8 @@ shard while a --resume rewrites it.
 Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
                                        <key>.json what the sample is and what was done to it
                                        <key>.jpg (img) | <key>.npy (tensor: uint8 HWC, no pickle)
-  json: {"source", "class", "width", "height" (as stored in the source), "source_format",
+  json: {"source", "class", "bbox" (the union of the image's rows in imagenet_2012_bounding_boxes.csv
+  beside train/, normalised [x1, y1, x2, y2], or null), "width", "height" (as stored in the source), "source_format",
   "source_mode" (PIL's), "converted": "passthrough" | "reencoded" | "tensor", "steps",
   and when they apply "output_width"/"output_height", "quirks" (png_as_jpeg, cmyk,
   grayscale, exif_rotated, mode_<MODE>) and "exif_orientation"}.
@@ -103,6 +104,7 @@ from datasets.index import (
     SampleRecord,
     ShardRecord,
     sample_index_name,
+    split_of_index_name,
     tar_shard_name,
     write_metadata,
     write_sample_index,
@@ -111,6 +113,7 @@ from datasets.launcher import Instance
 from datasets.formats.npy import encode_npy
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.imagenet_source import SourceError, open_source
+from datasets.validate.raw_checksum import folder_checksum
 from datasets.formats.tar import BLOCK, RECORD, TarShardWriter, padding
 from datasets.formats.tfrecord import LABEL_OFFSET, TFRecordShardWriter, tfrecord_index_path, tfrecord_shard_name
 
@@ -487,7 +490,8 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                     if progress:
                         progress(1)
                     continue
-                info = {"source": sample.source, "class": sample.class_name, **info}
+                # "bbox" (normalised [x1, y1, x2, y2] or null) is read unconditionally by the reference loader
+                info = {"source": sample.source, "class": sample.class_name, **info, "bbox": sample.bbox}
                 records.append(add_to_shard(options.format, writer, task.name, sample, info, payload))
                 if progress:
                     progress(1)
@@ -599,7 +603,8 @@ def plan_fingerprint(plan: Plan) -> str:
         for number, shard in enumerate(split_plan.shards):
             digest.update(f"\n{split} {number}\n".encode())
             for s in shard:
-                digest.update(f"{s.key}\t{s.label}\t{s.source}\n".encode())
+                box = f"\t{s.bbox}" if s.bbox else ""  # only when there are boxes: earlier plans keep their fingerprint
+                digest.update(f"{s.key}\t{s.label}\t{s.source}{box}\n".encode())
     return digest.hexdigest()
 
 
@@ -760,7 +765,9 @@ def finalize(options: ConvertOptions, plan: Plan):
     for entry in os.listdir(target):  # stale shards of an earlier run never mix in
         if is_shard_file(entry) and not planned_file(entry, planned):
             (target / entry).unlink(missing_ok=True)
-        elif entry.endswith(".index.tsv") and entry[: -len(".index.tsv")] not in plan.splits:
+        elif split_of_index_name(entry) is not None and entry != sample_index_name(split_of_index_name(entry)):
+            (target / entry).unlink(missing_ok=True)  # the earlier name (<split>.index.tsv)
+        elif split_of_index_name(entry) is not None and split_of_index_name(entry) not in plan.splits:
             (target / entry).unlink(missing_ok=True)
     for split, records in records_by_split.items():
         split_plan = plan.splits[split]
@@ -779,6 +786,11 @@ def finalize(options: ConvertOptions, plan: Plan):
             "index": index,
         }
     metadata = build_metadata(plan, split_entries)
+    # The reference harness's folder checksum, from the md5s taken while shards and indexes were
+    # written; only the small files (state records, .tfindex) are read.
+    known = {entry["index"]["name"]: entry["index"]["md5"] for entry in split_entries.values()}
+    known.update((shard["name"], shard.get("md5")) for entry in split_entries.values() for shard in entry["shards"])
+    metadata["checksum"] = folder_checksum(target, known)
     with writing(target / METADATA_FILE, "metadata"):
         write_metadata(target, metadata)
     return metadata, 0

@@ -48,7 +48,7 @@ naming both files.
 import io
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from datasets.formats.tar import TarFormatError, iter_tar_members
@@ -66,6 +66,9 @@ VALIDATION_NUMBER = re.compile(r"ILSVRC2012_val_(\d+)$")
 # torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 LAYOUTS = ("auto", "folder", "archive")
+
+
+BOUNDING_BOX_FILE = "imagenet_2012_bounding_boxes.csv"  # beside train/, as the reference harness reads it
 
 
 class SourceError(Exception):
@@ -120,6 +123,7 @@ class SourceSample:
     #              "ILSVRC2012_img_train.tar:n01.tar:x.JPEG", "ILSVRC2012_img_val.tar:y.JPEG"
     location: object  # FileBytes | ArchiveBytes
     size: int | None = None  # source bytes, when known (archives; folders when sizes were asked for)
+    bbox: list | None = None  # normalised [x1, y1, x2, y2] from imagenet_2012_bounding_boxes.csv, or None
 
     def read_bytes(self) -> bytes:
         return self.location.read()
@@ -179,7 +183,45 @@ def open_source(root, splits=("train", "validation"), layout="auto", sizes=False
     source = _open_folders(root, splits, sizes) if layout == "folder" else _open_archives(root, splits)
     for split in source.splits.values():
         _check_unique_keys(split)
+    if "train" in source.splits and (root / BOUNDING_BOX_FILE).is_file():
+        boxes = read_bounding_boxes(root / BOUNDING_BOX_FILE)
+        train = source.splits["train"]
+        train.samples = [_with_box(sample, boxes) for sample in train.samples]
     return source
+
+
+def read_bounding_boxes(path) -> dict:
+    """{image file name: [x1, y1, x2, y2]} from the reference's CSV (no header; rows
+    `filename,x1,y1,x2,y2`, normalised; several rows for one image give their union)."""
+    boxes = {}
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise SourceError(f"{path}: cannot read the bounding boxes: {getattr(error, 'strerror', None) or error}")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = [field.strip() for field in line.split(",")]
+        try:
+            if len(fields) != 5:
+                raise ValueError
+            x1, y1, x2, y2 = (float(v) for v in fields[1:])
+            if not all(0.0 <= v <= 1.0 for v in (x1, y1, x2, y2)) or x1 > x2 or y1 > y2:
+                raise ValueError
+        except ValueError:
+            raise SourceError(f"{path}: line {number} is not 'filename,x1,y1,x2,y2' with 0 <= x1 <= x2 <= 1 and "
+                              f"0 <= y1 <= y2 <= 1: {line[:100]!r}") from None
+        name = os.path.basename(fields[0])
+        old = boxes.get(name)
+        boxes[name] = [x1, y1, x2, y2] if old is None else [min(old[0], x1), min(old[1], y1),
+                                                            max(old[2], x2), max(old[3], y2)]
+    return boxes
+
+
+def _with_box(sample: SourceSample, boxes: dict) -> SourceSample:
+    name = sample.source.replace(":", "/").rsplit("/", 1)[-1]
+    box = boxes.get(name) or boxes.get(os.path.splitext(name)[0])
+    return replace(sample, bbox=box) if box else sample
 
 
 # ---------------------------------------------------------------- folder layout

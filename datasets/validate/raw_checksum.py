@@ -66,6 +66,21 @@ def reference_checksum(md5_hexdigests) -> str:
     return reduced.hexdigest()
 
 
+def folder_checksum(folder, known_md5=None, excluded=("metadata.json",)) -> str:
+    """checksumdir.dirhash(folder, "md5", excluded_files=excluded): files named in `excluded` are
+    left out wherever they are. `known_md5` ({path relative to folder: md5 hex}) gives digests
+    computed while the files were written; only the other files are read."""
+    known_md5 = known_md5 or {}
+    files, broken, _ = list_files(folder)
+    digests = [hashlib.md5().hexdigest() for path, _ in broken if os.path.basename(path) not in excluded]
+    for path, _ in files:
+        if os.path.basename(path) in excluded:
+            continue
+        digest = known_md5.get(path)
+        digests.append(digest if digest else hash_file(os.path.join(folder, path), want_sha256=False)[0])
+    return reference_checksum(digests)
+
+
 def find_split_folder(root, split):
     """The folder holding `split` under `root` (validation/ or val/), or None."""
     for name in SPLIT_ALIASES.get(split, (split,)):

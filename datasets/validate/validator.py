@@ -62,9 +62,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from datasets import reference_layout
 from datasets.validate import raw_checksum
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
 from datasets.index import (
+    SAMPLE_INDEX_SUFFIX,
     METADATA_FILE,
     PAYLOAD_EXTENSIONS,
     DatasetError,
@@ -72,6 +74,7 @@ from datasets.index import (
     ShardRecord,
     parse_metadata,
     parse_sample_index,
+    payload_extension_of,
 )
 from datasets.formats.npy import NpyFormatError, decode_npy
 from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
@@ -193,6 +196,8 @@ def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) ->
         if require_rgb_jpeg and ext == "jpg" and (kind not in ("JPEG", "MPO") or mode != "RGB"):  # MPO: camera JPEG
             return f"payload is a {kind} image in mode {mode}, the converter stores RGB JPEG"
         return None
+    if ext == "pth":  # an adopted reference tensor dataset (datasets.formats.pth: never fully unpickled)
+        return reference_layout.decode_reference_payload(ext, data)
     if ext == "npy":
         try:
             array = decode_npy(data)
@@ -793,7 +798,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         problems.append(error(METADATA_FILE, f"unknown format {fmt!r} (this validator knows {', '.join(CONTAINER_OF_FORMAT)})"))
         report.verdicts["Dataset"] = False
         return report
-    payload_ext = PAYLOAD_EXTENSIONS.get(fmt, fmt)
+    payload_ext = payload_extension_of(metadata)
     classes = tuple(metadata.get("classes") or ())
     layout = metadata.get("tensor_layout")
     try:
@@ -1432,10 +1437,40 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
 # ================================================================================ entry point
 
 
-def validate(path, workers=1, deep=False, write_manifest=False, progress=None) -> Report:
+def validate_reference(root, deep=False, adopt=False, progress=None) -> Report:
+    """A dataset made by the reference harness (datasets.reference_layout): its folder checksum,
+    every shard walked; with `adopt`, once intact, this project's indexes and metadata written."""
+    started = time.perf_counter()
+    report = Report(str(root), "converted")
+    check = reference_layout.check_reference_dataset(root, deep, progress)
+    report.problems = _sorted_problems([Problem(*p) for p in check.problems])
+    report.notes = ["a dataset made by the reference harness (Graphcore's create_webdataset.py): its md5 folder "
+                    "checksum and every shard's structure, members and counts were checked"] + check.notes
+    if adopt and report.ok:
+        written = reference_layout.adopt(root, check)
+        report.notes.append(f"adopted: wrote {', '.join(written)} beside the shards (no shard changed); "
+                            f"per-shard and per-sample hashes are checked from now on")
+    elif adopt:
+        report.notes.append("not adopted: fix or replace the damaged files first (an intact copy adopts)")
+    report.verdicts["Dataset"] = report.ok
+    seconds = time.perf_counter() - started
+    report.stats = {
+        "format": check.fmt, "reference_layout": True, "adopted": bool(adopt and report.ok),
+        "shards_checked": sum(len(scans) for scans in check.shards.values()),
+        "samples_checked": sum(len(s.records) for scans in check.shards.values() for s in scans),
+        "payloads_decoded": sum(s.decoded for scans in check.shards.values() for s in scans),
+        "bytes_checked": check.bytes_read, "workers": 1, "deep": deep, "seconds": round(seconds, 3),
+        "mb_per_s": round(check.bytes_read / seconds / 1e6, 1) if seconds > 0 else None,
+    }
+    return report
+
+
+def validate(path, workers=1, deep=False, write_manifest=False, progress=None, adopt=False) -> Report:
     """Validate a converted dataset or a raw image folder; ValidationUsageError if it is neither.
 
     `progress(total_bytes, description)` may return a tqdm-like object (update(n), close()).
+    `adopt`: a dataset made by the reference harness is, once found intact, adopted
+    (datasets.reference_layout.adopt); for any other dataset it is a usage error.
     """
     root = Path(path)
     if not root.exists():
@@ -1453,11 +1488,19 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None) -
         if write_manifest:
             raise ValidationUsageError(f"{root}: --write-manifest is for raw image folders; a converted dataset is "
                                        f"checked against its {METADATA_FILE}")
+        if reference_layout.read_reference_metadata(root) is not None:
+            return validate_reference(root, deep, adopt, progress)
+        if adopt:
+            raise ValidationUsageError(f"{root}: --adopt is for datasets made by the reference harness; this one "
+                                       f"already has this project's {METADATA_FILE}")
         return validate_converted(root, workers, deep, progress)
+    if adopt:
+        raise ValidationUsageError(f"{root}: --adopt needs a dataset made by the reference harness "
+                                   f"(shards and its {METADATA_FILE})")
     if any(raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
         return validate_raw(root, workers, deep, write_manifest, progress)
     leftovers = sorted(p.name for p in root.iterdir() if p.name in TOOL_FOLDERS or p.name.endswith(
-        (".tar", ".tar.partial", ".index.tsv", ".tfrecord")))
+        (".tar", ".tar.partial", SAMPLE_INDEX_SUFFIX, ".tfrecord")))
     if leftovers:  # shards without metadata.json: a conversion that did not finish, or lost its metadata
         report = Report(str(root), "converted")
         report.problems.append(error(METADATA_FILE, f"missing, but the folder holds converter output "

@@ -1,0 +1,185 @@
+"""Datasets of the reference harness (Graphcore's PyTorch CNN tooling) here, and ours in its tools.
+
+The reference datasets are written by tests/reference_layout.py, a small writer made from the
+layout's description (not from the reference code), with a real checksumdir-style md5 dirhash.
+"""
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import run_script
+from reference_layout import flip_byte, folder_dirhash, write_reference_dataset, write_tar
+from datasets.index import read_metadata, read_sample_index, sample_index_name
+
+SAMPLES_PER_SHARD = 8
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, sample_source):
+    """reference(fmt) -> a fresh copy of a reference-made dataset of the sample source."""
+    made = {}
+
+    def make(fmt="img"):
+        if fmt not in made:
+            made[fmt] = tmp_path_factory.mktemp(f"reference-{fmt}")
+            write_reference_dataset(sample_source, made[fmt], fmt, SAMPLES_PER_SHARD)
+        copy = tmp_path_factory.mktemp(f"copy-{fmt}")
+        for path in made[fmt].iterdir():
+            (copy / path.name).write_bytes(path.read_bytes())
+        return copy
+
+    return make
+
+
+def shard_payload_offset(shard, ext):
+    """Offset of the first `ext` member's data in a tar shard."""
+    with tarfile.open(shard) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("." + ext))
+        return member.offset_data
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+def test_a_reference_dataset_validates_and_one_flipped_byte_fails_it(reference, fmt):
+    dataset = reference(fmt)
+    result = run_script("validate_dataset.py", dataset, "--deep")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("Dataset OK.")
+
+    shard = dataset / "train-000001.tar"
+    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700)
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.startswith("Dataset is corrupted.")
+    assert "cannot name the file" in result.stdout
+
+
+def test_the_shard_walk_names_a_damaged_member_the_checksum_cannot(reference):
+    dataset = reference("img")
+    shard = dataset / "validation-000000.tar"
+    with tarfile.open(shard) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    members = [(name, data) for name, data in members if name != "3.json"]  # one sample loses its json
+    write_tar(shard, members)
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 1
+    assert "validation-000000.tar [3]: members .cls, .jpg; a reference img sample holds .cls, .jpg, .json" in result.stdout
+
+
+def test_counts_are_checked_against_the_metadata(reference):
+    dataset = reference("img")
+    metadata = json.loads((dataset / "metadata.json").read_text())
+    metadata["train_length"] += 1
+    (dataset / "metadata.json").write_text(json.dumps(metadata))  # metadata.json is outside the checksum
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 1
+    assert f"train: 36 samples in 5 shards, metadata.json says train_length={metadata['train_length']}" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+def test_adopt_writes_indexes_without_changing_a_shard_and_the_dataset_becomes_first_class(reference, fmt):
+    dataset = reference(fmt)
+    shards = {p.name: p.read_bytes() for p in dataset.glob("*.tar")}
+    result = run_script("validate_dataset.py", dataset, "--adopt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "adopted: wrote" in result.stdout
+    assert {p.name: p.read_bytes() for p in dataset.glob("*.tar")} == shards
+    metadata = read_metadata(dataset)
+    assert metadata["train_length"] == 36 and metadata["validation_length"] == 12
+    assert metadata["checksum"] == folder_dirhash(dataset)  # the reference validator still accepts it
+    assert len(read_sample_index(dataset / sample_index_name("train"))) == 36
+    assert not [p for p in os.listdir(dataset) if p.startswith(("train", "validation")) and not p.endswith(".tar")]
+
+    result = run_script("validate_dataset.py", dataset, "--deep")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # From now on a damaged sample is named.
+    shard = dataset / "train-000002.tar"
+    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700)
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 1
+    assert "train-000002.tar [16]" in result.stdout
+
+
+def test_adopt_refuses_a_damaged_dataset_and_writes_nothing(reference):
+    dataset = reference("img")
+    flip_byte(dataset / "train-000000.tar", 2000)
+    before = sorted(os.listdir(dataset))
+    result = run_script("validate_dataset.py", dataset, "--adopt")
+    assert result.returncode == 1
+    assert "not adopted" in result.stdout
+    assert sorted(os.listdir(dataset)) == before
+
+
+def test_adopt_is_a_usage_error_on_our_own_datasets(converted):
+    result = run_script("validate_dataset.py", converted("img"), "--adopt")
+    assert result.returncode == 2 and "--adopt is for datasets made by the reference harness" in result.stderr
+
+
+class _CreatesAFile:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_malicious_pth_is_refused_without_running_it(tmp_path):
+    from datasets.formats.pth import PthFormatError, decode_pth
+
+    marker = tmp_path / "pwned"
+    buffer = io.BytesIO()
+    torch.save(_CreatesAFile(str(marker)), buffer)
+    with pytest.raises(PthFormatError, match="refused, not unpickled"):
+        decode_pth(buffer.getvalue())
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value, message", [
+    (torch.zeros(3, 4, 5), "dtype float32, expected uint8"),
+    (torch.zeros(4, 4, 5, dtype=torch.uint8), r"shape \(4, 4, 5\), expected 3xHxW"),
+    (torch.zeros(3, 4, dtype=torch.uint8), r"shape \(3, 4\)"),
+    ({"image": torch.zeros(3, 4, 5, dtype=torch.uint8)}, "holds a dict"),
+])
+def test_a_pth_that_is_not_a_plain_uint8_chw_tensor_is_named(value, message):
+    from datasets.formats.pth import PthFormatError, decode_pth
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    with pytest.raises(PthFormatError, match=message):
+        decode_pth(buffer.getvalue())
+
+
+def test_deep_validation_names_a_malicious_pth_sample(reference, tmp_path):
+    dataset = reference("tensor")
+    marker = tmp_path / "pwned"
+    shard = dataset / "validation-000001.tar"
+    with tarfile.open(shard) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    buffer = io.BytesIO()
+    torch.save(_CreatesAFile(str(marker)), buffer)
+    members = [(name, buffer.getvalue() if name == "9.pth" else data) for name, data in members]
+    write_tar(shard, members)
+    result = run_script("validate_dataset.py", dataset, "--deep")
+    assert result.returncode == 1
+    assert "validation-000001.tar [9]: .pth payload refused, not unpickled" in result.stdout
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------ ours, in the reference's tools
+
+
+def test_our_img_output_carries_the_reference_checksum_bbox_and_no_side_file_named_like_a_split(converted):
+    dataset = converted("img")
+    metadata = json.loads((dataset / "metadata.json").read_text())
+    assert metadata["checksum"] == folder_dirhash(dataset)
+    for name in os.listdir(dataset):
+        if name.startswith(("train", "validation")):
+            assert name.endswith(".tar") and name[-10:-4].isdigit(), name  # what the reference loader lists
+    with tarfile.open(dataset / "train-000000.tar") as tar:
+        infos = [json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")]
+    assert infos and all("bbox" in info for info in infos)
