@@ -2,15 +2,19 @@
 
     python validate_dataset.py --imagenet-data-path PATH [--deep] [--workers N] [--json FILE] [--write-manifest]
     python validate_dataset.py PATH ...
+    python validate_dataset.py s3://BUCKET/PREFIX [--quick] [--s3-endpoint URL] ...
     python validate_dataset.py PATH --adopt     a dataset made by the reference harness: check, then index it
 
 PATH is either a converted dataset (it has metadata.json: shards, sample indexes and
 repartitions are checked) or a raw image folder with train/ and validation/ (the reference
-checksum against ImageNet's, or every file against the folder's own manifest). A dataset made by
-the reference harness (Graphcore's create_webdataset.py; its metadata.json has no "splits") is
-checked against its md5 folder checksum, and every shard is walked (structure, members, counts);
-`--adopt` then writes this project's sample indexes and metadata.json beside the shards (no
-shard byte changes), after which it is checked, loaded and repartitioned as a converted dataset.
+checksum against ImageNet's, or every file against the folder's own manifest). A converted
+dataset on S3 is listed (missing, extra objects), streamed once and checked as locally;
+--quick compares sizes and the server's stored checksums only (see datasets/validate/remote.py).
+A dataset made by the reference harness (Graphcore's create_webdataset.py; its metadata.json has
+no "splits") is checked against its md5 folder checksum, and every shard is walked (structure,
+members, counts); `--adopt` then writes this project's sample indexes and metadata.json beside
+the shards (no shard byte changes), after which it is checked, loaded and repartitioned as a
+converted dataset.
 
 Output: the reference lines (`Dataset OK.` / `Dataset is corrupted.`, `Train data OK.` ...),
 then one line per problem naming the file and the sample key. Exit codes: 0 intact
@@ -23,7 +27,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from datasets.cli_args import usable_cpus
+from datasets.cli_args import add_s3_arguments, apply_s3_arguments, usable_cpus
+from datasets.storage import StorageUnavailable, is_s3
 from datasets.validate.validator import ValidationUsageError, validate
 
 MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line; --json has them all
@@ -51,6 +56,11 @@ def parse_args(argv):
                         "beside the shards (no shard byte changes; the folder checksum in metadata.json is updated "
                         "to include them, so the reference validator still accepts the folder)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--quick", action="store_true", help="s3:// only: check object sizes and the checksums the "
+                        "server stored at upload, without reading the shards")
+    parser.add_argument("--staging", metavar="DIR", default=None, help="s3:// only: where the objects are streamed "
+                        "to be checked (needs the dataset's size free; deleted afterwards; default: the temp folder)")
+    add_s3_arguments(parser)
     args = parser.parse_args(argv)
     if args.path and args.data_path and Path(args.path) != Path(args.data_path):
         parser.error("give the dataset path once (positional or --imagenet-data-path), not two different ones")
@@ -61,6 +71,8 @@ def parse_args(argv):
         args.workers = usable_cpus()
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    if args.quick and not is_s3(args.path):
+        parser.error("--quick is for s3:// datasets (a local check reads the shards anyway)")
     return args
 
 
@@ -100,10 +112,18 @@ def render(report):
 
 def main(argv=None):
     args = parse_args(argv)
+    progress = None if args.no_progress else progress_bar
     try:
-        report = validate(args.path, workers=args.workers, deep=args.deep, write_manifest=args.write_manifest,
-                          progress=None if args.no_progress else progress_bar, adopt=args.adopt)
-    except ValidationUsageError as exc:
+        if is_s3(args.path):
+            from datasets.validate.remote import validate_s3
+
+            apply_s3_arguments(args)
+            report = validate_s3(args.path, workers=args.workers, deep=args.deep, quick=args.quick, progress=progress,
+                                 staging=args.staging)
+        else:
+            report = validate(args.path, workers=args.workers, deep=args.deep, write_manifest=args.write_manifest,
+                              progress=progress, adopt=args.adopt)
+    except (ValidationUsageError, StorageUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -44,3 +44,21 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def add_s3_arguments(parser) -> None:
+    """--s3-endpoint and --s3-retries, for every command that reads or writes s3:// locations."""
+    parser.add_argument("--s3-endpoint", metavar="URL", default=None,
+                        help="S3-compatible endpoint (MinIO, Ceph, SeaweedFS ...), path-style addressing. Default: "
+                             "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, then S3_ENDPOINT_URL, then AWS. Credentials, "
+                             "profile and region come from boto3's usual chain (AWS_ACCESS_KEY_ID ...)")
+    parser.add_argument("--s3-retries", type=non_negative_int, default=None, metavar="N",
+                        help="retries per S3 request (botocore standard mode: 5xx, SlowDown, connection errors) "
+                             "and resumes of a broken read without progress (default 5)")
+
+
+def apply_s3_arguments(args) -> None:
+    """Make --s3-endpoint/--s3-retries this process's (and its children's) S3 settings."""
+    from datasets.storage import configure_s3
+
+    configure_s3(endpoint=getattr(args, "s3_endpoint", None), retries=getattr(args, "s3_retries", None))

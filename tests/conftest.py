@@ -54,3 +54,27 @@ def converted(tmp_path_factory, sample_source):
         return cache[args]
 
     return convert
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real SeaweedFS S3 server on loopback for the whole session (see tests/s3_server.py)."""
+    from s3_server import SeaweedServer
+
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server, request):
+    """A fresh bucket on the session server, named after the test."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    name = f"t{len(_BUCKETS)}-{name}"
+    _BUCKETS.append(name)
+    return s3_server.create_bucket(name)
+
+
+_BUCKETS = []

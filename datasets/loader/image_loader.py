@@ -51,10 +51,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_sequence, plan_instance, plan_own_share
+from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.loader.pipeline import ImagePipeline
-from datasets.loader.shard_reader import contiguous_runs, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
-from datasets.loader.sources import FolderItem, Source, _group_by_shard, load_own_share, resolve_source, synthetic_pool
+from datasets.loader.shard_reader import Run, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
+from datasets.loader.sources import FolderItem, Source, load_own_share, resolve_source, synthetic_pool
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -135,14 +135,25 @@ class EpochReport:
         return asdict(self)
 
 
-def _key(item) -> str:
-    if isinstance(item, int):
-        return f"synthetic-{item:09d}"
-    return item.key
+# Substitutes for skipped samples are drawn from the first samples a worker read well; keeping
+# only this many bounds the worker's memory over an epoch (one int per sample read would not).
+GOOD_KEPT = 4096
 
 
-def _keys(items) -> list:
-    return [item if isinstance(item, str) else _key(item) for item in items]
+def _row_runs(columns, rows, locate):
+    """(rows of the run, Run) per sequential run of `rows` (rows of a columnar index, reading order):
+    consecutive rows of one shard whose byte ranges touch. Lazy: records exist for one run at a time."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return
+    shard, offset = columns.shard_ids[rows], columns.record_offsets[rows]
+    end = offset + columns.record_sizes[rows]
+    breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (offset[1:] != end[:-1])) + 1
+    bounds = np.r_[0, breaks, len(rows)]
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        run_rows = rows[first:last]
+        records = tuple(columns.records(run_rows))
+        yield run_rows, Run(locate(records[0].shard), int(offset[first]), int(end[last - 1]), records)
 
 
 def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
@@ -350,8 +361,26 @@ class ImageStream(IterableDataset):
             return None
         share = load_own_share(repartition, self.instance.index)
         log.info("%s: instance %d reads its %d samples from the repartition", manifest, self.instance.index,
-                 len(share.records))
+                 len(share.columns))
+        # Rows holding a padded key (a few: one per padded slot), found once, not per epoch.
+        self._padded_rows = share.columns.rows_with_keys(share.padded_keys)
         return share
+
+    @property
+    def columns(self):
+        """The columnar index the plan's rows refer to (this instance's repartition share, or the source's)."""
+        return self.own_share.columns if self.own_share is not None else self.source.columns
+
+    def key_of(self, item) -> str:
+        """The key of a plan item: a row of the columnar index, a folder item or a synthetic number."""
+        if self.source.columns is not None:
+            return self.columns.key(item)
+        if isinstance(item, int):
+            return f"synthetic-{item:09d}"
+        return item.key
+
+    def keys_of(self, items) -> list:
+        return [item if isinstance(item, str) else self.key_of(item) for item in items]
 
     @property
     def epoch(self) -> int:
@@ -369,20 +398,26 @@ class ImageStream(IterableDataset):
     def _make_plan(self, epoch):
         if self.own_share is not None:
             share = self.own_share
-            items = epoch_sequence(_group_by_shard(share.records), self.seed, epoch, self.shuffle)
-            padded_keys = set(share.padded_keys)
-            # A padded key appears twice in this instance's share; name one copy (the remainder's).
-            seen, padded = set(), []
-            for record in items:
-                if record.key in padded_keys and record.key in seen:
-                    padded.append(record.key)
-                seen.add(record.key)
-            if len(padded) < len(padded_keys):  # the original lives with another instance
+            order = epoch_order(*share.columns.group_ranges(), self.seed, epoch, self.shuffle)
+            items = order.take(np.arange(len(order), dtype=np.int64))
+            # A padded key appears twice in this instance's share; name the copies read after the first.
+            padded = []
+            if self._padded_rows:
+                position = np.empty(len(items), dtype=np.int64)
+                position[items] = np.arange(len(items), dtype=np.int64)
+                repeats = []
+                for key, rows in self._padded_rows.items():
+                    repeats.extend((p, key) for p in sorted(int(position[row]) for row in rows)[1:])
+                padded = [key for _, key in sorted(repeats)]
+            if len(padded) < len(share.padded_keys):  # the original lives with another instance
                 padded = list(share.padded_keys)
             plan = plan_own_share(items, share.counts, self.batch_size, self.drop_last, share.policy, padded)
             plan.policy_dropped = list(share.dropped_keys)
             return plan
-        sequence = epoch_sequence(self.source.groups, self.seed, epoch, self.shuffle)
+        if self.source.columns is not None:
+            sequence = epoch_order(*self.source.columns.group_ranges(), self.seed, epoch, self.shuffle)
+        else:
+            sequence = epoch_sequence(self.source.groups, self.seed, epoch, self.shuffle)
         return plan_instance(sequence, self.instance.index, self.instance.count, self.policy, self.batch_size,
                              self.drop_last)
 
@@ -394,7 +429,7 @@ class ImageStream(IterableDataset):
         plan = self.plan()
         items = plan.worker_items(worker, workers)
         report = WorkerReport(worker)
-        if items:
+        if len(items):
             torch.set_num_threads(1)
             yield from self._batches(items, plan, worker, report, shared=info is not None)
         yield report
@@ -415,11 +450,12 @@ class ImageStream(IterableDataset):
             if error is None:
                 error = self._process(kind, payload, builder.slot(), rng)
             if error is not None:
-                self._bad(report, _key(item), shard, error)
+                self._bad(report, self.key_of(item), shard, error)
                 continue
-            good.append(item)
+            if len(good) < GOOD_KEPT:
+                good.append(item)
             report.samples += 1
-            if builder.add(label, _key(item)):
+            if builder.add(label, self.key_of(item)):
                 report.batches += 1
                 yield builder.emit()
         deficit = len(items) - report.samples
@@ -447,10 +483,10 @@ class ImageStream(IterableDataset):
             for _, shard, label, payload, kind, error in self._raw_samples([item]):
                 error = error or self._process(kind, payload, builder.slot(), rng)
                 if error is not None:
-                    raise SampleError(f"{shard}: sample {_key(item)!r} failed when read again: {error}")
-                report.substituted.append((missing[n], _key(item)))
+                    raise SampleError(f"{shard}: sample {self.key_of(item)!r} failed when read again: {error}")
+                report.substituted.append((missing[n], self.key_of(item)))
                 report.samples += 1
-                if builder.add(label, _key(item)):
+                if builder.add(label, self.key_of(item)):
                     report.batches += 1
                     yield builder.emit()
 
@@ -475,27 +511,28 @@ class ImageStream(IterableDataset):
         """(item, shard, label, payload, kind, error) per item, in order, without decoding."""
         source = self.source
         if source.kind == "webdataset":
-            for run in contiguous_runs(items, source.locate):
+            # Items are rows of the columnar index; each run's records are built as it is read.
+            for rows, run in _row_runs(self.columns, items, source.locate):
                 if not is_url(run.location) and run.records[0].members:
-                    for record, ext, payload, error in iter_run_indexed(run):
+                    for row, (record, ext, payload, error) in zip(rows.tolist(), iter_run_indexed(run)):
                         kind = "npy" if ext == "npy" else "encoded"
-                        yield record, record.shard, record.label, payload, kind, error
+                        yield row, record.shard, record.label, payload, kind, error
                     continue
-                for record, sample, error in iter_run(run, source.label_offset):
+                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset)):
                     if error is not None:
-                        yield record, record.shard, record.label, None, None, error
+                        yield row, record.shard, record.label, None, None, error
                         continue
                     ext = source.payload if source.payload in sample else payload_extension(sample)
                     if ext is None:
                         members = ", ".join(k for k in sample if not k.startswith("__"))
-                        yield record, record.shard, record.label, None, None, f"no image payload (members: {members})"
+                        yield row, record.shard, record.label, None, None, f"no image payload (members: {members})"
                         continue
                     try:
                         label = sample_label(sample, record.label)
                     except ValueError:
-                        yield record, record.shard, record.label, None, None, "the class label is not an integer"
+                        yield row, record.shard, record.label, None, None, "the class label is not an integer"
                         continue
-                    yield record, record.shard, label, sample[ext], "npy" if ext == "npy" else "encoded", None
+                    yield row, record.shard, label, sample[ext], "npy" if ext == "npy" else "encoded", None
         elif source.kind == "folder":
             for item in items:
                 try:
@@ -561,8 +598,8 @@ class ImageLoader:
             epoch, self.instance.index, self.instance.count, dataset.split, dataset.source.description,
             plan.policy, dataset.own_share.manifest if dataset.own_share else None,
             self.samples_per_epoch, plan.batches,
-            padded=_keys(plan.padded), policy_dropped=_keys(plan.policy_dropped),
-            last_batch_dropped=_keys(plan.last_batch_dropped),
+            padded=dataset.keys_of(plan.padded), policy_dropped=dataset.keys_of(plan.policy_dropped),
+            last_batch_dropped=dataset.keys_of(plan.last_batch_dropped),
         )
         self.report = report
         if self._loader is None:

@@ -1,9 +1,10 @@
-"""Read planned samples from tar shards, local or over http(s), as sequential byte ranges.
+"""Read planned samples from tar shards, local or remote (http(s), s3; see datasets/storage.py), as
+sequential byte ranges.
 
 A worker's share is a list of SampleRecords. Consecutive records of one shard whose byte ranges
 touch form a `Run`; each run is read with one sequential pass:
   * local files: `iter_tar_samples(path, offset=start, stop_at=stop)` over mmap (zero copy);
-  * http(s): one GET with `Range: bytes=start-(stop-1)`. A server that answers 206 sends just
+  * http(s) and s3: one GET with `Range: bytes=start-(stop-1)` (datasets/storage.py). A server that answers 206 sends just
     the range; one that ignores Range (200, e.g. `python -m http.server`) sends the whole
     shard, and the bytes before `start` are read and discarded (correct, slower: the log says so
     once per process).
@@ -18,106 +19,25 @@ from __future__ import annotations
 
 import logging
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from braceexpand import braceexpand
-
 from datasets.index import SampleRecord
+from datasets.storage import (  # noqa: F401  (the location helpers moved to datasets/storage.py; re-exported)
+    ShardReadError,
+    exists,
+    expand_locations,
+    is_url,
+    join_location,
+    open_byte_range,
+    read_bytes,
+)
 from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
 from datasets.formats.tfrecord import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
 
 log = logging.getLogger(__name__)
-HTTP_TIMEOUT = 60
 PAYLOAD_PREFERENCE = ("jpg", "jpeg", "png", "webp", "npy", "ppm", "bmp")
 LABEL_EXTENSIONS = ("cls", "class", "label", "target", "cls2")
-_warned_no_range = set()
-
-
-class ShardReadError(Exception):
-    """A shard or sample that cannot be read: names the shard (and the key when known)."""
-
-
-def is_url(location) -> bool:
-    return str(location).startswith(("http://", "https://"))
-
-
-def expand_locations(source) -> list:
-    """A path, URL or brace pattern (or a list of them) -> the list of shard locations."""
-    items = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    locations = []
-    for item in items:
-        locations.extend(braceexpand(str(item)))
-    return locations
-
-
-def join_location(base: str, name: str) -> str:
-    if is_url(base):
-        return urllib.parse.urljoin(base.rstrip("/") + "/", name)
-    return os.path.join(base, name)
-
-
-def read_bytes(location: str) -> bytes:
-    """The whole content of a small local file or URL (metadata, index, manifest)."""
-    if is_url(location):
-        try:
-            with urllib.request.urlopen(location, timeout=HTTP_TIMEOUT) as response:
-                return response.read()
-        except urllib.error.HTTPError as error:
-            raise FileNotFoundError(f"{location}: HTTP {error.code} {error.reason}") from None
-        except urllib.error.URLError as error:
-            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
-    with open(location, "rb") as handle:
-        return handle.read()
-
-
-def exists(location: str) -> bool:
-    if is_url(location):
-        request = urllib.request.Request(location, method="HEAD")
-        try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
-                return True
-        except urllib.error.HTTPError:
-            return False
-        except urllib.error.URLError as error:
-            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
-    return os.path.exists(location)
-
-
-def _discard(stream, count: int, location: str) -> None:
-    chunk = 1 << 20
-    while count > 0:
-        data = stream.read(min(chunk, count))
-        if not data:
-            raise TarFormatError(location, 0, "truncated: the shard ended before the requested byte range")
-        count -= len(data)
-
-
-def open_byte_range(url: str, start: int, stop: Optional[int]):
-    """An HTTP response positioned at byte `start` of `url` (reading up to `stop`)."""
-    headers = {}
-    if start or stop is not None:
-        headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
-    try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=HTTP_TIMEOUT)
-    except urllib.error.HTTPError as error:
-        raise ShardReadError(f"{url}: HTTP {error.code} {error.reason}") from None
-    except urllib.error.URLError as error:
-        raise ShardReadError(f"{url}: cannot connect: {error.reason}") from None
-    if response.status == 206:
-        content_range = response.headers.get("Content-Range", "")
-        if not content_range.startswith(f"bytes {start}-"):
-            response.close()
-            raise ShardReadError(f"{url}: asked for bytes {start}-, the server sent {content_range!r}")
-        return response
-    if start and url not in _warned_no_range:
-        _warned_no_range.add(url)
-        log.info("%s: the server ignores Range requests; reading from the start and skipping %d bytes", url, start)
-    _discard(response, start, url)
-    return response
 
 
 @dataclass(frozen=True)

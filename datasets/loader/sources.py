@@ -30,7 +30,8 @@ from typing import Optional
 import numpy as np
 
 from datasets.fileio import sha256_bytes
-from datasets.index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, parse_sample_index, sample_index_name
+from datasets.index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, sample_index_name
+from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.pipeline import parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
 from datasets.formats.tfrecord import (
@@ -67,7 +68,7 @@ class OwnShare:
 
     manifest: str
     policy: str
-    records: list
+    columns: SampleColumns  # in shard order
     counts: list  # samples per instance
     padded_keys: list
     dropped_keys: list  # split-level: samples no instance reads
@@ -77,7 +78,7 @@ class OwnShare:
 class Source:
     kind: str  # "webdataset" | "folder" | "synthetic"
     description: str
-    groups: list  # list of lists of items (SampleRecords, FolderItems or ints), dataset order
+    groups: list  # folder, synthetic: lists of items (FolderItems or ints), dataset order; webdataset: []
     payload: str  # "jpg" | "npy" | "array" | "file"
     classes: Optional[list] = None
     stored_steps: list = field(default_factory=list)
@@ -89,9 +90,13 @@ class Source:
     synthetic_shape: tuple = (224, 224, 3)
     synthetic_classes: int = 1000
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
+    # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
+    columns: Optional[SampleColumns] = None
 
     @property
     def total(self) -> int:
+        if self.columns is not None:
+            return len(self.columns)
         return sum(len(g) for g in self.groups)
 
     def locate(self, shard: str) -> str:
@@ -164,15 +169,14 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     entry = metadata["splits"][split]
     index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
     index_location = join_location(base, index_name)
-    records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
-    groups = _group_by_shard(records)
+    columns = _read_columns(index_location)
     fmt = metadata["format"]
     if fmt not in PAYLOAD_EXTENSIONS:
         raise SourceError(f"{metadata_location}: format {fmt!r} is not a format this loader reads")
     source = Source(
         "webdataset",
-        f"{base} ({fmt}, {split}: {len(records)} samples in {len(groups)} shards)",
-        groups,
+        f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
+        [],
         PAYLOAD_EXTENSIONS[fmt],
         classes=metadata.get("classes"),
         stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
@@ -180,6 +184,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         base=base,
         metadata=metadata,
         label_offset=metadata.get("label_offset", 0),
+        columns=columns,
     )
     if source.label_offset:
         log.info("%s: shards store labels + %d (metadata.json label_offset, TF-slim's 1..N); the loader subtracts it",
@@ -222,21 +227,21 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
     entry = repartition["entry"]
     item = entry["instances"][instance]
     index_location = join_location(repartition["base"], item["index"])
-    records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
-    if len(records) != int(item["samples"]):
-        raise SourceError(f"{index_location}: holds {len(records)} samples, the manifest says {item['samples']}")
-    return OwnShare(repartition["location"], repartition["policy"], records, repartition["counts"],
+    columns = _read_columns(index_location)
+    if len(columns) != int(item["samples"]):
+        raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
+    return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
 
-def _group_by_shard(records) -> list:
-    """Records grouped per shard, shards in order of first appearance, samples in file order."""
-    groups = {}
-    for record in records:
-        groups.setdefault(record.shard, []).append(record)
-    for group in groups.values():
-        group.sort(key=lambda r: r.record_offset)
-    return list(groups.values())
+def _read_columns(location: str) -> SampleColumns:
+    """A text sample index as columns in shard order, read once in this (the main) process: forked
+    DataLoader workers share its arrays. A local index is parsed as a stream (the text is never held)."""
+    if is_url(location):
+        columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
+    else:
+        columns = read_sample_columns(location)
+    return columns.in_shard_order()
 
 
 def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> Source:
@@ -249,19 +254,20 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
-            records = parse_sample_index(read_bytes(index_location), index_location, hashes=False)
+            columns = _read_columns(index_location)
             wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
-            chosen = [r for r in records if r.shard in wanted]
-            if {r.shard for r in chosen} == wanted:
-                groups = _group_by_shard(chosen)
+            rows = columns.rows_of_shards(wanted)
+            if {columns.shard_names[i] for i in np.unique(columns.shard_ids[rows])} == wanted:
+                # the shards in the order given, samples by offset inside each
                 order = {loc.rsplit("/", 1)[-1]: n for n, loc in enumerate(locations)}
-                groups.sort(key=lambda g: order[g[0].shard])
+                shard_rank = np.array([order.get(shard, len(order)) for shard in columns.shard_names], dtype=np.int64)
+                rows = rows[np.lexsort((columns.record_offsets[rows], shard_rank[columns.shard_ids[rows]]))]
                 return Source(
-                    "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", groups,
+                    "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", [],
                     PAYLOAD_EXTENSIONS.get(metadata["format"], "jpg"), classes=metadata.get("classes"),
                     stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
-                    label_offset=metadata.get("label_offset", 0),
+                    label_offset=metadata.get("label_offset", 0), columns=columns.take(rows),
                 )
     if all(is_tfrecord_location(location) for location in locations):
         return _tfrecord_files(locations, split, label_offset)
@@ -276,8 +282,8 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
             groups.append(records)
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
     payload = "npy" if payloads & {"npy"} else "jpg"
-    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", groups, payload,
-                  locations={loc: loc for loc in locations})
+    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", [], payload,
+                  locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
 
 def _tfrecord_files(locations, split: str, label_offset: Optional[int]) -> Source:
@@ -304,8 +310,13 @@ def _tfrecord_files(locations, split: str, label_offset: Optional[int]) -> Sourc
     warnings.warn(message, stacklevel=3)
     log.warning(message)
     return Source("webdataset", f"{len(locations)} TFRecord shards ({split}, no metadata, label offset "
-                                f"{decision.offset})", groups, "jpg", locations={loc: loc for loc in locations},
-                  label_offset=decision.offset)
+                                f"{decision.offset})", [], "jpg", locations={loc: loc for loc in locations},
+                  label_offset=decision.offset, columns=_columns_of_groups(groups))
+
+
+def _columns_of_groups(groups) -> SampleColumns:
+    """Scanned shards (lists of SampleRecords, one per shard) as columns, one row range per shard."""
+    return columns_from_records(record for group in groups for record in group)
 
 
 def _split_folder(root: Path, split: str) -> Optional[Path]:

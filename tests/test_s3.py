@@ -1,0 +1,266 @@
+"""s3:// datasets against a real SeaweedFS on loopback (tests/s3_server.py): upload, load, fail loudly."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import run_script
+from datasets import storage
+from datasets.index import METADATA_FILE
+from datasets.launcher import Instance
+from datasets.loader import get_data
+
+SINGLE = Instance(0, 1, "test")
+DATASET_BUCKET = "datasets"
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """This process talks to the session server (credentials from the environment, --s3-endpoint)."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, s3_server.endpoint)
+    monkeypatch.setenv(storage.RETRIES_VARIABLE, "2")
+    storage._clients.clear()
+    yield s3_server
+    storage._clients.clear()
+
+
+@pytest.fixture(scope="session")
+def uploaded(s3_server, converted):
+    """uploaded(fmt, *extra) -> s3:// location of converted(fmt, *extra), uploaded once per session."""
+    s3_server.create_bucket(DATASET_BUCKET)
+    cache = {}
+
+    def upload(fmt="img", *extra):
+        if (fmt, extra) not in cache:
+            target = f"s3://{DATASET_BUCKET}/{fmt}{len(cache)}"
+            result = upload_cli(s3_server, converted(fmt, *extra), target)
+            assert result.returncode == 0, result.stdout + result.stderr
+            cache[fmt, extra] = target
+        return cache[fmt, extra]
+
+    return upload
+
+
+def upload_cli(server, local, target, *args, secret=None):
+    return run_script("upload_dataset.py", local, target, "--s3-endpoint", server.endpoint, "--no-progress",
+                      *args, env=server.env(secret))
+
+
+def read_all(loader):
+    keys, labels, images = [], [], []
+    for batch_images, batch_labels, batch_keys in loader:
+        keys += batch_keys
+        labels += batch_labels.tolist()
+        images.append(batch_images)
+    return keys, labels, torch.cat(images)
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor", "tfrecord"])
+def test_get_data_over_s3_equals_local(s3_env, converted, uploaded, fmt):
+    local = read_all(get_data(str(converted(fmt)), "validation", 5, 0, normalization="device", instance=SINGLE,
+                              with_keys=True))
+    remote = read_all(get_data(uploaded(fmt), "validation", 5, 0, normalization="device", instance=SINGLE,
+                               with_keys=True))
+    assert remote[0] == local[0] and remote[1] == local[1]
+    assert torch.equal(remote[2], local[2])
+    assert len(local[0]) == 12
+
+
+def test_get_data_over_s3_with_forked_workers(s3_env, converted, uploaded):
+    """Forked DataLoader workers make their own clients; the epoch is the local one."""
+    local = read_all(get_data(str(converted("img")), "train", 4, 2, normalization="device", instance=SINGLE,
+                              with_keys=True, epoch=1))
+    remote = read_all(get_data(uploaded("img"), "train", 4, 2, normalization="device", instance=SINGLE,
+                               with_keys=True, epoch=1))
+    assert remote[0] == local[0] and remote[1] == local[1] and torch.equal(remote[2], local[2])
+
+
+def test_upload_refuses_an_existing_dataset_and_resume_skips_what_matches(s3_server, converted, s3_bucket):
+    target = f"s3://{s3_bucket}/ds"
+    first = upload_cli(s3_server, converted("img"), target)
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = upload_cli(s3_server, converted("img"), target)
+    assert again.returncode == 2 and "already holds a complete dataset" in again.stderr and "--resume" in again.stderr
+    resumed = upload_cli(s3_server, converted("img"), target, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert " 0 files uploaded" in resumed.stdout and "10 already there and matching" in resumed.stdout
+
+
+def test_interrupted_upload_then_resume_uploads_only_the_rest(s3_server, converted, s3_bucket):
+    """An upload that stopped half-way (no metadata.json yet): --resume sends only what is missing."""
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    client = s3_server.client()
+    names = sorted(p.name for p in local.iterdir() if p.name.endswith(".tar"))
+    for name in names[:3]:  # what the interrupted run had stored
+        client.put_object(Bucket=s3_bucket, Key=f"ds/{name}", Body=(local / name).read_bytes())
+    refused = upload_cli(s3_server, local, target)
+    assert refused.returncode == 2 and "3 objects (an incomplete upload?)" in refused.stderr
+    resumed = upload_cli(s3_server, local, target, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    total = sum(1 for p in local.iterdir() if p.is_file())
+    assert f"{total - 3} files uploaded" in resumed.stdout and "3 already there and matching" in resumed.stdout
+    stored = client.get_object(Bucket=s3_bucket, Key=f"ds/{METADATA_FILE}")["Body"].read()
+    assert stored == (local / METADATA_FILE).read_bytes()
+
+
+def test_resume_replaces_an_object_that_does_not_match(s3_server, converted, s3_bucket):
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    client = s3_server.client()
+    shard = sorted(p.name for p in local.iterdir() if p.name.endswith(".tar"))[0]
+    data = bytearray((local / shard).read_bytes())
+    data[5000] ^= 0xFF  # same size, other bytes
+    client.put_object(Bucket=s3_bucket, Key=f"ds/{shard}", Body=bytes(data))
+    resumed = upload_cli(s3_server, local, target, "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert client.get_object(Bucket=s3_bucket, Key=f"ds/{shard}")["Body"].read() == (local / shard).read_bytes()
+
+
+def test_upload_of_a_locally_damaged_shard_is_refused_by_the_server(s3_server, converted, s3_bucket, tmp_path):
+    """The PUT carries the sha256 recorded at conversion: bytes that changed since never get stored."""
+    import shutil
+
+    local = tmp_path / "copy"
+    shutil.copytree(converted("img"), local)
+    shard = sorted(local.glob("*.tar"))[0]
+    data = bytearray(shard.read_bytes())
+    data[3000] ^= 0x01
+    shard.write_bytes(bytes(data))
+    result = upload_cli(s3_server, local, f"s3://{s3_bucket}/ds")
+    assert result.returncode == 1
+    assert f"FAILED {shard.name}" in result.stdout and "no longer matches the sha256" in result.stdout
+    assert f"{METADATA_FILE} was not uploaded" in result.stdout
+    listing = s3_server.client().list_objects_v2(Bucket=s3_bucket, Prefix="ds/").get("Contents", [])
+    assert shard.name not in {item["Key"].split("/")[-1] for item in listing}
+    assert METADATA_FILE not in {item["Key"].split("/")[-1] for item in listing}
+
+
+def test_wrong_secret_fails_fast_naming_the_credential_source(s3_env, uploaded, monkeypatch):
+    location = uploaded("img")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    storage._clients.clear()
+    with pytest.raises(storage.StorageUnavailable) as error:
+        get_data(location, "validation", 4, 0, instance=SINGLE)
+    message = str(error.value)
+    assert "SignatureDoesNotMatch" in message and "credentials from env" in message
+    assert s3_env.endpoint in message and location in message
+
+
+def test_missing_bucket_and_missing_dataset_are_named(s3_env):
+    with pytest.raises(storage.StorageUnavailable, match="no such bucket 'no-such-bucket'"):
+        get_data("s3://no-such-bucket/ds", "validation", 4, 0, instance=SINGLE)
+    from datasets.loader.sources import SourceError
+
+    with pytest.raises(SourceError, match=f"s3://{DATASET_BUCKET}/nothing-here/: not a converted dataset"):
+        get_data(f"s3://{DATASET_BUCKET}/nothing-here", "validation", 4, 0, instance=SINGLE)
+
+
+def test_missing_shard_object_is_a_skipped_sample_not_an_outage(s3_env, converted, s3_bucket):
+    """A data problem goes through on_error: each sample of the missing shard is named and counted."""
+    local = converted("img")
+    client = s3_env.client()
+    for path in local.iterdir():
+        if path.is_file():
+            client.put_object(Bucket=s3_bucket, Key=f"ds/{path.name}", Body=path.read_bytes())
+    metadata = json.loads((local / METADATA_FILE).read_text())
+    gone = metadata["splits"]["validation"]["shards"][0]
+    client.delete_object(Bucket=s3_bucket, Key=f"ds/{gone['name']}")
+    loader = get_data(f"s3://{s3_bucket}/ds", "validation", 4, 0, instance=SINGLE, with_keys=True)
+    keys = read_all(loader)[0]
+    skipped = loader.report.skipped
+    assert len(skipped) == gone["samples"] and len(keys) == 12 - gone["samples"]
+    assert all(s.shard == gone["name"] and "no such object" in s.reason for s in skipped)
+
+
+def validate_cli(server, location, *args):
+    return run_script("validate_dataset.py", location, "--s3-endpoint", server.endpoint, "--no-progress", "--workers",
+                      1, *args, env=server.env())
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor", "tfrecord"])
+def test_convert_upload_validate(s3_server, uploaded, fmt):
+    location = uploaded(fmt)
+    full = validate_cli(s3_server, location)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert full.stdout.startswith("Dataset OK.") and "streamed once each" in full.stdout
+    quick = validate_cli(s3_server, location, "--quick")
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    assert quick.stdout.startswith("Dataset OK.") and "--quick: object sizes and the checksums" in quick.stdout
+    assert "warning:" not in quick.stdout  # SeaweedFS keeps the SHA256 sent with each PUT
+
+
+@pytest.fixture(scope="module")
+def repartitioned(tmp_path_factory, converted):
+    import shutil
+
+    target = tmp_path_factory.mktemp("s3-repartition") / "img"
+    shutil.copytree(converted("img"), target)
+    result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 2, "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target
+
+
+def test_repartition_upload_validate_and_load(s3_env, repartitioned, s3_bucket):
+    target = f"s3://{s3_bucket}/img"
+    result = upload_cli(s3_env, repartitioned, target, "--workers", 2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    listing = s3_env.client().list_objects_v2(Bucket=s3_bucket, Prefix="img/distributed/")["Contents"]
+    assert any(item["Key"].endswith("2-instances/manifest.json") for item in listing)
+    checked = validate_cli(s3_env, target)
+    assert checked.returncode == 0 and checked.stdout.startswith("Dataset OK."), checked.stdout + checked.stderr
+    for index in range(2):
+        instance = Instance(index, 2, "test")
+        local = read_all(get_data(str(repartitioned), "train", 3, 0, normalization="device", instance=instance,
+                                  with_keys=True, policy="drop"))
+        remote = read_all(get_data(target, "train", 3, 0, normalization="device", instance=instance,
+                                   with_keys=True, policy="drop"))
+        assert remote[0] == local[0] and torch.equal(remote[2], local[2])
+        assert local[0]
+
+
+def test_validator_names_a_damaged_object(s3_server, converted, s3_bucket):
+    """An object whose bytes differ from what was converted (same size): full and quick name it."""
+    import base64
+    import hashlib
+
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_server, local, target).returncode == 0
+    shard = json.loads((local / METADATA_FILE).read_text())["splits"]["train"]["shards"][1]["name"]
+    data = bytearray((local / shard).read_bytes())
+    data[len(data) // 2] ^= 0x40
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    s3_server.client().put_object(Bucket=s3_bucket, Key=f"ds/{shard}", Body=bytes(data), ChecksumSHA256=checksum)
+    full = validate_cli(s3_server, target)
+    assert full.returncode == 1 and full.stdout.startswith("Dataset is corrupted.")
+    assert f"error: {shard}" in full.stdout
+    quick = validate_cli(s3_server, target, "--quick")
+    assert quick.returncode == 1 and f"error: {shard}: the SHA256 the server stored differs" in quick.stdout
+
+
+def test_validator_names_missing_and_extra_objects(s3_server, converted, s3_bucket):
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_server, local, target).returncode == 0
+    client = s3_server.client()
+    shard = json.loads((local / METADATA_FILE).read_text())["splits"]["validation"]["shards"][0]["name"]
+    client.delete_object(Bucket=s3_bucket, Key=f"ds/{shard}")
+    client.put_object(Bucket=s3_bucket, Key="ds/stray.bin", Body=b"stray")
+    for args in ((), ("--quick",)):
+        result = validate_cli(s3_server, target, *args)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert f"error: {shard}" in result.stdout and "warning: stray.bin" in result.stdout
+
+
+def test_validator_exits_2_when_the_endpoint_is_unreachable(s3_server):
+    from s3_server import free_port_pairs
+
+    dead = f"http://127.0.0.1:{free_port_pairs(1)[0]}"
+    result = run_script("validate_dataset.py", f"s3://{DATASET_BUCKET}/img0", "--s3-endpoint", dead, "--s3-retries", 1,
+                        "--no-progress", env=s3_server.env())
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert dead in result.stderr and "failed after the retries" in result.stderr
