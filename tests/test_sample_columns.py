@@ -53,9 +53,9 @@ def test_columns_equal_the_text_index(tmp_path):
 def test_columns_of_a_converted_dataset_and_of_records(converted):
     dataset = converted("img")
     for split in ("train", "validation"):
-        data = (dataset / f"{split}.index.tsv").read_bytes()
+        data = (dataset / f"samples-{split}.index.tsv").read_bytes()
         records = parse_sample_index(data)
-        columns = read_sample_columns(str(dataset / f"{split}.index.tsv"))
+        columns = read_sample_columns(str(dataset / f"samples-{split}.index.tsv"))
         assert check_columns_match(columns, records) is None
         assert check_columns_match(columns_from_records(records), records) is None
         assert columns.record(0).members == f"jpg:{records[0].payload_offset - 512}"
@@ -115,19 +115,19 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
     large = tmp_path / "large"
     shutil.copytree(small, large)
     instances = 40_000
-    lines = (small / "validation.index.tsv").read_bytes().splitlines()
+    lines = (small / "samples-validation.index.tsv").read_bytes().splitlines()
     real = len(lines) - 1
     extra = []
     for number in range(real * (instances - 1)):
         offset = (number % 1000) * 3072
         extra.append(f"fake/n{number:09d}\tvalidation-{number // 1000 + 100:06d}.tar\t{number % 1000}\t{offset}\t"
                      f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}")
-    (large / "validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
+    (large / "samples-validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
 
     small_keys, small_private = _epoch_worker_private(small, (0, 1))
     large_keys, large_private = _epoch_worker_private(large, (0, instances))
     assert len(small_keys) == real and sorted(large_keys) == sorted(small_keys)
-    index_bytes = read_sample_columns(str(large / "validation.index.tsv")).nbytes
+    index_bytes = read_sample_columns(str(large / "samples-validation.index.tsv")).nbytes
     assert index_bytes > 25 * 2**20
     grown = large_private - small_private
     assert grown <= 10 * 2**20, f"the worker's private memory grew by {grown / 2**20:.1f} MB with the index"

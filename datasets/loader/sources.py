@@ -1,7 +1,7 @@
 """What a `source` argument names, resolved into groups of samples the planner can deal.
 
     converted dataset   a directory or http(s) base URL holding metadata.json and
-                        <split>.index.tsv (made by create_webdataset.py); groups = shards.
+                        its sample indexes (made by create_webdataset.py); groups = shards.
                         A repartition for the instance count (distributed/<N>-instances/
                         manifest.json, made by distributed_webdataset.py) is used when present.
     TFRecord shards     a folder (or list) of TF-slim shards (train-00000-of-01024 ...) without
