@@ -1,5 +1,5 @@
 # One entry point for setup and runs. Both README commands go through $(STAMP),
-# which rebuilds the environment only when requirements.txt or the setup script changed.
+# which rebuilds the environment only when requirements.txt, the setup script or the native code changed.
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -7,7 +7,7 @@ DEMO   ?= demo-output
 
 .PHONY: demo test venv clean
 
-$(STAMP): requirements.txt scripts/setup_venv.sh
+$(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c native/jpeg_crop/setup.py
 	bash scripts/setup_venv.sh
 	touch $(STAMP)
 

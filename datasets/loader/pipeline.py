@@ -16,6 +16,11 @@ Where the time goes, and why it is done this way:
     full size and resizing: same geometry, different filter.
   * Crop + resize is one PIL call (`resize(..., box=...)`), with PIL's antialiased bilinear
     filter, as torchvision does on PIL images.
+  * Train JPEGs are decoded only where the crop needs pixels (`decode_path == "crop"`, the
+    default where native/jpeg_crop is built; see datasets.loader.jpeg_crop): the same box, the
+    same DCT scale as draft, the same resize on an image of the same geometry, so the output is
+    the whole-image path's, pixel for pixel. CMYK/YCCK, non-JPEG data and data libjpeg rejects
+    take the whole-image PIL path.
   * The result is written once into the batch: the HWC -> CHW transpose and the horizontal flip
     are done by that one strided copy. `tensor` payloads are read as zero-copy views
     (`decode_npy`), so a stored-at-size validation sample is copied exactly once.
@@ -26,13 +31,14 @@ from __future__ import annotations
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 from PIL import Image
 
 from datasets.formats.npy import decode_npy
+from datasets.loader import jpeg_crop
 
 RESIZE, CENTER_CROP, RANDOM_RESIZED_CROP, FLIP = "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip"
 _STEP_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*$")
@@ -186,6 +192,8 @@ class ImagePipeline:
     ratio: tuple = (3 / 4, 4 / 3)
     steps: tuple = ()  # names of the runtime steps still to run (after skipping stored ones)
     use_draft: bool = True
+    # "crop": decode train JPEGs' crop regions with _jpeg_crop; "pil": whole images with PIL.
+    decode_path: str = field(default_factory=jpeg_crop.decode_path)
 
     @classmethod
     def build(cls, train, size=224, resize=256, stored=(), scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
@@ -198,19 +206,23 @@ class ImagePipeline:
 
     def image_into(self, payload, slot: np.ndarray, rng) -> None:
         """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view)."""
-        image = Image.open(io.BytesIO(payload))
         flip = False
         if RANDOM_RESIZED_CROP in self.steps:
-            width, height = image.size
-            top, left, h, w = random_resized_crop_box(width, height, self.scale, self.ratio, rng)
-            image = self._draft(image, width * self.size / w, height * self.size / h)
-            fx, fy = image.size[0] / width, image.size[1] / height
-            image = _rgb(image).resize(
-                (self.size, self.size), Image.BILINEAR, box=(left * fx, top * fy, (left + w) * fx, (top + h) * fy)
-            )
+            size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
+            image = None if size is not None else Image.open(io.BytesIO(payload))
+            width, height = size or image.size
+            box = random_resized_crop_box(width, height, self.scale, self.ratio, rng)
+            pixels = None
+            if size is not None:
+                try:
+                    pixels = self._crop_decoded(payload, width, height, box)
+                except jpeg_crop.JpegError:
+                    pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
+            if pixels is None:
+                pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
             flip = FLIP in self.steps and rng.random() < 0.5
-            pixels = np.asarray(image)
         else:
+            image = Image.open(io.BytesIO(payload))
             if RESIZE in self.steps:
                 width, height = resized_size(*image.size, self.resize)
                 image = _rgb(self._draft(image, width, height))
@@ -222,6 +234,39 @@ class ImagePipeline:
             if CENTER_CROP in self.steps:
                 pixels = _center_crop(pixels, self.size)
         _write(slot, pixels, flip)
+
+    def _decoded_then_cropped(self, image, width, height, box) -> np.ndarray:
+        """The whole-image path: (draft-scaled) full decode, then crop + resize in one PIL call."""
+        top, left, h, w = box
+        image = self._draft(image, width * self.size / w, height * self.size / h)
+        fx, fy = image.size[0] / width, image.size[1] / height
+        image = _rgb(image).resize(
+            (self.size, self.size), Image.BILINEAR, box=(left * fx, top * fy, (left + w) * fx, (top + h) * fy)
+        )
+        return np.asarray(image)
+
+    def _crop_decoded(self, payload, width, height, box) -> Optional[np.ndarray]:
+        """The region path: what `_decoded_then_cropped` returns, decoding only the pixels the resize reads.
+
+        Same DCT scale as `_draft` picks, same scaled image size, same box: PIL resamples an image
+        of the same geometry (see datasets.loader.jpeg_crop). None if the colour space is not
+        decoded natively.
+        """
+        top, left, h, w = box
+        want_width, want_height = width * self.size / w, height * self.size / h
+        scale = 1
+        if self.use_draft and width >= 2 * want_width and height >= 2 * want_height:
+            scale = jpeg_crop.dct_scale(width, height, want_width, want_height)
+        scaled_width, scaled_height = -(-width // scale), -(-height // scale)
+        fx, fy = scaled_width / width, scaled_height / height
+        resize_box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
+        x0, x1 = jpeg_crop.resample_span(resize_box[0], resize_box[2], self.size, scaled_width)
+        y0, y1 = jpeg_crop.resample_span(resize_box[1], resize_box[3], self.size, scaled_height)
+        decoded = jpeg_crop.decode_region(payload, scale, x0, y0, x1, y1, size=(width, height))
+        if decoded is None:
+            return None
+        image = decoded[0].resize((self.size, self.size), Image.BILINEAR, box=resize_box)
+        return np.asarray(image)[:, :, :3]
 
     def _draft(self, image, want_width, want_height):
         """Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still leaves enough pixels."""

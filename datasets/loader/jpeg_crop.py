@@ -1,0 +1,130 @@
+"""Decode only the part of a JPEG that a crop needs: the native `_jpeg_crop` module (native/jpeg_crop/).
+
+scripts/setup_venv.sh builds `_jpeg_crop` against the system libjpeg-turbo, after pillow-simd.
+When it is missing (build failed, not installed), `available()` is False and the loader decodes
+whole images with PIL, as before. `DATASETS_JPEG_DECODE=pil` forces that path (benchmarks
+compare both).
+
+How a region is decoded (`decode_region`): libjpeg decodes, at 1/1, 1/2, 1/4 or 1/8 scale, the
+rows and columns covering the region (columns widened to iMCU boundaries, rows above skipped,
+decoding stopped after the last row) and writes them into a canvas the size of the WHOLE scaled
+image, at the places a full decode would put them. PIL then resamples the canvas with the same
+geometry as a full decode, so the arithmetic (box, filter bounds, weights) is the same as on a
+fully decoded image; only pixels that PIL reads have to be decoded (`resample_span`).
+Decoding settings equal PIL's default JPEG decode (JDCT_ISLOW, fancy upsampling, the colour
+space libjpeg infers), so the decoded pixels are equal too, except in the outermost column and
+row of a cut (fancy upsampling replicates the edge there): `resample_span` leaves a margin.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from typing import Optional
+
+import numpy as np
+from PIL import Image
+
+try:
+    import _jpeg_crop as _native
+except ImportError as error:  # not built: the loader decodes whole images with PIL
+    _native = None
+    UNAVAILABLE_REASON = f"{error} (scripts/setup_venv.sh builds it from native/jpeg_crop/)"
+else:
+    UNAVAILABLE_REASON = ""
+
+FORCE_ENV = "DATASETS_JPEG_DECODE"  # "pil": decode whole images with PIL even where _jpeg_crop is built
+CROP, PIL_FULL = "crop", "pil"
+BILINEAR_SUPPORT = 1.0  # PIL's bilinear filter support, scaled by max(1, downscale factor)
+_EDGE_MARGIN = 3  # px beyond what PIL reads: covers the cut's outermost pixel (fancy upsampling) with slack
+_EOI_TAIL = 1024  # bytes at the end searched for the End Of Image marker
+_CANVAS_LIMIT = 64 << 20  # bytes of canvas kept between calls (per thread); larger ones are freed
+
+
+class JpegError(OSError):
+    """libjpeg could not decode the data (its message says why)."""
+
+
+_NativeJpegError = _native.JpegError if _native is not None else JpegError
+_SUPPORTED_SPACES = ((_native.JCS_GRAYSCALE, _native.JCS_RGB, _native.JCS_YCbCr) if _native is not None else ())
+
+
+def available() -> bool:
+    """Whether `_jpeg_crop` is built and importable."""
+    return _native is not None
+
+
+def decode_path() -> str:
+    """The JPEG train decode path this process uses: "crop" (region decode) or "pil" (whole image)."""
+    if _native is None or os.environ.get(FORCE_ENV, "").strip().lower() == PIL_FULL:
+        return PIL_FULL
+    return CROP
+
+
+def jpeg_size(data) -> Optional[tuple]:
+    """(width, height) of a JPEG this module decodes, else None (not a JPEG, CMYK/YCCK, unreadable
+    header, or no End Of Image marker near the end: a truncated file is left to PIL, which reports it
+    even where the crop would not reach the missing part)."""
+    if _native is None or data[:2] != b"\xff\xd8" or b"\xff\xd9" not in data[-_EOI_TAIL:]:
+        return None
+    try:
+        width, height, space = _native.header(data)
+    except _NativeJpegError:
+        return None
+    return (width, height) if space in _SUPPORTED_SPACES else None
+
+
+def dct_scale(width: int, height: int, want_width: float, want_height: float) -> int:
+    """The scale denominator PIL's `Image.draft(mode, (ceil(want_width), ceil(want_height)))` picks."""
+    request = (max(1, math.ceil(want_width)), max(1, math.ceil(want_height)))
+    ratio = min(width // request[0], height // request[1])
+    return next(s for s in (8, 4, 2, 1) if ratio >= s)
+
+
+def resample_span(start: float, end: float, out_size: int, limit: int) -> tuple:
+    """[first, last) pixels to decode so that PIL's bilinear resample of [start, end) to `out_size`
+    reads only decoded, full-decode-equal pixels (clamped to [0, limit))."""
+    support = BILINEAR_SUPPORT * max(1.0, (end - start) / out_size)
+    return (max(0, math.floor(start - support) - _EDGE_MARGIN),
+            min(limit, math.ceil(end + support) + _EDGE_MARGIN))
+
+
+_local = threading.local()
+
+
+def _canvas(nbytes: int) -> np.ndarray:
+    """A flat uint8 scratch buffer of at least `nbytes`, reused by this thread (no page faults per image)."""
+    buffer = getattr(_local, "canvas", None)
+    if buffer is None or buffer.size < nbytes:
+        buffer = np.empty(max(nbytes, 1 << 20), np.uint8)
+        if nbytes <= _CANVAS_LIMIT:
+            _local.canvas = buffer
+    return buffer[:nbytes]
+
+
+def decode_region(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,
+                  canvas: Optional[np.ndarray] = None):
+    """Decode the region [x0, x1) x [y0, y1) of the image scaled by 1/`scale` (1, 2, 4 or 8).
+
+    Returns (image, written): `image` is an RGBX PIL image of the whole scaled size
+    (ceil(width / scale), ceil(height / scale)); its pixels inside `written` = (xs, ys, xe, ye),
+    a rectangle containing the region, equal a full decode's (up to the outermost column/row of
+    a cut), its other pixels are undefined. `image` shares memory with a per-thread canvas (or
+    with `canvas`, a uint8 array of at least that many RGBX pixels): use it before the next call.
+    None when the colour space is not decoded here (CMYK, YCCK). `size` = (width, height) saves
+    reading the header twice. Raises JpegError for data libjpeg cannot decode or that ends early.
+    """
+    if _native is None:
+        raise JpegError(f"_jpeg_crop is not available: {UNAVAILABLE_REASON}")
+    try:
+        width, height = size if size is not None else _native.header(data)[:2]
+        out_width, out_height = -(-width // scale), -(-height // scale)
+        nbytes = out_width * out_height * 4
+        buffer = _canvas(nbytes) if canvas is None else canvas.reshape(-1)[:nbytes]
+        written = _native.decode_into(data, buffer, scale, x0, y0, x1, y1)
+    except _NativeJpegError as error:
+        raise JpegError(str(error)) from None
+    if written is None:
+        return None
+    return Image.frombuffer("RGBX", (out_width, out_height), buffer, "raw", "RGBX", 0, 1), written

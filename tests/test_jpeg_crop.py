@@ -1,0 +1,210 @@
+"""The region JPEG decode (native/jpeg_crop, datasets.loader.jpeg_crop) against PIL's whole-image decode.
+
+Without DCT scaling the train output must equal the whole-image path's pixel for pixel; with it
+(draft, crop >= 2x the output on both axes) it must equal the draft path's, and stay within the
+bound the README states of a full-size decode. The canvas the region is decoded into is filled
+with a pattern first, so a pixel read outside the decoded region would show.
+"""
+
+import io
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from datasets.loader import jpeg_crop
+from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
+# The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on datasets/photos and
+# ../shared/photos/large at 128, 160 and 224 px: mean of the per-image mean abs difference 1.2,
+# per-image mean <= 7.6, max <= 108 (README, "JPEG train decode").
+DCT_MEAN_BOUND, DCT_IMAGE_MEAN_BOUND, DCT_MAX_BOUND = 1.5, 8.0, 120
+
+
+def _photos():
+    bundled = sorted((REPO / "datasets" / "photos").rglob("*.jp*g"))
+    large = sorted(SHARED_LARGE.rglob("*.jpg"))[::7] if SHARED_LARGE.is_dir() else []
+    return bundled + large
+
+
+PHOTOS = _photos()
+
+
+@pytest.fixture(scope="module")
+def payloads():
+    return [path.read_bytes() for path in PHOTOS]
+
+
+def _pipelines(size, use_draft):
+    crop = ImagePipeline(True, size, steps=("RandomResizedCrop", "RandomHorizontalFlip"), use_draft=use_draft,
+                         decode_path=jpeg_crop.CROP)
+    whole = ImagePipeline(True, size, steps=crop.steps, use_draft=use_draft, decode_path=jpeg_crop.PIL_FULL)
+    return crop, whole
+
+
+def _poison_canvas(width, height):
+    """Black/white stripes in the per-thread canvas, where a region decode puts its pixels."""
+    jpeg_crop._canvas(width * height * 4 + 2).view(np.uint16).fill(0xFF00)
+
+
+def _both(crop, whole, payload, box):
+    """(region path, whole-image path) outputs for one box; the region path must not fall back."""
+    width, height = jpeg_crop.jpeg_size(payload)
+    _poison_canvas(width, height)
+    region = crop._crop_decoded(payload, width, height, box)
+    assert region is not None, "the region path fell back"
+    return region, whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box)
+
+
+def _edge_boxes(width, height):
+    """(top, left, h, w) boxes at the edges: whole image, touching right/bottom, 1-2 px, thin strips."""
+    return [
+        (0, 0, height, width), (height - 1, width - 1, 1, 1), (0, 0, 1, 1), (height - 2, 0, 2, 2),
+        (0, width - 2, 2, 2), (height // 2, width - 37, height - height // 2, 37), (height - 19, 5, 19, width - 5),
+        (0, width // 3, height, 1), (height // 3, 0, 1, width), (7, 9, height - 7, width - 9),
+        (height - 300, width - 300, 300, 300) if min(width, height) > 300 else (1, 1, height - 1, width - 1),
+    ]
+
+
+def test_module_is_built():
+    assert jpeg_crop.available(), jpeg_crop.UNAVAILABLE_REASON
+    assert jpeg_crop.decode_path() in (jpeg_crop.CROP, jpeg_crop.PIL_FULL)
+
+
+@pytest.mark.parametrize("size", [224, 128, 97])
+def test_equal_to_whole_decode_without_dct_scaling(payloads, size):
+    crop, whole = _pipelines(size, use_draft=False)
+    rng = random.Random(size)
+    for payload in payloads:
+        width, height = jpeg_crop.jpeg_size(payload)
+        boxes = [random_resized_crop_box(width, height, crop.scale, crop.ratio, rng) for _ in range(4)]
+        for box in boxes + _edge_boxes(width, height):
+            region, reference = _both(crop, whole, payload, box)
+            assert np.array_equal(region, reference), f"box {box} of a {width}x{height} image"
+
+
+@pytest.mark.parametrize("size", [224, 128])
+def test_dct_scaled_equal_to_draft_path_and_within_bound(payloads, size):
+    crop, draft = _pipelines(size, use_draft=True)
+    _, full = _pipelines(size, use_draft=False)
+    rng = random.Random(1000 + size)
+    means, scales = [], set()
+    for payload in payloads:
+        width, height = jpeg_crop.jpeg_size(payload)
+        for _ in range(8):
+            box = random_resized_crop_box(width, height, crop.scale, crop.ratio, rng)
+            top, left, h, w = box
+            if not (h >= 2 * size and w >= 2 * size):
+                continue
+            scales.add(jpeg_crop.dct_scale(width, height, width * size / w, height * size / h))
+            region, reference = _both(crop, draft, payload, box)
+            assert np.array_equal(region, reference), f"box {box} of a {width}x{height} image"
+            difference = np.abs(region.astype(int) - full._decoded_then_cropped(
+                Image.open(io.BytesIO(payload)), width, height, box))
+            assert difference.mean() <= DCT_IMAGE_MEAN_BOUND and difference.max() <= DCT_MAX_BOUND, box
+            means.append(difference.mean())
+    assert 2 in scales and len(means) >= 20
+    assert 0 < np.mean(means) <= DCT_MEAN_BOUND
+
+
+def test_image_into_uses_the_same_draws(payloads):
+    """Through image_into: same box and flip draws, same output, and the same RNG state afterwards."""
+    for use_draft in (False, True):
+        crop, whole = _pipelines(160, use_draft)
+        for index, payload in enumerate(payloads[:12]):
+            outputs = []
+            for pipeline in (crop, whole):
+                rng = random.Random(index)
+                slot = np.empty((160, 160, 3), np.uint8)
+                pipeline.image_into(payload, slot, rng)
+                outputs.append((slot, rng.random()))
+            assert np.array_equal(outputs[0][0], outputs[1][0]) and outputs[0][1] == outputs[1][1]
+
+
+def _encoded(image, format="JPEG", **options):
+    out = io.BytesIO()
+    image.save(out, format, **options)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def photo():
+    return Image.open(PHOTOS[0]).convert("RGB").crop((3, 5, 3 + 333, 5 + 251))  # sizes off the MCU grid
+
+
+@pytest.mark.parametrize("kind, native", [
+    ("grayscale", True), ("progressive", True), ("444", True), ("422", True), ("restart markers", True),
+    ("cmyk", False), ("png named jpeg", False),
+])
+def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
+    payload = {
+        "grayscale": lambda: _encoded(photo.convert("L"), quality=90),
+        "progressive": lambda: _encoded(photo, quality=90, progressive=True),
+        "444": lambda: _encoded(photo, quality=90, subsampling=0),
+        "422": lambda: _encoded(photo, quality=90, subsampling=1),
+        "restart markers": lambda: _encoded(photo, quality=90, restart_marker_blocks=3),
+        "cmyk": lambda: _encoded(photo.convert("CMYK"), quality=90),
+        "png named jpeg": lambda: _encoded(photo, "PNG"),
+    }[kind]()
+    assert (jpeg_crop.jpeg_size(payload) is not None) == native
+    for use_draft in (False, True):
+        crop, whole = _pipelines(64, use_draft)
+        if native:
+            width, height = photo.size
+            for box in _edge_boxes(width, height) + [random_resized_crop_box(width, height, crop.scale, crop.ratio,
+                                                                             random.Random(n)) for n in range(8)]:
+                region, reference = _both(crop, whole, payload, box)
+                assert np.array_equal(region, reference), f"{kind}: box {box}"
+        for seed in range(4):
+            slots = [np.empty((64, 64, 3), np.uint8) for _ in range(2)]
+            crop.image_into(payload, slots[0], random.Random(seed))
+            whole.image_into(payload, slots[1], random.Random(seed))
+            assert np.array_equal(*slots), kind
+
+
+def test_corrupt_jpeg_raises_a_named_error(payloads):
+    payload = payloads[0]
+    width, height = jpeg_crop.jpeg_size(payload)
+    with pytest.raises(jpeg_crop.JpegError, match="Premature end of JPEG file"):
+        jpeg_crop.decode_region(payload[: len(payload) // 2], 1, 0, 0, width, height)
+    with pytest.raises(jpeg_crop.JpegError, match="Not a JPEG file"):
+        jpeg_crop.decode_region(b"GIF89a" + payload[6:], 1, 0, 0, width, height)
+    broken_header = payload[:2] + b"\xff\xc0\x00\x03" + payload[2:]  # a start-of-frame marker with no frame
+    with pytest.raises(jpeg_crop.JpegError):
+        jpeg_crop.decode_region(broken_header, 1, 0, 0, width, height)
+    with pytest.raises(ValueError, match="scale_denom"):
+        jpeg_crop.decode_region(payload, 3, 0, 0, width, height)
+    with pytest.raises(ValueError, match="smaller than"):
+        jpeg_crop.decode_region(payload, 1, 0, 0, width, height, canvas=np.empty(100, np.uint8))
+
+
+def test_truncated_jpeg_fails_as_on_the_whole_image_path(payloads):
+    """A truncated file is left to PIL (no End Of Image marker), which reports it whatever the crop."""
+    truncated = payloads[0][: len(payloads[0]) * 2 // 3]
+    assert jpeg_crop.jpeg_size(truncated) is None
+    crop, whole = _pipelines(224, use_draft=False)
+    for pipeline in (crop, whole):
+        with pytest.raises(OSError, match="truncated"):
+            pipeline.image_into(truncated, np.empty((224, 224, 3), np.uint8), random.Random(0))
+
+
+def test_validation_uses_dct_scaling_within_bound():
+    """Resize(256) + CenterCrop(224) on photos with a short side >= 512: draft-scaled, within the bound."""
+    large = [p for p in PHOTOS if min(Image.open(p).size) >= 512][:12]
+    assert large, "no photo with a short side >= 512 px"
+    scaled = ImagePipeline(False, 224, steps=("Resize", "CenterCrop"), use_draft=True)
+    full = ImagePipeline(False, 224, steps=("Resize", "CenterCrop"), use_draft=False)
+    means = []
+    for path in large:
+        payload = path.read_bytes()
+        slots = [np.empty((224, 224, 3), np.uint8) for _ in range(2)]
+        scaled.image_into(payload, slots[0], None)
+        full.image_into(payload, slots[1], None)
+        difference = np.abs(slots[0].astype(int) - slots[1])
+        assert difference.mean() <= DCT_IMAGE_MEAN_BOUND and difference.max() <= DCT_MAX_BOUND, path.name
+        means.append(difference.mean())
+    assert 0 < np.mean(means) <= DCT_MEAN_BOUND
