@@ -1,0 +1,177 @@
+"""s3:// reads and uploads under faults: a fault-injecting proxy (tests/fault_proxy.py) in front of
+the real SeaweedFS, and a server killed mid-epoch. Nothing is mocked: botocore, urllib3 and the
+server do what they do; the proxy only drops, throttles or corrupts bytes between them."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import run_script
+from datasets import storage
+from datasets.index import METADATA_FILE
+from datasets.launcher import Instance
+from datasets.loader import get_data
+from fault_proxy import FaultProxy
+from test_s3 import read_all, upload_cli
+
+SINGLE = Instance(0, 1, "test")
+
+
+@pytest.fixture
+def dataset(s3_server, converted, s3_bucket):
+    """The img sample dataset under a fresh bucket (so tests may replace its objects)."""
+    local = converted("img")
+    result = upload_cli(s3_server, local, f"s3://{s3_bucket}/ds")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return local, f"s3://{s3_bucket}/ds"
+
+
+@pytest.fixture
+def proxy(s3_server, monkeypatch):
+    """A proxy in front of the session server; this process's S3 endpoint is the proxy."""
+    proxy = FaultProxy(s3_server.endpoint)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, proxy.endpoint)
+    monkeypatch.setenv(storage.RETRIES_VARIABLE, "4")
+    storage._clients.clear()
+    yield proxy
+    storage._clients.clear()
+    proxy.close()
+
+
+def epoch(source, split="validation", **kwargs):
+    return read_all(get_data(str(source), split, 4, 0, normalization="device", instance=SINGLE, with_keys=True,
+                             **kwargs))
+
+
+def shard_names(local, split):
+    return [s["name"] for s in json.loads((local / METADATA_FILE).read_text())["splits"][split]["shards"]]
+
+
+def test_one_get_per_run(dataset, proxy):
+    local, remote = dataset
+    expected = epoch(local)
+    got = epoch(remote)
+    assert got[0] == expected[0] and torch.equal(got[2], expected[2])
+    shard_gets = proxy.gets(".tar")
+    # validation is read in dataset order: one contiguous run per shard, one GET per run
+    assert len(shard_gets) == len(shard_names(local, "validation"))
+    assert all(r[2] is not None and r[2].startswith("bytes=") for r in shard_gets)
+
+
+def test_slowdown_is_retried_and_the_epoch_is_identical(dataset, proxy):
+    local, remote = dataset
+    expected = epoch(local, split="train", epoch=1)
+    proxy.slowdown = 3
+    loader = get_data(remote, "train", 4, 0, normalization="device", instance=SINGLE, with_keys=True, epoch=1)
+    got = read_all(loader)
+    assert [f[0] for f in proxy.faults] == ["slowdown"] * 3
+    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+    assert not loader.report.skipped
+
+
+def test_body_cut_mid_shard_is_resumed_byte_identical(dataset, proxy):
+    local, remote = dataset
+    expected = epoch(local)
+    proxy.cut_body = 2
+    proxy.cut_fraction = 0.4
+    proxy.cut_path = ".tar"
+    loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+    got = read_all(loader)
+    assert [f[0] for f in proxy.faults] == ["cut_body", "cut_body"]
+    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+    assert not loader.report.skipped
+    resumed = [r for r in proxy.gets(".tar") if r[3] is not None]  # If-Match: the resumes
+    assert len(resumed) >= 2 and all(r[3].strip('"') for r in resumed)
+
+
+def test_object_replaced_during_a_read_is_changed_while_reading(dataset, proxy, s3_server):
+    local, remote = dataset
+    bucket = remote[len("s3://"):].split("/")[0]
+    shard = shard_names(local, "validation")[0]
+    client = s3_server.client()
+    seen = []
+
+    def replace_before_the_resume(path):
+        if path.split("?")[0].endswith(shard):
+            seen.append(path)
+            if len(seen) == 2:  # the first GET was cut; a new version lands before the resume
+                client.put_object(Bucket=bucket, Key=f"ds/{shard}", Body=(local / shard).read_bytes() + b"\0" * 1024)
+
+    proxy.on_get = replace_before_the_resume
+    proxy.cut_body = 1
+    proxy.cut_path = shard
+    loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+    read_all(loader)
+    reasons = {s.reason for s in loader.report.skipped}
+    assert loader.report.skipped and all(s.shard == shard for s in loader.report.skipped)
+    assert any("shard changed while reading" in r for r in reasons), reasons
+
+
+def test_flipped_byte_in_an_upload_is_rejected_then_sent_again(s3_server, converted, s3_bucket):
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        local = converted("img")
+        proxy.flip_put = 1
+        result = run_script("upload_dataset.py", local, f"s3://{s3_bucket}/ds", "--s3-endpoint", proxy.endpoint,
+                            "--no-progress", "--workers", 1, env=s3_server.env())
+        assert result.returncode == 0, result.stdout + result.stderr
+        flipped = proxy.faults[0][1].split("?")[0].rsplit("/", 1)[-1]
+        assert "sent again after the server rejected their checksum: " + flipped in result.stdout
+        stored = s3_server.client().get_object(Bucket=s3_bucket, Key=f"ds/{flipped}")["Body"].read()
+        assert stored == (local / flipped).read_bytes()
+    finally:
+        proxy.close()
+
+
+def test_upload_corrupted_every_time_is_reported_and_never_stored(s3_server, converted, s3_bucket):
+    proxy = FaultProxy(s3_server.endpoint)
+    try:
+        proxy.flip_put = 1000
+        result = run_script("upload_dataset.py", converted("img"), f"s3://{s3_bucket}/ds", "--s3-endpoint",
+                            proxy.endpoint, "--no-progress", env=s3_server.env())
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "the server rejected the bytes twice" in result.stdout
+        assert f"{METADATA_FILE} was not uploaded" in result.stdout
+        listing = s3_server.client().list_objects_v2(Bucket=s3_bucket, Prefix="ds/")
+        assert not listing.get("Contents")
+    finally:
+        proxy.close()
+
+
+def test_server_killed_mid_epoch_stops_the_epoch_naming_endpoint_and_shard(tmp_path, converted, monkeypatch):
+    """The server dies as the loader asks for its third shard (a proxy in front only to time the kill):
+    the epoch stops with StorageUnavailable naming endpoint and shard, not a hang, not a short epoch."""
+    from s3_server import SeaweedServer
+
+    server = SeaweedServer(tmp_path / "doomed").start()
+    proxy = FaultProxy(server.endpoint)
+    try:
+        server.create_bucket("doomed")
+        result = upload_cli(server, converted("img"), "s3://doomed/ds")
+        assert result.returncode == 0, result.stdout + result.stderr
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv(storage.ENDPOINT_VARIABLE, proxy.endpoint)
+        monkeypatch.setenv(storage.RETRIES_VARIABLE, "1")
+        storage._clients.clear()
+        shard_gets = []
+
+        def kill_at_the_third_shard(path):
+            if ".tar" in path:
+                shard_gets.append(path)
+                if len(shard_gets) == 3:
+                    server.stop()
+
+        proxy.on_get = kill_at_the_third_shard
+        loader = get_data("s3://doomed/ds", "train", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+        with pytest.raises(storage.StorageUnavailable) as error:
+            read_all(loader)
+        message = str(error.value)
+        assert proxy.endpoint in message and shard_gets[2].split("?")[0].lstrip("/") in message.replace("s3://", "")
+    finally:
+        proxy.close()
+        server.stop()
+        storage._clients.clear()
