@@ -63,6 +63,10 @@ def build_parser():
     loading.add_argument("--eight-bit-io", action="store_true",
                          help="transfer uint8 images (implies --normalization-location device)")
     loading.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and augmentation seed")
+    loading.add_argument("--image-size", type=positive_int, default=224, metavar="PX",
+                         help="output side of every pipeline (default 224; validation resizes to 256/224 of it "
+                              "first). Train JPEGs are decoded only where the crop needs pixels when "
+                              "native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes whole images")
 
     timing = parser.add_argument_group("how long to measure")
     timing.add_argument("--iterations", type=positive_int, default=2,

@@ -14,10 +14,10 @@ import pytest
 
 from conftest import PYTHON, REPO, run_script
 
-EXPECTED_ROWS = [
+EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside the default crop decode
     "bare_decode_augment",
-    "baseline_imagefolder", "folder/host", "folder/device",
-    "baseline_webdataset_pil", "img/host", "img/device",
+    "baseline_imagefolder", "folder/host", "folder/device", "folder/device-pil",
+    "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil",
     "baseline_webdataset_npy", "tensor/host", "tensor/device",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -204,6 +204,7 @@ def test_goals_met_not_met_and_not_measured():
     ]
     goals = {g["goal"]: g for g in evaluate_goals(results, "train")}
     assert goals["jpeg_vs_bare"]["status"] == "met" and goals["jpeg_vs_bare"]["ratio"] == pytest.approx(0.95)
+    assert goals["jpeg_crop_decode_vs_bare"]["status"] == "not met"  # needs 1.3x
     assert goals["jpeg_vs_bare"]["also_ratio"] == pytest.approx(0.325)  # wall-clock per worker, for context
     assert goals["jpeg_vs_imagefolder"]["status"] == "not met"
     assert goals["jpeg_vs_imagefolder"]["ratio"] == pytest.approx(1.3)
@@ -231,8 +232,11 @@ def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_for
     assert [(s.format, s.name, s.path.name) for s in sources] == [("folder", "folder", "a"), ("folder", "folder@b", "b")]
     rows = plan_rows(sources, "train", 4, 0, Instance(0, 1, "single"))
     assert [row.id for row in rows] == ["bare_decode_augment", "baseline_imagefolder", "folder/host", "folder/device",
-                                        "folder@b/host", "folder@b/device"]
-    assert rows[-1].label == "folder (b), device normalisation"
+                                        "folder/device-pil", "folder@b/host", "folder@b/device", "folder@b/device-pil"]
+    assert rows[-2].label == "folder (b), device normalisation, crop decode"
+    assert [row.decode for row in rows[-3:]] == ["crop", "crop", "pil"]
+    assert [row.id for row in plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"))] == [
+        "bare_decode_augment", "baseline_imagefolder", "folder/host", "folder/device"]
 
 
 # ---------------------------------------------------------------- the CLI, end to end
@@ -256,10 +260,13 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
     by_id = {row["id"]: row for row in report["rows"]}
     assert by_id["img/device"]["batch_dtype"] == "uint8" and by_id["img/device"]["batch_shape"] == "4x3x224x224"
     assert by_id["img/host"]["batch_dtype"] == "float32"
+    assert (by_id["img/device"]["decode"], by_id["img/device-pil"]["decode"]) == ("crop", "pil")
+    assert report["config"]["jpeg_train_decode"] == "crop" and report["config"]["image_size"] == 224
     assert by_id["baseline_imagefolder"]["batch_dtype"] == "float32"
     # MB/s counts the stored bytes per image: the tensor shards hold more per image than the JPEGs.
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
-    assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_vs_imagefolder", "tensor_vs_stock_npy"]
+    assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder",
+                                                          "tensor_vs_stock_npy"]
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"])
     assert report["config"]["formats"] == ["folder", "img", "tensor"]
     data = out_png.read_bytes()
@@ -281,7 +288,7 @@ def test_compare_with_a_format_filter(tmp_path, compare_dir):
                         "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 0, "--json", out_json)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device"]
+    assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device", "img/device-pil"]
     assert {goal["status"] for goal in report["goals"]} == {"not measured"}
     bad = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "tfrecord", "--batches", 1)
     assert bad.returncode == 1 and "tfrecord not found" in bad.stderr

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from datasets.hostbench.timing import combine_instances, measure_batches
-from datasets.hostbench.pipelines import BASELINES, bare_decode_augment, loader_batches
+from datasets.hostbench.pipelines import BASELINES, IMAGE_SIZE, bare_decode_augment, loader_batches, validation_resize
 from datasets.hostbench.sources import FORMATS, folder_split_dir, list_folder_images
+from datasets.loader import jpeg_crop
 
 NORMALIZATIONS = ("host", "device")
 
@@ -37,12 +38,22 @@ class RowPlan:
     source: str
     build: Callable  # () -> iterable of batches
     note: str = ""
+    decode: str = ""  # JPEG decode: "pil" (whole image) or "crop" (the crop's region only); "" for tensors
 
 
 def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
-              normalizations=NORMALIZATIONS, loader_options: dict | None = None) -> list:
-    """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows."""
-    loader_options = loader_options or {}
+              normalizations=NORMALIZATIONS, loader_options: dict | None = None, size: int = IMAGE_SIZE) -> list:
+    """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows.
+
+    `size`: the output side of every row (validation resizes to 256/224 of it first). Where the
+    loader decodes train JPEGs' crop regions, each JPEG format gets one more row: its device
+    row on the whole-image PIL decode (the path before the region decode), side by side.
+    """
+    resize = validation_resize(size)
+    loader_options = {"image_size": size, **(loader_options or {})}
+    loader_decode = loader_options.get("jpeg_decode") or jpeg_crop.decode_path()
+    if split != "train":
+        loader_decode = jpeg_crop.PIL_FULL  # the region decode is a train (RandomResizedCrop) path
     rows = []
     jpeg_folder = next((s for s in sources if s.format == "folder"), None)
     if jpeg_folder is not None and folder_split_dir(jpeg_folder.path, split) is not None:
@@ -51,9 +62,9 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
         rows.append(RowPlan(
             "bare_decode_augment", "bare decode+augment, 1 process (ceiling)", "ceiling", "folder", "none", 0,
             jpeg_folder.bytes_per_image.get(split, 0.0), str(jpeg_folder.path),
-            lambda share=share: bare_decode_augment(share, split, batch_size, seed),
+            lambda share=share: bare_decode_augment(share, split, batch_size, seed, size, resize),
             "PIL open+decode+" + ("RandomResizedCrop+flip" if split == "train" else "Resize+CenterCrop")
-            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats",
+            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats", jpeg_crop.PIL_FULL,
         ))
     for source in sources:
         entry = FORMATS.get(source.format)
@@ -62,17 +73,24 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
             rows.append(RowPlan(
                 f"baseline_{baseline.key}", baseline.label, "baseline", source.format, "host", workers,
                 source.bytes_per_image.get(split, 0.0), str(source.path),
-                lambda b=baseline, s=source: b.build(s, split, batch_size, workers, instance, seed=seed),
-                baseline.note,
+                lambda b=baseline, s=source: b.build(s, split, batch_size, workers, instance, seed=seed, size=size),
+                baseline.note, jpeg_crop.PIL_FULL if entry.payload == "jpeg" else "",
             ))
-        for normalization in normalizations:
+        jpeg = entry is not None and entry.payload == "jpeg"
+        variants = [(n, "", loader_options, loader_decode if jpeg else "") for n in normalizations]
+        if jpeg and loader_decode == jpeg_crop.CROP and "device" in normalizations:
+            variants.append(("device", "-pil", {**loader_options, "jpeg_decode": jpeg_crop.PIL_FULL},
+                             jpeg_crop.PIL_FULL))
+        for normalization, suffix, options, decode in variants:
             rows.append(RowPlan(
-                f"{source.name or source.format}/{normalization}", f"{source.label}, {normalization} normalisation",
+                f"{source.name or source.format}/{normalization}{suffix}",
+                f"{source.label}, {normalization} normalisation" + (f", {decode} decode" if decode else ""),
                 "loader",
                 source.format, normalization, workers, source.bytes_per_image.get(split, 0.0), str(source.path),
-                lambda s=source, n=normalization: loader_batches(s.path, split, batch_size, workers, n, instance,
-                                                                 seed=seed, **loader_options),
+                lambda s=source, n=normalization, o=options: loader_batches(s.path, split, batch_size, workers, n,
+                                                                            instance, seed=seed, **o),
                 (entry.description if entry else f"format {source.format!r}") + " via datasets.loader.get_data",
+                decode,
             ))
     return rows
 
@@ -114,6 +132,7 @@ def row_result(row: RowPlan, rounds: list) -> dict:
     result = {
         "id": row.id, "label": row.label, "kind": row.kind, "format": row.format,
         "normalization": row.normalization, "workers": row.workers, "source": row.source, "note": row.note,
+        "decode": row.decode,
     }
     good = [r for r in rounds if r.get("error") is None]
     if not good:
@@ -155,6 +174,10 @@ GOALS = (
     Goal("jpeg_vs_bare", "img/device|tfrecord/device|folder/device", "bare_decode_augment", "images_per_cpu_s", 0.90,
          "JPEG train pipeline (device normalisation) per worker >= 90% of bare decode+augment",
          "images_per_s_per_worker"),
+    Goal("jpeg_crop_decode_vs_bare", "img/device|tfrecord/device|folder/device", "bare_decode_augment",
+         "images_per_cpu_s", 1.30,
+         "JPEG train pipeline (device normalisation, default decode) per worker >= 1.3x bare decode+augment "
+         "(issue 14; 2x at 128 px)", "images_per_s_per_worker"),
     Goal("jpeg_vs_imagefolder", "img/device|tfrecord/device|folder/device", "baseline_imagefolder", "images_per_s", 1.40,
          "JPEG train pipeline (device normalisation) >= 1.4x torchvision ImageFolder (same workers)",
          "images_per_cpu_s"),

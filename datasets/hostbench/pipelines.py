@@ -37,6 +37,11 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 BARE_PRELOAD_LIMIT = 512  # images held in memory by the bare decode+augment loop (cycled)
 
 
+def validation_resize(size: int) -> int:
+    """The validation Resize for an output side: 256/224 of it, as the loader's default."""
+    return int(round(size * RESIZE_SIZE / IMAGE_SIZE))
+
+
 def standard_transform(split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE, to_tensor: bool = True):
     """torchvision's standard ImageNet transforms (the baselines'); without ToTensor+Normalize if not to_tensor."""
     from datasets.torchvision_cpu import transforms
@@ -94,7 +99,7 @@ def make_dataloader(dataset, batch_size, workers, *, shuffle=False, sampler=None
                       sampler=sampler, generator=generator, drop_last=drop_last)
 
 
-def imagefolder_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+def imagefolder_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
     """torchvision ImageFolder + DataLoader with the standard transforms (float32, normalised on the host)."""
     from torch.utils.data.distributed import DistributedSampler
 
@@ -103,7 +108,7 @@ def imagefolder_baseline(source: Source, split, batch_size, workers, instance, s
     split_dir = folder_split_dir(source.path, split)
     if split_dir is None:
         raise BenchmarkError(f"{source.path}: no {split}/ folder for the ImageFolder baseline")
-    dataset = torchvision.datasets.ImageFolder(str(split_dir), transform=standard_transform(split))
+    dataset = torchvision.datasets.ImageFolder(str(split_dir), transform=standard_transform(split, size, validation_resize(size)))
 
     def epoch_loader(epoch):
         sampler = None
@@ -130,9 +135,9 @@ def _webdataset_pipeline(shard_paths, instance):
     )
 
 
-def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
     """Stock webdataset: decode("pil") + the standard transforms + DataLoader."""
-    transform = standard_transform(split)
+    transform = standard_transform(split, size, validation_resize(size))
     dataset = (_webdataset_pipeline(source.shards.get(split, []), instance)
                .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
     return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
@@ -165,14 +170,14 @@ def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize:
     return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
 
 
-def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
     """Stock webdataset: decode() (np.load for .npy) + DataLoader, uint8 throughout.
 
     With the augmentation the split still needs (train: RandomResizedCrop + flip in torchvision
     v2 on the tensor), so that it does the same work as the loader's tensor rows.
     """
     dataset = _webdataset_pipeline(source.shards.get(split, []), instance).decode().to_tuple("npy", "cls")
-    transform = tensor_transform(source, split)
+    transform = tensor_transform(source, split, size, validation_resize(size))
     if transform is not None:
         dataset = dataset.map_tuple(transform, int)
     return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
@@ -182,8 +187,8 @@ def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance
 class TFRecordExampleTransform:
     """The stock TFRecord pipeline's per-record step: PIL decode + the standard transforms; label - offset."""
 
-    def __init__(self, split: str, label_offset: int):
-        self.transform = standard_transform(split)
+    def __init__(self, split: str, label_offset: int, size: int = IMAGE_SIZE):
+        self.transform = standard_transform(split, size, validation_resize(size))
         self.label_offset = label_offset
 
     def __call__(self, features):
@@ -193,7 +198,7 @@ class TFRecordExampleTransform:
         return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
 
 
-def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance, seed=0, **_):
+def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
     """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode
     + the standard transforms + DataLoader.
 
@@ -209,7 +214,7 @@ def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance
     paths = source.shards.get(split, [])[instance.index :: instance.count]
     if not paths:
         raise BenchmarkError(f"{source.path}: no {split} shards for the stock tfrecord baseline")
-    transform = TFRecordExampleTransform(split, int((source.metadata or {}).get("label_offset", 0)))
+    transform = TFRecordExampleTransform(split, int((source.metadata or {}).get("label_offset", 0)), size)
     description = {"image/encoded": "byte", "image/class/label": "int"}
     dataset = ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=transform)
                             for p in paths])

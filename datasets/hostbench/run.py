@@ -18,6 +18,7 @@ from datasets.hostbench.sources import discover_sources, source_bytes_per_image
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description
 from datasets.launcher import LauncherError, instance_from_args
+from datasets.loader import jpeg_crop
 
 
 class CannotStart(Exception):
@@ -66,7 +67,8 @@ def config_of(args, instance, **extra) -> dict:
         "split": args.split, "batch_size": args.batch_size, "workers": args.dataloader_worker,
         "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
         "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
-        "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), **extra,
+        "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), "image_size": args.image_size,
+        "jpeg_train_decode": jpeg_crop.decode_path(), "jpeg_crop_unavailable": jpeg_crop.UNAVAILABLE_REASON, **extra,
     }
 
 
@@ -84,7 +86,8 @@ def measure_source(args, instance, collective) -> None:
     source = "synthetic" if args.data == "generated" else args.imagenet_data_path
     bytes_per_image = source_bytes_per_image(args.data, None if args.data == "generated" else source, args.split)
     loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
-                            args.normalization_location, instance, seed=args.seed).make_iterable
+                            args.normalization_location, instance, seed=args.seed,
+                            image_size=args.image_size).make_iterable
 
     if collective.is_reporter:
         print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
@@ -138,11 +141,13 @@ def compare_formats(args, instance, collective) -> list:
                 f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
-    rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed)
+    rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
+                     size=args.image_size)
     if collective.is_reporter:
         print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
               f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
-              f"{limit_text(args)} per row x {args.rounds} round(s); {instance.describe()}")
+              f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, train JPEG "
+              f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
         for source in sources:
             print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
                   f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")

@@ -648,7 +648,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
-             label_offset: Optional[int] = None) -> ImageLoader:
+             label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -665,6 +665,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
                     default: detected from the labels (a warning says which), an error if they cannot tell.
+    jpeg_decode     train JPEGs: "crop" (decode only the crop's region), "pil" (whole images); default:
+                    "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -680,9 +682,10 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
                               label_offset)
     pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
-                                          use_draft)
+                                          use_draft, jpeg_decode)
     if resolved.kind == "synthetic":
-        pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft)
+        pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft,
+                                 pipeline.decode_path)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
         log.warning("%s: %s", resolved.description, note)

@@ -197,10 +197,15 @@ class ImagePipeline:
 
     @classmethod
     def build(cls, train, size=224, resize=256, stored=(), scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-              use_draft=True):
+              use_draft=True, decode_path=None):
+        """`decode_path` None: "crop" where native/jpeg_crop is built (unless DATASETS_JPEG_DECODE=pil)."""
+        if decode_path not in (None, jpeg_crop.CROP, jpeg_crop.PIL_FULL):
+            raise PipelineError(f"decode path {decode_path!r}: expected {jpeg_crop.CROP!r} or {jpeg_crop.PIL_FULL!r}")
+        if decode_path == jpeg_crop.CROP and not jpeg_crop.available():
+            raise PipelineError(f"the crop decode path is not available: {jpeg_crop.UNAVAILABLE_REASON}")
         remaining, warnings = plan_steps(train, size, resize, stored)
         return cls(train, size, resize, tuple(scale), tuple(ratio), tuple(s.name for s in remaining),
-                   use_draft), warnings
+                   use_draft, decode_path or jpeg_crop.decode_path()), warnings
 
     # -- encoded images (JPEG, PNG...) -------------------------------------------------------------
 
