@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from datasets.cli_args import non_negative_int, positive_float, positive_int, usable_cpus
+from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
 from datasets.index import DatasetError
 from datasets.launcher import add_instance_arguments
 
@@ -39,6 +39,7 @@ def build_parser():
                              "synthetic images made in memory (no reads). Default: real")
     source.add_argument("--imagenet-data-path", metavar="PATH",
                         help="the converted dataset or the extracted folder to read (--data real or imagenet)")
+    add_s3_arguments(source)
     source.add_argument("--split", choices=("train", "validation"), default="train",
                         help="which split and pipeline: train (RandomResizedCrop + flip) or validation "
                              "(Resize + CenterCrop). Default: train")
@@ -148,9 +149,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    apply_s3_arguments(args)
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
     from datasets.hostbench.timing import BenchmarkError
     from datasets.hostbench.run import CannotStart, run_host_benchmark
+    from datasets.storage import StorageUnavailable
 
     def warn(text):
         print(f"host_benchmark: warning: {text}", file=sys.stderr)
@@ -160,7 +163,7 @@ def main(argv=None):
     except CannotStart as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 2
-    except (BenchmarkError, DatasetError, OSError, ValueError) as error:
+    except (BenchmarkError, DatasetError, OSError, ValueError, StorageUnavailable) as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 1
     if failed:

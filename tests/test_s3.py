@@ -264,3 +264,57 @@ def test_validator_exits_2_when_the_endpoint_is_unreachable(s3_server):
                         "--no-progress", env=s3_server.env())
     assert result.returncode == 2, result.stdout + result.stderr
     assert dead in result.stderr and "failed after the retries" in result.stderr
+
+
+def test_host_benchmark_reads_s3(s3_server, uploaded):
+    result = run_script("host_benchmark.py", "--data", "real", "--imagenet-data-path", uploaded("img"), "--split",
+                        "validation", "--batch-size", 4, "--dataloader-worker", 0, "--batches", 2,
+                        "--warmup-batches", 1, "--s3-endpoint", s3_server.endpoint, env=s3_server.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Throughput of the iteration:" in result.stdout and " 0.0 MB/s" not in result.stdout
+
+
+RANK_SCRIPT = """
+import json, sys
+import torch
+from datasets.launcher import detect_instance
+from datasets.loader import get_data
+
+local, remote, out_dir = sys.argv[1:4]
+instance = detect_instance()
+result = {}
+for workers in (0, 2):
+    for split, policy in (("validation", "spread"), ("train", "drop")):
+        got = {}
+        for name, source in (("local", local), ("s3", remote)):
+            keys, labels, checksum = [], [], 0
+            loader = get_data(source, split, 3, workers, normalization="device", with_keys=True, policy=policy,
+                              epoch=1, seed=3, instance=instance)
+            for images, batch_labels, batch_keys in loader:
+                keys += batch_keys
+                labels += batch_labels.tolist()
+                checksum += int(images.to(torch.int64).sum())
+            got[name] = {"keys": keys, "labels": labels, "pixels": checksum, "skipped": len(loader.report.skipped)}
+        result[f"{workers}/{split}"] = got
+with open(f"{out_dir}/rank{instance.index}.json", "w") as handle:
+    json.dump(result, handle)
+"""
+
+
+def test_torchrun_two_ranks_read_s3_like_local(s3_server, converted, uploaded, tmp_path):
+    """2 torchrun ranks x DataLoader workers 0 and 2: the same keys, labels and pixels over s3 as locally."""
+    script = tmp_path / "rank_script.py"
+    script.write_text(RANK_SCRIPT)
+    env = dict(s3_server.env(), OMP_NUM_THREADS="1", **{storage.ENDPOINT_VARIABLE: s3_server.endpoint})
+    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", 2, script,
+                        converted("img"), uploaded("img"), tmp_path, timeout=240, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    seen = {}
+    for rank in range(2):
+        for config, got in json.loads((tmp_path / f"rank{rank}.json").read_text()).items():
+            assert got["s3"] == got["local"], (rank, config)
+            assert got["s3"]["keys"] and got["s3"]["skipped"] == 0
+            seen.setdefault(config, []).extend(got["s3"]["keys"])
+    for workers in (0, 2):
+        assert sorted(seen[f"{workers}/validation"]) == sorted(set(seen[f"{workers}/validation"]))
+        assert len(seen[f"{workers}/validation"]) == 12

@@ -148,9 +148,25 @@ def source_bytes_per_image(kind: str, path, split: str) -> float:
     """Mean stored bytes per image of the source `--data` names (0 for generated data)."""
     if kind == "generated" or path is None:
         return 0.0
+    if str(path).startswith("s3://"):
+        return _remote_bytes_per_image(str(path), split)
     path = Path(path)
     if (path / METADATA_FILE).is_file():
         return converted_source(path).bytes_per_image.get(split, 0.0)
     if is_image_folder(path):
         return folder_source(path).bytes_per_image.get(split, 0.0)
     return 0.0  # URLs or a list of shards: not counted (reported as 0)
+
+
+def _remote_bytes_per_image(location: str, split: str) -> float:
+    """A converted dataset on S3: shard bytes / samples of the split, from its metadata.json."""
+    import json
+
+    from datasets.storage import join_location, read_bytes
+
+    try:
+        entry = json.loads(read_bytes(join_location(location, METADATA_FILE)))["splits"][split]
+    except (FileNotFoundError, KeyError, ValueError):
+        return 0.0
+    samples = sum(int(s["samples"]) for s in entry["shards"])
+    return sum(int(s["bytes"]) for s in entry["shards"]) / samples if samples else 0.0
