@@ -20,9 +20,24 @@ See datasets/benchmark.py for how every figure is counted.
 import argparse
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
+
+
+def percentage(text) -> float:
+    value = float(text)
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"{text} is not a percentage in (0, 100]")
+    return value
+
+
+def fraction(text) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a ratio in [0, 1]")
+    return value
 from datasets.index import DatasetError
 from datasets.launcher import add_instance_arguments
 
@@ -33,10 +48,13 @@ def build_parser():
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
     source = parser.add_argument_group("what to read")
-    source.add_argument("--data", choices=("real", "generated", "imagenet"), default="real",
-                        help="real: a dataset converted by create_webdataset.py (a directory, shard list or URL "
-                             "pattern); imagenet: an extracted ImageNet folder (train/<class>/*.JPEG); generated: "
-                             "synthetic images made in memory (no reads). Default: real")
+    source.add_argument("--data", choices=("real", "generated", "synthetic", "imagenet"), default="real",
+                        help="imagenet: whatever --imagenet-data-path holds, detected as the reference harness "
+                             "does: metadata.json -> WebDataset shards (made here or by the reference harness), "
+                             "<split>/ class folders -> ImageFolder, otherwise TFRecord shards; real: a dataset "
+                             "converted to shards only (a directory, shard list or URL pattern; an extracted "
+                             "folder is refused; the reference's `real` is instead a few bundled sample images); "
+                             "generated or synthetic: images made in memory (no reads). Default: real")
     source.add_argument("--imagenet-data-path", metavar="PATH",
                         help="the converted dataset or the extracted folder to read (--data real or imagenet)")
     add_s3_arguments(source)
@@ -63,6 +81,21 @@ def build_parser():
                               "and the accelerator normalises. Default: host (device with --eight-bit-io)")
     loading.add_argument("--eight-bit-io", action="store_true",
                          help="transfer uint8 images (implies --normalization-location device)")
+    loading.add_argument("--dataloader-rebatch-size", type=positive_int, default=None, metavar="N",
+                         help="workers build batches of N images, joined into --batch-size batches in the main "
+                              "process (the reference's option: a smaller host memory footprint per worker). "
+                              "Default: --batch-size (no rebatching)")
+    loading.add_argument("--webdataset-percentage-to-use", type=percentage, default=100.0, metavar="P",
+                         help="WebDataset sources: read only the first P%% of the split's shards (rounded up), as "
+                              "the reference harness does. Default 100")
+    loading.add_argument("--webdataset-memory-cache-ratio", type=fraction, default=0.0, metavar="R",
+                         help="WebDataset sources: the first R (0..1) of the shards used are read into memory "
+                              "before timing, so their samples come from RAM (here: the page cache the loader maps "
+                              "shards from), the rest from storage, as the reference's memory cache. Default 0")
+    loading.add_argument("--use-bbox-info", action="store_true",
+                         help="train: RandomResizedCrop prefers crops that overlap the sample's bounding box (its "
+                              "json's bbox, from imagenet_2012_bounding_boxes.csv) by at least 0.1 of the crop area, "
+                              "up to 10 draws, as the reference harness intends")
     loading.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and augmentation seed")
     loading.add_argument("--image-size", type=positive_int, default=224, metavar="PX",
                          help="output side of every pipeline (default 224; validation resizes to 256/224 of it "
@@ -124,6 +157,8 @@ def parse_args(argv=None):
     else:
         if args.formats or args.rounds != 1:
             parser.error("--formats and --rounds apply to --compare only")
+        if args.data == "synthetic":
+            args.data = "generated"  # the reference's name for the same images made in memory
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:
             parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
         path = args.imagenet_data_path
@@ -133,13 +168,12 @@ def parse_args(argv=None):
             from datasets.hostbench.sources import is_image_folder  # light: no torch
 
             converted = os.path.isfile(os.path.join(path, "metadata.json"))
-            if args.data == "imagenet" and not is_image_folder(Path(path)):
-                parser.error(f"--data imagenet: {path} is not an extracted ImageNet folder (no train/, validation/ "
-                             f"or val/ folder of class folders)"
-                             + ("; it is a converted dataset: use --data real" if converted else ""))
             if args.data == "real" and os.path.isdir(path) and not converted and is_image_folder(Path(path)):
                 parser.error(f"--data real: {path} is an extracted ImageNet folder, not a converted dataset "
                              f"(no metadata.json): use --data imagenet")
+    if args.dataloader_rebatch_size is not None and args.dataloader_rebatch_size > args.batch_size:
+        parser.error(f"--dataloader-rebatch-size {args.dataloader_rebatch_size} is larger than --batch-size "
+                     f"{args.batch_size}: rebatching joins smaller worker batches into batches of --batch-size")
     for name in ("json", "plot"):
         target = getattr(args, name)
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
@@ -147,9 +181,21 @@ def parse_args(argv=None):
     return args
 
 
+def one_line(error, plain=()) -> str:
+    """The message of an error on one line, without the traceback text a DataLoader worker's error
+    carries; prefixed with its type unless it is one of `plain` (whose messages say it all)."""
+    text = str(error).strip()
+    if "Original Traceback" in text:  # re-raised from a DataLoader worker: its last line is the error
+        text = text.splitlines()[-1].strip()
+    kind = "" if isinstance(error, plain) else f"{type(error).__name__}: "
+    return kind + (text.splitlines()[0] if text else type(error).__name__)
+
+
 def main(argv=None):
     args = parse_args(argv)
     apply_s3_arguments(args)
+    # A warning (e.g. "read by scanning its tar headers") is one line, not the line of source that warned.
+    warnings.formatwarning = lambda message, category, *_, **__: f"host_benchmark: warning: {message}\n"
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
     from datasets.hostbench.timing import BenchmarkError
     from datasets.hostbench.run import CannotStart, run_host_benchmark
@@ -163,8 +209,12 @@ def main(argv=None):
     except CannotStart as error:
         print(f"host_benchmark: {error}", file=sys.stderr)
         return 2
-    except (BenchmarkError, DatasetError, OSError, ValueError, StorageUnavailable) as error:
-        print(f"host_benchmark: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("host_benchmark: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # bad data (a garbage tar, a failed split, ...): one line, never a traceback
+        plain = (BenchmarkError, DatasetError, OSError, ValueError, StorageUnavailable)
+        print(f"host_benchmark: {one_line(error, plain)}", file=sys.stderr)
         return 1
     if failed:
         print(f"host_benchmark: {len(failed)} row(s) failed: {', '.join(failed)}", file=sys.stderr)

@@ -183,3 +183,127 @@ def test_our_img_output_carries_the_reference_checksum_bbox_and_no_side_file_nam
     with tarfile.open(dataset / "train-000000.tar") as tar:
         infos = [json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")]
     assert infos and all("bbox" in info for info in infos)
+
+
+# ------------------------------------------------------------------ the loader
+
+
+def loaded_keys(source, split, workers=0, **options):
+    from datasets.loader import get_data
+
+    loader = get_data(str(source), split, batch_size=5, workers=workers, with_keys=True, image_size=32, **options)
+    keys = [key for batch in loader for key in batch.keys]
+    return keys, loader.report
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+@pytest.mark.parametrize("adopted", [False, True])
+def test_the_loader_reads_reference_datasets_every_validation_sample_once(reference, fmt, adopted):
+    dataset = reference(fmt)
+    if adopted:
+        assert run_script("validate_dataset.py", dataset, "--adopt").returncode == 0
+        keys, report = loaded_keys(dataset, "validation", workers=2)
+    else:
+        with pytest.warns(UserWarning, match="made by the reference harness"):
+            keys, report = loaded_keys(dataset, "validation", workers=2)
+    assert sorted(keys, key=int) == [str(n) for n in range(12)]
+    assert not report.skipped
+    keys, report = loaded_keys(dataset, "train")
+    assert len(keys) == 35 and len(set(keys)) == 35 and not report.skipped  # drop_last: 7 batches of 5
+
+
+def _replace_payloads(shard, make_payload):
+    with tarfile.open(shard) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    write_tar(shard, [(name, make_payload(name) if name.endswith(".pth") else data) for name, data in members])
+
+
+def _torch_bytes(value):
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def test_a_bad_pth_is_a_named_per_sample_error_and_a_malicious_one_does_not_run(reference, tmp_path):
+    from datasets.loader.image_loader import SampleError
+
+    dataset = reference("tensor")
+    marker = tmp_path / "pwned"
+    bad = {"0.pth": _torch_bytes(torch.zeros(3, 32, 32)), "1.pth": _torch_bytes(_CreatesAFile(str(marker)))}
+    _replace_payloads(dataset / "validation-000000.tar", lambda name: bad.get(name) or _torch_bytes(
+        torch.zeros(3, 32, 32, dtype=torch.uint8)))
+    with pytest.warns(UserWarning):
+        keys, report = loaded_keys(dataset, "validation")
+    assert sorted(keys, key=int) == [str(n) for n in range(2, 12)]
+    reasons = {s.key: s.reason for s in report.skipped}
+    assert "dtype float32, expected uint8" in reasons["0"] and "refused, not unpickled" in reasons["1"]
+    assert not marker.exists()
+    with pytest.raises(SampleError, match="sample '0'.*dtype float32"):
+        loaded_keys(dataset, "validation", on_error="fail")
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_split_in_which_every_sample_fails_raises(reference, split):
+    from datasets.loader.image_loader import SampleError
+
+    dataset = reference("tensor")
+    for shard in dataset.glob(f"{split}-*.tar"):
+        _replace_payloads(shard, lambda name: _torch_bytes(torch.zeros(3, 32, 32)))
+    with pytest.raises(SampleError, match="every sample"):
+        loaded_keys(dataset, split)
+
+
+# ------------------------------------------------------------------ host_benchmark.py
+
+BENCH = ("--batch-size", 4, "--dataloader-worker", 1, "--iterations", 1, "--warmup-batches", 1)
+
+
+@pytest.mark.parametrize("fmt, split", [("img", "train"), ("tensor", "validation")])
+def test_host_benchmark_measures_a_reference_dataset_under_data_imagenet(reference, fmt, split):
+    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", reference(fmt),
+                        "--split", split, *BENCH)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Throughput of the iteration:" in result.stdout
+    assert "made by the reference harness" in result.stderr
+
+
+def test_host_benchmark_data_imagenet_detects_ours_and_a_folder_and_accepts_synthetic(converted, sample_source):
+    for path in (converted("img"), sample_source):
+        result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Throughput of the iteration:" in result.stdout
+    result = run_script("host_benchmark.py", "--data", "synthetic", "--batches", 2, *BENCH)
+    assert result.returncode == 0 and "Throughput of the iteration:" in result.stdout
+
+
+def test_host_benchmark_reference_options(reference):
+    dataset = reference("img")
+    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset,
+                        "--dataloader-rebatch-size", 2, "--webdataset-percentage-to-use", 40,
+                        "--webdataset-memory-cache-ratio", 0.5, *BENCH)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the first 2 of 5 train shards" in result.stdout  # ceil(40% of 5)
+    assert "1 of 2 shards" in result.stdout
+    assert "12 images in" in result.stdout  # 16 samples in batches of 4 (joined from pairs), 1 warm-up batch
+    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset,
+                        "--dataloader-rebatch-size", 8, *BENCH)
+    assert result.returncode == 2 and "larger than --batch-size" in result.stderr
+
+
+def test_host_benchmark_bad_input_is_one_line_never_a_traceback(tmp_path, reference):
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "train-000000.tar").write_bytes(os.urandom(5000))
+    truncated = reference("img")
+    shard = truncated / "train-000002.tar"
+    shard.write_bytes(shard.read_bytes()[:20000])
+    for path, code in ((garbage, 1), (garbage / "train-000000.tar", 1), (truncated, 1), (tmp_path / "missing", 2)):
+        result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+        assert result.returncode == code, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        if code == 1:
+            errors = [line for line in result.stderr.splitlines()
+                      if line.startswith("host_benchmark: ") and not line.startswith("host_benchmark: warning: ")]
+            assert len(errors) == 1, result.stderr
+        else:
+            assert result.stderr.splitlines()[-1].startswith("host_benchmark.py: error: "), result.stderr

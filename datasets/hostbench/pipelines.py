@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from datasets.hostbench.timing import BenchmarkError, EpochBatches
+from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
 from datasets.hostbench.sources import Source, folder_split_dir
 
 IMAGE_SIZE = 224
@@ -251,19 +251,51 @@ BASELINES = {
 }
 
 
-def loader_batches(source, split, batch_size, workers, normalization, instance, seed=0, **options):
+def loader_batches(source, split, batch_size, workers, normalization, instance, seed=0, rebatch_size=None,
+                   **options):
     """The project's loader (`datasets.loader.get_data`) as an epoch-repeating batch iterable.
 
     The loader is made once, outside the timing (resolving a source reads its metadata and
     sample index); each epoch is `set_epoch(n)` and a fresh iteration (new workers).
+    `source` may be a list of shard paths. `rebatch_size` (the reference's
+    --dataloader-rebatch-size): workers build batches of that size, which the main process
+    joins into `batch_size` batches (less memory held per worker batch).
     """
     from datasets.loader.image_loader import get_data
 
-    loader = get_data(str(source), split, batch_size, workers, normalization=normalization, instance=instance,
-                      seed=seed, **options)
+    worker_batch = rebatch_size or batch_size
+    loader = get_data(source if isinstance(source, list) else str(source), split, worker_batch, workers,
+                      normalization=normalization, instance=instance, seed=seed, **options)
 
     def epoch_loader(epoch):
         loader.set_epoch(epoch)
-        return loader
+        return loader if worker_batch == batch_size else Rebatched(loader, batch_size)
 
     return EpochBatches(epoch_loader, max_epochs=None)
+
+
+class Rebatched:
+    """Batches of `batch_size` joined from a loader's smaller (images, labels) batches; a last
+    incomplete batch is dropped, as the reference's rebatching does for training."""
+
+    def __init__(self, loader, batch_size: int):
+        self.loader = loader
+        self.batch_size = batch_size
+
+    def __iter__(self):
+        import torch
+
+        iterator = iter(self.loader)
+        images, labels, count = [], [], 0
+        try:
+            for batch_images, batch_labels in iterator:
+                images.append(batch_images)
+                labels.append(batch_labels)
+                count += len(batch_labels)
+                while count >= self.batch_size:
+                    joined_images, joined_labels = torch.cat(images), torch.cat(labels)
+                    yield joined_images[:self.batch_size], joined_labels[:self.batch_size]
+                    images, labels = [joined_images[self.batch_size:]], [joined_labels[self.batch_size:]]
+                    count -= self.batch_size
+        finally:
+            close_iterator(iterator)

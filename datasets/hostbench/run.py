@@ -7,6 +7,7 @@ the chart, and returns the ids of the comparison rows that failed.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -14,7 +15,7 @@ from datasets.hostbench import report
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import discover_sources, source_bytes_per_image
+from datasets.hostbench.sources import discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description
 from datasets.launcher import LauncherError, instance_from_args
@@ -85,12 +86,20 @@ def measure_source(args, instance, collective) -> None:
     # The loader names generated data "synthetic": images made in memory, nothing read.
     source = "synthetic" if args.data == "generated" else args.imagenet_data_path
     bytes_per_image = source_bytes_per_image(args.data, None if args.data == "generated" else source, args.split)
+    notes = []
+    source = select_webdataset_shards(args, source, notes)
+    options = {"use_bbox_info": True} if getattr(args, "use_bbox_info", False) else {}
     loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
                             args.normalization_location, instance, seed=args.seed,
-                            image_size=args.image_size).make_iterable
+                            image_size=args.image_size,
+                            rebatch_size=getattr(args, "dataloader_rebatch_size", None), **options).make_iterable
+    if collective.is_reporter:
+        for note in notes:
+            print(f"host_benchmark: {note}", flush=True)
 
     if collective.is_reporter:
-        print(f"host_benchmark: {source} ({args.data}), {args.split} split, batch {args.batch_size}, "
+        shown = f"{len(source)} shards of {args.imagenet_data_path}" if isinstance(source, list) else source
+        print(f"host_benchmark: {shown} ({args.data}), {args.split} split, batch {args.batch_size}, "
               f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
               f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
               flush=True)
@@ -128,6 +137,36 @@ def measure_source(args, instance, collective) -> None:
         rows.append(row)
     config = config_of(args, instance, data=args.data, source=str(source), normalization=args.normalization_location)
     write_outputs(args, rows, [], config)
+
+
+def select_webdataset_shards(args, source, notes):
+    """--webdataset-percentage-to-use and --webdataset-memory-cache-ratio, with the reference's meaning:
+    the first ceil(P% of the split's shards) are read, and the first ceil(R x those) are read into
+    memory (the page cache the loader maps them from) before timing. Returns the source to load."""
+    percentage = getattr(args, "webdataset_percentage_to_use", 100.0)
+    ratio = getattr(args, "webdataset_memory_cache_ratio", 0.0)
+    if percentage >= 100 and ratio <= 0:
+        return source
+    shards = webdataset_shards(source if args.data != "generated" else None, args.split)
+    if not shards:
+        notes.append("--webdataset-percentage-to-use and --webdataset-memory-cache-ratio apply to WebDataset "
+                     "sources (a folder with metadata.json) only: ignored")
+        return source
+    if percentage < 100:
+        count = max(1, math.ceil(len(shards) * percentage / 100))
+        notes.append(f"--webdataset-percentage-to-use {percentage:g}: the first {count} of {len(shards)} "
+                     f"{args.split} shards")
+        shards = shards[:count]
+    if ratio > 0:
+        cached = shards[:math.ceil(len(shards) * ratio)]
+        size = 0
+        for path in cached:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(1 << 22):
+                    size += len(chunk)
+        notes.append(f"--webdataset-memory-cache-ratio {ratio:g}: {len(cached)} of {len(shards)} shards "
+                     f"({size / 1e6:,.1f} MB) read into memory (page cache) before timing")
+    return shards if percentage < 100 else source
 
 
 def compare_formats(args, instance, collective) -> list:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE, DatasetError, read_metadata
+from datasets.reference_layout import read_reference_metadata, split_shard_names
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 
@@ -85,6 +86,16 @@ def folder_source(root: Path) -> Source:
 
 
 def converted_source(root: Path) -> Source:
+    reference = read_reference_metadata(root)
+    if reference is not None:  # made by the reference harness: shards by name, counts from its metadata
+        shards, per_image, samples = {}, {}, {}
+        for split in ("train", "validation"):
+            names, _ = split_shard_names(sorted(p.name for p in Path(root).iterdir()), split)
+            shards[split] = [Path(root) / name for name in names]
+            samples[split] = int(reference.get(f"{split}_length") or 0)
+            total = sum(path.stat().st_size for path in shards[split])
+            per_image[split] = total / samples[split] if samples[split] else 0.0
+        return Source(str(reference["format"]), Path(root), shards, per_image, samples, reference)
     metadata = read_metadata(root)
     shards, per_image, samples = {}, {}, {}
     for split, info in metadata.get("splits", {}).items():
@@ -144,9 +155,17 @@ def discover_sources(directory) -> list:
     return named
 
 
+def webdataset_shards(path, split: str):
+    """The shard paths of `split` in a converted dataset (ours or the reference harness's), in
+    order, or None when `path` is not one (a folder, TFRecords, a URL or a shard list)."""
+    if path is None or "://" in str(path) or not (Path(path) / METADATA_FILE).is_file():
+        return None
+    return [str(p) for p in converted_source(Path(path)).shards.get(split, [])]
+
+
 def source_bytes_per_image(kind: str, path, split: str) -> float:
     """Mean stored bytes per image of the source `--data` names (0 for generated data)."""
-    if kind == "generated" or path is None:
+    if kind in ("generated", "synthetic") or path is None:
         return 0.0
     if str(path).startswith("s3://"):
         return _remote_bytes_per_image(str(path), split)

@@ -52,6 +52,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
+from datasets.formats.pth import decode_pth
 from datasets.loader.pipeline import ImagePipeline
 from datasets.loader.shard_reader import Run, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
 from datasets.loader.sources import FolderItem, Source, load_own_share, resolve_source, synthetic_pool
@@ -499,6 +500,8 @@ class ImageStream(IterableDataset):
         try:
             if kind == "encoded":
                 self.pipeline.image_into(payload, slot, rng)
+            elif kind == "pth":  # reference harness tensors: torch.load(weights_only=True), CHW uint8 only
+                self.pipeline.array_into(decode_pth(payload), slot, rng)
             elif kind == "npy":
                 self.pipeline.tensor_into(payload, self.source.tensor_layout, slot, rng)
             else:
@@ -515,7 +518,7 @@ class ImageStream(IterableDataset):
             for rows, run in _row_runs(self.columns, items, source.locate):
                 if not is_url(run.location) and run.records[0].members:
                     for row, (record, ext, payload, error) in zip(rows.tolist(), iter_run_indexed(run)):
-                        kind = "npy" if ext == "npy" else "encoded"
+                        kind = _payload_kind(ext)
                         yield row, record.shard, record.label, payload, kind, error
                     continue
                 for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset)):
@@ -532,7 +535,7 @@ class ImageStream(IterableDataset):
                     except ValueError:
                         yield row, record.shard, record.label, None, None, "the class label is not an integer"
                         continue
-                    yield row, record.shard, label, sample[ext], "npy" if ext == "npy" else "encoded", None
+                    yield row, record.shard, label, sample[ext], _payload_kind(ext), None
         elif source.kind == "folder":
             for item in items:
                 try:
@@ -547,6 +550,11 @@ class ImageStream(IterableDataset):
                 self._pool = synthetic_pool(source.synthetic_shape, self.seed)
             for item in items:
                 yield item, "synthetic", item % source.synthetic_classes, self._pool[item % len(self._pool)], "array", None
+
+
+def _payload_kind(ext) -> str:
+    """How a payload is decoded: "npy" and "pth" tensors, anything else an encoded image."""
+    return ext if ext in ("npy", "pth") else "encoded"
 
 
 class ImageLoader:
@@ -635,6 +643,10 @@ class ImageLoader:
         finally:
             dataset.set_epoch(epoch + 1)
         report.complete = True
+        if report.skipped and not report.samples:
+            first = report.skipped[0]
+            raise SampleError(f"{dataset.source.description}: every sample of this instance's {dataset.split} share "
+                              f"failed ({len(report.skipped)}; first: {first.key} in {first.shard}: {first.reason})")
         if report.skipped:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
         log.info("%s", report.summary())

@@ -36,7 +36,7 @@ from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, iter_t
 from datasets.formats.tfrecord import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
 
 log = logging.getLogger(__name__)
-PAYLOAD_PREFERENCE = ("jpg", "jpeg", "png", "webp", "npy", "ppm", "bmp")
+PAYLOAD_PREFERENCE = ("jpg", "jpeg", "png", "webp", "npy", "pth", "ppm", "bmp")  # pth: reference harness tensors
 LABEL_EXTENSIONS = ("cls", "class", "label", "target", "cls2")
 
 

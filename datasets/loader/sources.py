@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -30,7 +31,10 @@ from typing import Optional
 import numpy as np
 
 from datasets.fileio import sha256_bytes
-from datasets.index import METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, parse_metadata, sample_index_name
+from datasets.formats.tar import TarFormatError
+from datasets.index import (METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, ReferenceMetadataError, parse_metadata,
+                            payload_extension_of, sample_index_name)
+from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.pipeline import parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
@@ -164,6 +168,8 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         metadata = parse_metadata(metadata_bytes, metadata_location)
     except FileNotFoundError:
         raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
+    except ReferenceMetadataError:
+        return _reference(base, split, json.loads(metadata_bytes))
     if split not in metadata["splits"]:
         raise SourceError(f"{metadata_location}: no split {split!r} (it has {', '.join(metadata['splits'])})")
     entry = metadata["splits"][split]
@@ -177,7 +183,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         "webdataset",
         f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
         [],
-        PAYLOAD_EXTENSIONS[fmt],
+        payload_extension_of(metadata),
         classes=metadata.get("classes"),
         stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
         tensor_layout=metadata.get("tensor_layout") or "HWC",
@@ -192,6 +198,31 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     if use_repartition and instance_count > 1:
         source.repartition = _repartition(base, split, instance_count, sha256_bytes(metadata_bytes))
     return source
+
+
+def _reference(base: str, split: str, metadata: dict) -> Source:
+    """A dataset made by the reference harness, not adopted: its shards' tar headers scanned once."""
+    fmt = metadata.get("format")
+    if fmt not in REFERENCE_PAYLOAD:
+        raise SourceError(f"{join_location(base, METADATA_FILE)}: format {fmt!r} is not a reference format "
+                          f"({', '.join(REFERENCE_PAYLOAD)})")
+    if is_url(base):
+        raise SourceError(f"{base}: a dataset made by the reference harness is read from a local folder (no listing "
+                          f"over http); adopt it (validate_dataset.py --adopt) to serve it")
+    try:
+        records = scan_reference_split(base, split, fmt)
+    except (OSError, TarFormatError) as error:
+        raise SourceError(f"{base}: {error}") from None
+    if not records:
+        raise SourceError(f"{base}: a dataset made by the reference harness with no {split}-NNNNNN.tar shards")
+    message = NOTICE.format(root=base.rstrip("/"))
+    warnings.warn(message, stacklevel=4)
+    log.warning(message)
+    groups = [list(group) for _, group in itertools.groupby(records, key=lambda r: r.shard)]
+    return Source("webdataset", f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
+                                f"{len(groups)} shards, scanned)", [], REFERENCE_PAYLOAD[fmt],
+                  stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
+                  tensor_layout="CHW", base=base, metadata=metadata, columns=_columns_of_groups(groups))
 
 
 def _repartition(base: str, split: str, count: int, metadata_sha256: str):
@@ -250,8 +281,13 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
     same_folder = all(loc.rsplit("/", 1)[0] == base for loc in locations)
     metadata_location = join_location(base, METADATA_FILE)
+    metadata = None
     if same_folder and exists(metadata_location):
-        metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+        try:
+            metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+        except ReferenceMetadataError:  # the reference harness's shards: scanned below
+            metadata = None
+    if metadata is not None:
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
             columns = _read_columns(index_location)
@@ -264,7 +300,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
                 rows = rows[np.lexsort((columns.record_offsets[rows], shard_rank[columns.shard_ids[rows]]))]
                 return Source(
                     "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", [],
-                    PAYLOAD_EXTENSIONS.get(metadata["format"], "jpg"), classes=metadata.get("classes"),
+                    payload_extension_of(metadata), classes=metadata.get("classes"),
                     stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
                     label_offset=metadata.get("label_offset", 0), columns=columns.take(rows),
@@ -281,7 +317,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         if records:
             groups.append(records)
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
-    payload = "npy" if payloads & {"npy"} else "jpg"
+    payload = next(iter(payloads & {"npy", "pth"}), "jpg")
     return Source("webdataset", f"{len(locations)} shards (scanned, no index)", [], payload,
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
