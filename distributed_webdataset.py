@@ -14,9 +14,11 @@ Exit codes: 0 done (or already up to date), 1 bad data (nothing written), 2 wron
 """
 
 import argparse
+import os
 import sys
 
 from datasets.index import DatasetError
+from datasets.reference_layout import adopt, check_reference_dataset, read_reference_metadata
 from datasets.repartition import (
     POLICIES,
     RepartitionUsageError,
@@ -76,6 +78,29 @@ def make_progress(quiet):
     return progress, bar.close
 
 
+def adopt_reference_dataset(target, dry_run):
+    """A dataset made by the reference harness is adopted first (validate_dataset.py --adopt): its
+    sample indexes and metadata.json are written beside the shards, no shard byte changes.
+    Returns an exit code to stop with, or None to go on."""
+    if dry_run:
+        print(f"note: {target} is a dataset made by the reference harness; a real run first adopts it (checks its "
+              f"folder checksum and shards, then writes its sample indexes and metadata.json; no shard changes), "
+              f"as validate_dataset.py --adopt does; dry run: nothing written")
+        return 0
+    print(f"{target}: a dataset made by the reference harness: checking and adopting it first "
+          f"(as validate_dataset.py --adopt)", flush=True)
+    check = check_reference_dataset(target)
+    if check.errors:
+        for _, file, key, problem in check.errors[:20]:
+            print(f"error: {file or '.'}{f' [{key}]' if key else ''}: {problem}", file=sys.stderr)
+        print(f"error: {target}: not adopted, not repartitioned ({len(check.errors)} problem(s)); the dataset is "
+              f"untouched", file=sys.stderr)
+        return 1
+    written = adopt(target, check)
+    print(f"adopted: wrote {', '.join(written)} (no shard changed)")
+    return None
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -83,6 +108,10 @@ def main(argv=None) -> int:
         policies = parse_policies(args.remainder)
     except argparse.ArgumentTypeError as error:
         parser.error(str(error))
+    if os.path.isdir(args.target) and read_reference_metadata(args.target) is not None:
+        code = adopt_reference_dataset(args.target, args.dry_run)
+        if code is not None:
+            return code
     progress, close = make_progress(args.quiet)
     try:
         result = repartition(

@@ -307,3 +307,78 @@ def test_host_benchmark_bad_input_is_one_line_never_a_traceback(tmp_path, refere
             assert len(errors) == 1, result.stderr
         else:
             assert result.stderr.splitlines()[-1].startswith("host_benchmark.py: error: "), result.stderr
+
+
+# ------------------------------------------------------------------ repartition
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+def test_distributed_webdataset_adopts_a_reference_dataset_then_repartitions_it(reference, fmt):
+    from datasets.loader import get_data
+
+    dataset = reference(fmt)
+    shards = {p.name: p.read_bytes() for p in dataset.glob("*.tar")}
+    dry = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2, "--dry-run")
+    assert dry.returncode == 0 and "dry run: nothing written" in dry.stdout
+    assert sorted(p.name for p in dataset.iterdir()) == sorted([*shards, "metadata.json"])
+    result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "adopted: wrote" in result.stdout
+    assert {p.name: p.read_bytes() for p in dataset.glob("*.tar")} == shards
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 0, result.stdout + result.stderr
+    keys = []
+    for instance in (0, 1):
+        loader = get_data(str(dataset), "validation", batch_size=4, instance=(instance, 2), with_keys=True,
+                          image_size=32)
+        keys += [key for batch in loader for key in batch.keys]
+        assert loader.report.repartition is not None  # read through the repartition
+    assert sorted(keys, key=int) == [str(n) for n in range(12)]
+
+
+def test_distributed_webdataset_refuses_a_damaged_reference_dataset(reference):
+    dataset = reference("img")
+    flip_byte(dataset / "train-000003.tar", 4000)
+    result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2)
+    assert result.returncode == 1
+    assert "folder checksum" in result.stderr and "not adopted, not repartitioned" in result.stderr
+    assert not (dataset / "distributed").exists() and not list(dataset.glob("*.index.tsv"))
+
+
+# ------------------------------------------------------------------ ours, read the reference's way
+
+
+def test_our_img_output_reads_the_way_the_reference_loader_reads_it(converted):
+    """The reference loader lists names starting with the split name, takes characters [-10:-4]
+    as shard numbers, expands `<split>-{first..last}.tar`, decodes with webdataset and reads
+    json["bbox"] unconditionally."""
+    import braceexpand
+    import webdataset
+
+    dataset = converted("img")
+    for split, length in (("train", 36), ("validation", 12)):
+        numbers = sorted(name[-10:-4] for name in os.listdir(dataset) if name.startswith(split))
+        urls = list(braceexpand.braceexpand(str(dataset / f"{split}-{{{numbers[0]}..{numbers[-1]}}}.tar")))
+        samples = list(webdataset.WebDataset(urls, shardshuffle=False, empty_check=False).decode("pil")
+                       .to_tuple("jpg;png", "cls", "json"))
+        assert len(samples) == length == json.loads((dataset / "metadata.json").read_text())[f"{split}_length"]
+        assert all(info["bbox"] is None and image.size[0] > 0 for image, _, info in samples)
+
+
+def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(converted, tmp_path):
+    from datasets.loader import get_data
+
+    dataset = tmp_path / "earlier"
+    dataset.mkdir()
+    for path in converted("img").iterdir():
+        if path.is_file():
+            (dataset / path.name).write_bytes(path.read_bytes())
+    metadata = json.loads((dataset / "metadata.json").read_text())
+    for split, entry in metadata["splits"].items():
+        (dataset / entry["index"]["name"]).rename(dataset / f"{split}.index.tsv")
+        entry["index"]["name"] = f"{split}.index.tsv"
+    (dataset / "metadata.json").write_text(json.dumps(metadata))
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 0, result.stdout + result.stderr
+    loader = get_data(str(dataset), "validation", batch_size=4, with_keys=True, image_size=32)
+    assert len({key for batch in loader for key in batch.keys}) == 12
