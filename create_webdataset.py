@@ -1,6 +1,11 @@
 """Convert ImageNet (extracted folders or the downloaded archives) into WebDataset shards.
 
     python create_webdataset.py --source SRC --target OUT [--format img|tensor|tfrecord] [--seed N] ...
+    python create_webdataset.py --source SRC --target s3://BUCKET/PREFIX [--staging DIR] [--s3-endpoint URL] ...
+
+With an s3:// target the dataset is written to a local staging folder (--staging, else a temporary
+one deleted after a successful upload), each shard is uploaded as soon as it is published, and
+metadata.json last (see datasets/upload.py).
 
 Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
 data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
@@ -23,7 +28,7 @@ from datasets.convert.converter import (
     convert,
     format_summary,
 )
-from datasets.cli_args import int_between, positive_int, usable_cpus
+from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus
 from datasets.index import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.convert.imagenet_source import LAYOUTS
@@ -40,8 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
                                "with ILSVRC2012_validation_ground_truth.txt and synsets.txt")
     io_group.add_argument("--source-layout", choices=LAYOUTS, default="auto",
                           help="which layout of --source to read; auto: the folders when present, else the archives")
-    io_group.add_argument("--target", required=True, type=Path,
-                          help="output folder; must be new or empty unless --resume or --overwrite")
+    io_group.add_argument("--target", required=True,
+                          help="output folder, or s3://BUCKET/PREFIX; must be new or empty unless --resume or "
+                               "--overwrite")
+    io_group.add_argument("--staging", type=Path, default=None, metavar="DIR",
+                          help="s3:// target: the local folder the dataset is written to before upload (kept; "
+                               "--resume continues there). Default: a temporary folder, deleted after the upload")
+    add_s3_arguments(io_group)
     io_group.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS),
                           help="splits to convert (default: %(default)s)")
     fmt = parser.add_argument_group("what is stored")
@@ -98,14 +108,29 @@ def main(argv=None) -> int:
     except LauncherError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    remote = None
+    if args.target.startswith("s3://"):
+        if instance.count > 1:
+            print("error: an s3:// --target is converted by one instance (convert locally, then upload_dataset.py)",
+                  file=sys.stderr)
+            return 2
+        remote, args.target = args.target, _staging_folder(args)
+        apply_s3_arguments(args)
+        problem = _remote_target_problem(remote, args)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+        from datasets.upload import PublishedShardUploader
+
+        uploader = PublishedShardUploader(args.target, remote)
     options = ConvertOptions(
-        source=args.source, target=args.target, format=args.format, splits=tuple(args.splits),
+        source=args.source, target=Path(args.target), format=args.format, splits=tuple(args.splits),
         shuffle=args.shuffle, seed=args.seed, samples_per_shard=args.samples_per_shard,
         max_shard_bytes=args.max_shard_bytes, image_quality=args.image_quality,
         train_steps=tuple(args.train_preprocess_steps), validation_steps=tuple(args.validation_preprocess_steps),
         workers=args.workers, resume=args.resume, overwrite=args.overwrite, on_error=args.on_error,
         max_image_pixels=args.max_image_pixels, source_layout=args.source_layout, instance=instance,
-        progress=args.progress,
+        progress=args.progress, on_published=uploader.published if remote else None,
     )
     try:
         summary = convert(options)
@@ -120,6 +145,56 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
     print(format_summary(summary))
+    if remote:
+        return _finish_upload(uploader, args)
+    return 0
+
+
+def _staging_folder(args) -> str:
+    if args.staging is not None:
+        return str(args.staging)
+    import tempfile
+
+    args.temporary_staging = True
+    return tempfile.mkdtemp(prefix="create-webdataset-staging-")
+
+
+def _remote_target_problem(remote, args):
+    """Why an s3:// target cannot be written to, or None (an existing dataset needs --resume/--overwrite)."""
+    from datasets.storage import StorageUnavailable, list_objects
+
+    try:
+        existing = list_objects(remote)
+    except (StorageUnavailable, ValueError) as error:
+        return str(error)
+    if existing and not (args.resume or args.overwrite):
+        return f"{remote}: already holds {len(existing)} objects; use --resume or --overwrite"
+    if existing and args.overwrite:
+        from datasets.storage import delete_object, join_location
+
+        for name in existing:  # the conversion starts over: nothing old stays visible under the prefix
+            delete_object(join_location(remote, name))
+    return None
+
+
+def _finish_upload(uploader, args) -> int:
+    import shutil
+
+    from datasets.storage import StorageUnavailable
+    from datasets.upload import describe
+
+    try:
+        report = uploader.finish(progress=args.progress)
+    except StorageUnavailable as error:
+        print(f"error: {error}; the converted dataset stays in {args.target}", file=sys.stderr)
+        return 1
+    print(describe(report))
+    if not report.ok:
+        print(f"the converted dataset stays in {args.target}; upload_dataset.py {args.target} {report.target} "
+              f"--resume finishes the upload", file=sys.stderr)
+        return 1
+    if getattr(args, "temporary_staging", False):
+        shutil.rmtree(args.target, ignore_errors=True)
     return 0
 
 

@@ -278,3 +278,40 @@ def describe(report: UploadReport) -> str:
         lines.append(f"  {METADATA_FILE} was not uploaded: the remote dataset is incomplete; fix the cause and "
                      f"run again with --resume")
     return "\n".join(lines)
+
+
+class PublishedShardUploader:
+    """Uploads a conversion's shards while it runs (create_webdataset.py --target s3://...): each
+    published shard is PUT (with the sha256 the converter recorded) in the background; `finish`
+    then uploads everything else with metadata.json last (`upload_dataset(resume=True)`, which
+    skips the shards already stored and verified)."""
+
+    def __init__(self, local, target: str, workers: int = 4):
+        self.local, self.target = Path(local), target.rstrip("/")
+        self.pool = ThreadPoolExecutor(max_workers=workers)
+        self.lock = threading.Lock()
+        self.pending = []
+        self.report = UploadReport(self.target)
+
+    def published(self, shard) -> None:
+        """Called with a ShardRecord once its shard has its final name in the staging folder."""
+        item = LocalFile(shard.name, self.local / shard.name, shard.bytes, shard.sha256, True)
+        self.pending.append((item, self.pool.submit(_upload_one, self.target, item, self.report, None, self.lock)))
+
+    def finish(self, progress: bool = False) -> UploadReport:
+        self.pool.shutdown(wait=True)
+        early = UploadReport(self.target)
+        for item, future in self.pending:
+            reason = future.result()
+            if reason:
+                early.failed.append((item.name, reason))
+            else:
+                early.uploaded.append(item.name)
+                early.bytes_uploaded += item.size
+        rest = upload_dataset(self.local, self.target, resume=True, progress=progress)
+        rest.uploaded = early.uploaded + rest.uploaded
+        rest.bytes_uploaded += early.bytes_uploaded
+        rest.failed = early.failed + rest.failed
+        rest.retried = self.report.retried + rest.retried
+        rest.skipped = [name for name in rest.skipped if name not in set(early.uploaded)]
+        return rest

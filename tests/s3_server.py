@@ -4,6 +4,8 @@ SeaweedFS checks credentials (SigV4), verifies SHA256/MD5 upload checksums, answ
 206 and honours If-Match, which is what the integrity and authentication tests need (moto accepts
 wrong secrets and wrong checksums). `weed mini` runs master, volume, filer and S3 in one process
 and starts in about a second; every gRPC port is its HTTP port + 10000, so both are picked free.
+The admin server gets a free port too: with `-admin.port=0` weed mini 4.48 exits after about four
+minutes ("Admin server readiness check failed ... after 240 attempts"), in the middle of a session.
 """
 
 from __future__ import annotations
@@ -82,11 +84,11 @@ class SeaweedServer:
     def start(self) -> "SeaweedServer":
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "data").mkdir(exist_ok=True)
-        master, volume, filer, s3 = free_port_pairs(4)
+        master, volume, filer, s3, admin = free_port_pairs(5)
         self.s3_port = s3
         command = [weed_binary(), "mini", f"-dir={self.directory / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                    f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", f"-s3.port={s3}",
-                   "-admin.port=0", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]
+                   f"-admin.port={admin}", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0"]
         env = dict(os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
         # Detached (started by a short-lived intermediate): not a child of the test process, whose
         # CPU meters count every live descendant (tests/test_host_benchmark.py).

@@ -318,3 +318,23 @@ def test_torchrun_two_ranks_read_s3_like_local(s3_server, converted, uploaded, t
     for workers in (0, 2):
         assert sorted(seen[f"{workers}/validation"]) == sorted(set(seen[f"{workers}/validation"]))
         assert len(seen[f"{workers}/validation"]) == 12
+
+
+def test_create_webdataset_to_s3_uploads_shards_as_published_and_metadata_last(s3_server, sample_source, s3_bucket,
+                                                                               converted, tmp_path):
+    target = f"s3://{s3_bucket}/img"
+    staging = tmp_path / "staging"
+    args = ("--source", sample_source, "--target", target, "--staging", staging, "--format", "img",
+            "--samples-per-shard", 8, "--seed", 0, "--s3-endpoint", s3_server.endpoint, "--no-progress")
+    result = run_script("create_webdataset.py", *args, env=s3_server.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 already there and matching" in result.stdout
+    checked = validate_cli(s3_server, target)
+    assert checked.returncode == 0 and checked.stdout.startswith("Dataset OK."), checked.stdout + checked.stderr
+    client = s3_server.client()
+    stored = client.get_object(Bucket=s3_bucket, Key=f"img/{METADATA_FILE}")["Body"].read()
+    assert stored == (staging / METADATA_FILE).read_bytes()
+    # the same conversion as a local one (seeded): the same metadata, byte for byte
+    assert json.loads(stored)["splits"] == json.loads((converted("img") / METADATA_FILE).read_text())["splits"]
+    again = run_script("create_webdataset.py", *args, env=s3_server.env())
+    assert again.returncode == 2 and "--resume or --overwrite" in again.stderr

@@ -91,6 +91,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import Callable, Optional
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
@@ -217,6 +218,7 @@ class ConvertOptions:
     source_layout: str = "auto"
     instance: Instance = Instance(0, 1, "single")
     progress: bool = True
+    on_published: Optional[Callable] = None  # called with each ShardRecord once its shard is published
 
 
 @dataclass(frozen=True)
@@ -979,6 +981,8 @@ def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> 
                         bar.update(len(tasks_by_number[result.number].samples))
                 else:
                     save_record(target, result, plan.fingerprint)
+                    if options.on_published is not None:
+                        options.on_published(result.shard)
                     report.written += result.shard.samples
                     report.skipped.extend(result.skipped)
                     report.bytes += result.shard.bytes
