@@ -1,6 +1,6 @@
 """Convert ImageNet (extracted folders or the downloaded archives) into WebDataset shards.
 
-    python create_webdataset.py --source SRC --target OUT [--format img|tensor|tfrecord] [--seed N] ...
+    python create_webdataset.py --source SRC --target OUT [--format img|tensor|...] [--seed N] ...
     python create_webdataset.py --source SRC --target s3://BUCKET/PREFIX [--staging DIR] [--s3-endpoint URL] ...
 
 With an s3:// target the dataset is written to a local staging folder (--staging, else a temporary
@@ -20,18 +20,20 @@ from datasets.convert.converter import (
     DEFAULT_IMAGE_QUALITY,
     DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_SAMPLES_PER_SHARD,
-    DEFAULT_TENSOR_STEPS,
-    FORMATS,
     ConversionError,
     ConvertOptions,
     UsageError,
     convert,
     format_summary,
 )
+from datasets.formats import FORMATS, format_names, get_format
 from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus
 from datasets.index import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.convert.imagenet_source import LAYOUTS
+
+
+TENSOR_STEPS = get_format("tensor").default_steps
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,18 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     io_group.add_argument("--splits", nargs="+", choices=SPLITS, default=list(SPLITS),
                           help="splits to convert (default: %(default)s)")
     fmt = parser.add_argument_group("what is stored")
-    fmt.add_argument("--format", choices=FORMATS, default="img",
-                     help="img: JPEG payloads (<key>.jpg; RGB JPEGs without steps are copied byte for byte); "
-                          "tensor: decoded uint8 HWC arrays (<key>.npy); "
-                          "tfrecord: the img payloads as TF-slim TFRecord shards <split>-00000-of-NNNNN of "
-                          "tf.train.Example records (labels stored 1..N as TF-slim does), each with a .tfindex")
+    fmt.add_argument("--format", choices=format_names(), default="img",
+                     help="; ".join(f"{f.name}: {f.description}" for f in FORMATS.values())
+                          + " (JPEG formats copy RGB JPEGs without steps byte for byte)")
     fmt.add_argument("--train-preprocess-steps", nargs="+", default=[], metavar="STEP",
                      help="deterministic steps applied to train images, e.g. Resize(256) CenterCrop(224); "
                           "allowed: Resize(N), Resize(H, W), CenterCrop(N), CenterCrop(H, W). Default: none for "
-                          f"img, {' '.join(DEFAULT_TENSOR_STEPS['train'])} for tensor")
+                          f"img, {' '.join(TENSOR_STEPS['train'])} for tensor")
     fmt.add_argument("--validation-preprocess-steps", nargs="+", default=[], metavar="STEP",
                      help="the same for validation images. Default: none for img, "
-                          f"{' '.join(DEFAULT_TENSOR_STEPS['validation'])} for tensor")
+                          f"{' '.join(TENSOR_STEPS['validation'])} for tensor")
     fmt.add_argument("--image-quality", type=int_between(1, 100), default=DEFAULT_IMAGE_QUALITY,
                      help="JPEG quality (1..100) for re-encoded images: with steps, or sources that are not RGB "
                           "JPEGs (default: %(default)s)")

@@ -33,18 +33,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.fileio import sha256_file  # noqa: E402
-from datasets.convert.converter import add_to_shard  # noqa: E402
-from datasets.convert.imagenet_source import SourceSample  # noqa: E402
+from datasets.formats import EncodedSample, get_format  # noqa: E402
 from datasets.index import (  # noqa: E402
     FORMAT_VERSION,
     ShardRecord,
     sample_index_name,
-    tar_shard_name,
     write_metadata,
     write_sample_index,
 )
 from datasets.formats.npy import encode_npy  # noqa: E402
-from datasets.formats.tar import TarShardWriter  # noqa: E402
 from datasets.validate.validator import validate_converted  # noqa: E402
 
 # The converter's default tensor shapes: train Resize(256) CenterCrop(256), validation CenterCrop(224).
@@ -69,17 +66,19 @@ def build_synthetic_dataset(out, fmt="tensor", samples=None, samples_per_shard=1
     metadata = {"format_version": FORMAT_VERSION, "format": fmt, "shuffle": False, "seed": seed, "image_quality": 95,
                 "train_transform_pipeline": [], "validation_transform_pipeline": [],
                 "classes": class_names, "tensor_layout": "HWC" if fmt == "tensor" else None, "splits": {}}
+    shard_format = get_format(fmt)
     for split, count in samples.items():
         shards, records = [], []
         for first in range(0, count, samples_per_shard):
-            name = tar_shard_name(split, first // samples_per_shard)
-            with TarShardWriter(out / name) as writer:
+            name = shard_format.shard_name(split, first // samples_per_shard, -(-count // samples_per_shard))
+            with shard_format.open_writer(out / name) as writer:
                 for number in range(first, min(first + samples_per_shard, count)):
                     key = f"{split}_{number:08d}"
                     label = number % classes
-                    sample = SourceSample(key, label, class_names[label], f"{split}/{class_names[label]}/{key}.JPEG", None)
-                    info = {"source": sample.source, "class": sample.class_name}
-                    records.append(add_to_shard(fmt, writer, name, sample, info, payload(rng, split, number)))
+                    source = f"{split}/{class_names[label]}/{key}.JPEG"
+                    info = {"source": source, "class": class_names[label]}
+                    sample = EncodedSample(key, label, class_names[label], source, info, payload(rng, split, number))
+                    records.append(writer.add_sample(sample, name))
             shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256, writer.md5))
         index = write_sample_index(out / sample_index_name(split), records)
         metadata[f"{split}_length"] = count

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from datasets.formats import format_names
+
 REPO = Path(__file__).resolve().parents[1]
-FORMATS = ("img", "tensor", "tfrecord")
 # Small shards, so that the sample dataset has several per split and 2 instances do not divide them.
 SAMPLES_PER_SHARD = 128
 
@@ -25,7 +26,7 @@ def demo_steps(out: Path, classes: int, train_per_class: int, val_per_class: int
         python, "-m", "datasets.sample", "--out", source, "--classes", classes,
         "--train-per-class", train_per_class, "--val-per-class", val_per_class, "--seed", "0", "--quirks",
     ]
-    for fmt in FORMATS:
+    for fmt in format_names():
         yield f"Convert it to {fmt} shards", [
             python, "create_webdataset.py", "--source", source, "--target", out / fmt, "--format", fmt,
             "--seed", "0", "--samples-per-shard", SAMPLES_PER_SHARD, "--overwrite", "--no-progress",
@@ -36,7 +37,7 @@ def demo_steps(out: Path, classes: int, train_per_class: int, val_per_class: int
     yield "Repartition it for 2 instances (equal shares; only the balancing samples are copied)", [
         python, "distributed_webdataset.py", "--target", out / "img", "--num-instances", "2", "--quiet",
     ]
-    for fmt in FORMATS:
+    for fmt in format_names():
         yield f"Validate the {fmt} dataset" + (" and its repartition" if fmt == "img" else ""), [
             python, "validate_dataset.py", out / fmt, "--no-progress",
         ]

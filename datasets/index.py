@@ -26,7 +26,7 @@ see datasets.validate.raw_checksum) and adds:
         "skipped": [{"path": ..., "reason": ...}],
         "shards": [ShardRecord.to_json(), ...],
         "index": {"name": "samples-train.index.tsv", "bytes": ..., "sha256": ..., "md5": ...}}}
-    "payload_extension": "pth",             only where it differs from PAYLOAD_EXTENSIONS[format]
+    "payload_extension": "pth",             only where it differs from the format's (datasets.formats.payload_extension_of)
                                             (an adopted reference tensor dataset)
 
 A metadata.json of the reference harness itself (its keys only, no "splits") is recognised by
@@ -48,8 +48,6 @@ from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
 SPLITS = ("train", "validation")
-# format -> the payload's extension in sample dicts (tfrecord: JPEG in tf.train.Example records)
-PAYLOAD_EXTENSIONS = {"img": "jpg", "tensor": "npy", "tfrecord": "jpg"}
 
 
 class DatasetError(Exception):
@@ -75,11 +73,6 @@ def split_of_index_name(name: str):
         return None
     stem = name[: -len(SAMPLE_INDEX_SUFFIX)]
     return stem.removeprefix(_INDEX_PREFIX) or None
-
-
-def payload_extension_of(metadata: dict) -> str:
-    """The payload member's extension in this dataset's samples."""
-    return metadata.get("payload_extension") or PAYLOAD_EXTENSIONS.get(metadata.get("format"), "jpg")
 
 
 def is_reference_metadata(metadata) -> bool:
@@ -246,3 +239,17 @@ def write_metadata(directory, metadata: dict) -> None:
 
 def shard_records(metadata: dict, split: str):
     return [ShardRecord.from_json(s) for s in metadata["splits"][split]["shards"]]
+
+
+# A record known only by its place in a shard (foreign shards whose records carry no key).
+POSITIONAL_SEPARATOR = "#"
+
+
+def positional_key(shard_name: str, number: int) -> str:
+    """The key of a record known only by its place: "train-00003-of-01024#17" (record 17)."""
+    return f"{shard_name}{POSITIONAL_SEPARATOR}{number}"
+
+
+def is_positional_key(record) -> bool:
+    """Whether a SampleRecord's key is positional (e.g. TFRecords indexed without metadata)."""
+    return record.key.startswith(record.shard + POSITIONAL_SEPARATOR)

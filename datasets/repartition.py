@@ -33,7 +33,7 @@ Execution copies each planned sample's whole byte range (SampleRecord.record_off
 verbatim into the instance's remainder shard: tar headers and TFRecord framing hold no offsets, so
 the copy is valid as it is, and every payload stays byte-identical. Nothing is decoded or
 re-encoded. Each copied payload's sha256 is checked against the index while copying. The writer is
-chosen by the dataset's format in one table, REMAINDER_FORMATS.
+chosen by the dataset's format through the registry (datasets.formats).
 
 Safety:
   * The original shards, indexes and metadata.json are only read.
@@ -71,7 +71,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
 from datasets.index import (
@@ -83,8 +83,7 @@ from datasets.index import (
     parse_sample_index,
     write_sample_index,
 )
-from datasets.formats.tar import BLOCK, TarShardWriter
-from datasets.formats.tfrecord import TFRecordShardWriter, describe_damage
+from datasets.formats import UnknownFormatError, get_format
 
 POLICIES = ("spread", "pad", "drop")
 MANIFEST_FILE = "manifest.json"
@@ -104,35 +103,12 @@ def output_dir(target, num_instances: int) -> Path:
     return Path(target) / DISTRIBUTED_DIR / f"{num_instances}-instances"
 
 
-# ------------------------------------------------------------------------------------------ formats
-# The one place where the dataset format decides how remainder shards are written. A format
-# needs a writer (context manager publishing atomically, with `add_raw_record(raw) -> offset`,
-# `.sha256`, `.md5`, `.bytes_written`), the finished size for given record bytes, the alignment its
-# records must have, and optionally what the shard's own checks say about a damaged shard.
-
-
-@dataclass(frozen=True)
-class RemainderFormat:
-    suffix: str
-    open_writer: Callable
-    finished_size: Callable[[int], int]
-    record_alignment: int
-    describe_damage: Callable[[Path], str] = lambda path: ""  # e.g. TFRecord: which record's CRC fails
-
-
-_TAR = RemainderFormat(".tar", TarShardWriter, TarShardWriter.finished_size, BLOCK)
-# TFRecord remainders get the writer's `<name>.tfindex` beside them, like every converted shard.
-_TFRECORD = RemainderFormat(".tfrecord", TFRecordShardWriter, TFRecordShardWriter.finished_size, 1, describe_damage)
-REMAINDER_FORMATS = {"img": _TAR, "tensor": _TAR, "tfrecord": _TFRECORD}
-
-
-def remainder_format(fmt: str) -> RemainderFormat:
+def remainder_format(fmt: str):
+    """The dataset format (datasets.formats) that writes this dataset's remainder shards."""
     try:
-        return REMAINDER_FORMATS[fmt]
-    except KeyError:
-        raise DatasetError(
-            f"format {fmt!r} cannot be repartitioned (supported: {', '.join(sorted(REMAINDER_FORMATS))})"
-        ) from None
+        return get_format(fmt)
+    except UnknownFormatError as error:
+        raise DatasetError(f"format {fmt!r} cannot be repartitioned: {error}") from None
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -683,7 +659,7 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
     entries = []
     try:
         for instance in plan.instances:
-            remainder_name, list_name, index_name = instance_file_names(plan.split, instance.instance, fmt.suffix)
+            remainder_name, list_name, index_name = instance_file_names(plan.split, instance.instance, fmt.remainder_suffix)
             remainder_record = None
             copied_records = []
             if instance.copied:
@@ -893,7 +869,7 @@ def _shard_summary(names, limit=4):
 
 def describe_plan(plan: SplitPlan, fmt: str = "img") -> str:
     """A table: per instance, the shards read whole, the samples copied, the samples and bytes read."""
-    finished = REMAINDER_FORMATS.get(fmt, _TAR).finished_size
+    finished = remainder_format(fmt).finished_size
     lines = [
         f"{plan.split}: {plan.total_samples} samples over {plan.num_instances} instances, policy {plan.policy}: "
         f"{min(plan.samples_per_instance)}..{max(plan.samples_per_instance)} samples each, "

@@ -556,7 +556,7 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
             if "archive" in layouts:
                 with TarShardWriter(staging / "train" / f"{wnid}.tar") as writer:
                     for r in sorted((r for r in rendered if r.spec.split == TRAIN_DIR), key=lambda r: r.spec.name):
-                        writer.add_sample(_stem(r.spec.name), [("JPEG", r.data)])
+                        writer.add_members(_stem(r.spec.name), [("JPEG", r.data)])
     finally:
         if executor:
             executor.shutdown(cancel_futures=True)
@@ -565,10 +565,10 @@ def build_sample_dataset(out, classes=10, train_per_class=100, val_per_class=20,
         with TarShardWriter(out / TRAIN_TAR) as writer:
             for wnid in plan.wnids:
                 inner = staging / "train" / f"{wnid}.tar"
-                writer.add_sample(wnid, [("tar", inner.read_bytes())])
+                writer.add_members(wnid, [("tar", inner.read_bytes())])
         with TarShardWriter(out / VAL_TAR) as writer:
             for name in sorted(val_files):
-                writer.add_sample(_stem(name), [("JPEG", val_files[name].read_bytes())])
+                writer.add_members(_stem(name), [("JPEG", val_files[name].read_bytes())])
     shutil.rmtree(staging)
 
     devkit_number = plan.devkit_id

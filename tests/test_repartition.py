@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from datasets.formats import get_format
+
 from conftest import PYTHON, REPO, run_script
 from datasets.fileio import hash_file, sha256_file
 from datasets.index import (
     METADATA_FILE,
-    PAYLOAD_EXTENSIONS,
     DatasetError,
     SampleRecord,
     ShardRecord,
@@ -273,7 +274,7 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0, payloa
     rng = np.random.default_rng(seed)
     if fmt == "tfrecord":
         return build_tfrecord_dataset(directory, counts, per_shard, rng)
-    ext = PAYLOAD_EXTENSIONS[fmt]
+    ext = get_format(fmt).payload_extension
     splits = {}
     for split, total in counts.items():
         shards, records = [], []
@@ -289,7 +290,7 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0, payloa
                     else:
                         payload = rng.integers(0, 256, int(rng.integers(*payload_bytes)), dtype=np.uint8).tobytes()
                     meta = json.dumps({"source": f"{key}.JPEG"}).encode()
-                    written = writer.add_sample(key, [("cls", str(label).encode()), ("json", meta), (ext, payload)])
+                    written = writer.add_members(key, [("cls", str(label).encode()), ("json", meta), (ext, payload)])
                     members = ";".join(f"{e}:{m.header_offset}" for e, m in written.members.items())
                     records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
                                                 written.members[ext].data_offset, len(payload),
@@ -323,7 +324,7 @@ def build_tfrecord_dataset(directory, counts, per_shard, rng):
                 for number in range(start, min(start + per_shard, total)):
                     key, label = f"{split}_{number:05d}", number % 4
                     payload = rng.integers(0, 256, int(rng.integers(200, 3000)), dtype=np.uint8).tobytes()
-                    written = writer.add_sample(key, label, "abcd"[label], payload, 8, 8, f"{key}.JPEG")
+                    written = writer.add_image(key, label, "abcd"[label], payload, 8, 8, f"{key}.JPEG")
                     records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
                                                 written.payload_offset, written.payload_size,
                                                 hashlib.sha256(payload).hexdigest(), ""))
@@ -338,7 +339,7 @@ def read_samples(path, fmt):
     """(key, payload sha256) of every sample of a shard, read with the project's reader for the format."""
     if fmt == "tfrecord":
         return [(s["__key__"], hashlib.sha256(s["jpg"]).hexdigest()) for s in iter_tfrecord_samples(path, 1)]
-    ext = PAYLOAD_EXTENSIONS[fmt]
+    ext = get_format(fmt).payload_extension
     return [(s["__key__"], hashlib.sha256(s[ext]).hexdigest()) for s in iter_tar_samples(path)]
 
 

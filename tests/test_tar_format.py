@@ -33,7 +33,7 @@ def test_shard_bytes_equal_tarfiles(tmp_path, count):
     path = tmp_path / "train-000000.tar"
     with TarShardWriter(path) as writer:
         for key, members in SAMPLES[:count]:
-            writer.add_sample(key, members)
+            writer.add_members(key, members)
     assert path.read_bytes() == tarfile_bytes(SAMPLES[:count])
     assert writer.bytes_written == path.stat().st_size
 
@@ -41,7 +41,7 @@ def test_shard_bytes_equal_tarfiles(tmp_path, count):
 def test_reported_offsets_point_at_each_member(tmp_path):
     path = tmp_path / "train-000000.tar"
     with TarShardWriter(path) as writer:
-        written = [writer.add_sample(key, members) for key, members in SAMPLES]
+        written = [writer.add_members(key, members) for key, members in SAMPLES]
     data = path.read_bytes()
     found = {m.name: m for m in iter_tar_members(path)}
     for (key, members), sample in zip(SAMPLES, written):

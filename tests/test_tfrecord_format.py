@@ -74,7 +74,7 @@ def write_shard(path, images):
             with Image.open(io.BytesIO(data)) as image:
                 width, height = image.size
                 mode = image.mode
-            written.append(writer.add_sample(key, label, synset, data, height, width, source.name, colorspace=mode))
+            written.append(writer.add_image(key, label, synset, data, height, width, source.name, colorspace=mode))
     return writer, written
 
 
@@ -209,7 +209,7 @@ def test_writing_and_reading_do_not_import_torch(tmp_path):
 
     code = (
         "import sys; from datasets.formats.tfrecord import TFRecordShardWriter, iter_tfrecord_samples\n"
-        f"with TFRecordShardWriter({str(tmp_path / 'x')!r}) as w: w.add_sample('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
+        f"with TFRecordShardWriter({str(tmp_path / 'x')!r}) as w: w.add_image('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
         f"assert [s['__key__'] for s in iter_tfrecord_samples({str(tmp_path / 'x')!r}, 1)] == ['k']\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfrecord', 'google')))"
     )
@@ -300,7 +300,7 @@ def test_a_failed_write_leaves_nothing_under_either_name(tmp_path, source_images
     with pytest.raises(RuntimeError):
         with TFRecordShardWriter(path) as writer:
             key, label, synset, source = source_images[0]
-            writer.add_sample(key, label, synset, source.read_bytes(), 1, 1, source.name)
+            writer.add_image(key, label, synset, source.read_bytes(), 1, 1, source.name)
             raise RuntimeError("disk full")
     assert list(tmp_path.iterdir()) == []
 
@@ -437,8 +437,8 @@ def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(
 def test_payload_offset_is_exact_even_for_payloads_equal_to_other_fields(tmp_path, payload):
     path = tmp_path / "train-00000-of-00001"
     with TFRecordShardWriter(path) as writer:
-        first = writer.add_sample("k", 0, "n0", b"\xff\xd8" * 100, 1, 1, "k.JPEG")
-        second = writer.add_sample("k", 0, "n0", payload, 1, 1, "n0")
+        first = writer.add_image("k", 0, "n0", b"\xff\xd8" * 100, 1, 1, "k.JPEG")
+        second = writer.add_image("k", 0, "n0", payload, 1, 1, "n0")
     raw = path.read_bytes()
     for record, expected in ((first, b"\xff\xd8" * 100), (second, payload)):
         assert raw[record.payload_offset : record.payload_offset + record.payload_size] == expected

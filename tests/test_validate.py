@@ -91,7 +91,7 @@ def rewrite_shard(path, change):
     path.unlink()
     with TarShardWriter(path) as writer:
         for key, members in samples:
-            writer.add_sample(key, members)
+            writer.add_members(key, members)
 
 
 def lines(report):

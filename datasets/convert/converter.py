@@ -80,7 +80,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import secrets
 import shutil
 import sys
@@ -93,50 +92,37 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from datasets.fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_bytes, sha256_file
+from datasets.fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_file
 from datasets.index import (
     FORMAT_VERSION,
     METADATA_FILE,
-    PAYLOAD_EXTENSIONS,
     SPLITS,
     SampleRecord,
     ShardRecord,
     sample_index_name,
     split_of_index_name,
-    tar_shard_name,
     write_metadata,
     write_sample_index,
 )
 from datasets.launcher import Instance
-from datasets.formats.npy import encode_npy
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.imagenet_source import SourceError, open_source
 from datasets.validate.raw_checksum import folder_checksum
-from datasets.formats.tar import BLOCK, RECORD, TarShardWriter, padding
-from datasets.formats.tfrecord import LABEL_OFFSET, TFRecordShardWriter, tfrecord_index_path, tfrecord_shard_name
+from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
+from datasets.formats.tar import BLOCK, RECORD, padding
 
-FORMATS = tuple(PAYLOAD_EXTENSIONS)  # ("img", "tensor", "tfrecord")
-JPEG_PAYLOAD_FORMATS = ("img", "tfrecord")  # formats whose payload is a JPEG (passthrough or re-encoded)
 DEFAULT_SAMPLES_PER_SHARD = 1024
 DEFAULT_IMAGE_QUALITY = 95
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
-DEFAULT_TENSOR_STEPS = {"train": ("Resize(256)", "CenterCrop(256)"), "validation": ("Resize(256)", "CenterCrop(224)")}
-TENSOR_LAYOUT = "HWC"
 ON_ERROR = ("skip", "fail")
 STATE_DIR = ".convert-state"
 DISTRIBUTED_DIR = "distributed"  # where distributed_webdataset.py writes repartitions of a dataset
 PLAN_FILE = "plan.json"
-SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
-# TF-slim shard names, and each shard's index file (see tfrecord_format)
-TFRECORD_FILE = re.compile(r"^(?P<shard>[A-Za-z0-9_]+-\d{5}-of-\d{5})(?P<index>\.tfindex)?(?P<partial>\.partial)?$")
 EXIF_ORIENTATION = 0x0112
 JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "F")
-# Estimate of a tensor payload when the steps give no fixed size: about what JPEG compresses away.
-TENSOR_BYTES_PER_SOURCE_BYTE = 8
 
 
 class UsageError(Exception):
@@ -335,7 +321,8 @@ def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
     quirks, orientation = describe_source(image, name)
     info = {"width": image.width, "height": image.height, "source_format": image.format,
             "source_mode": image.mode}
-    if options.format in JPEG_PAYLOAD_FORMATS and not steps and image.format in JPEG_FORMATS and image.mode == "RGB":
+    fmt = get_format(options.format)
+    if fmt.stores_jpeg and not steps and image.format in JPEG_FORMATS and image.mode == "RGB":
         if not jpeg_is_complete(data):
             raise SampleSkipped("truncated or corrupt JPEG: no end-of-image marker after the scan data")
         info["converted"] = "passthrough"
@@ -348,14 +335,8 @@ def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
         except Exception as error:  # truncated data, broken entropy coding, unsupported mode
             raise SampleSkipped(f"cannot decode the image: {type(error).__name__}: {error}") from None
         info["output_width"], info["output_height"] = out.size
-        if options.format in JPEG_PAYLOAD_FORMATS:
-            buffer = io.BytesIO()
-            out.save(buffer, format="JPEG", quality=options.image_quality)
-            payload = buffer.getvalue()
-            info["converted"] = "reencoded"
-        else:
-            payload = tensor_npy(out)
-            info["converted"] = "tensor"
+        payload = fmt.encode_image(out, options.image_quality)
+        info["converted"] = "reencoded" if fmt.stores_jpeg else "tensor"
     info["steps"] = list(options.steps)
     if quirks:
         info["quirks"] = quirks
@@ -363,89 +344,6 @@ def encode_payload(data: bytes, name: str, options: EncodeOptions, steps):
         info["exif_orientation"] = orientation
         info["exif_orientation_applied"] = False
     return payload, info
-
-
-_npy_headers = {}  # (height, width) -> .npy header of a uint8 HWC array of that shape
-_tensor_buffer = bytearray()
-
-
-def tensor_npy(image) -> memoryview:
-    """The uint8 HWC .npy of an RGB PIL image: encode_npy's exact bytes, built without numpy.
-
-    The bytes are written into one buffer reused from sample to sample, valid until the next
-    call: allocating ~150 KB per sample costs more than the copy itself (fresh pages fault in),
-    and numpy's round trip (asarray + np.save) costs ~7x the raw copy.
-    """
-    global _tensor_buffer
-    key = (image.height, image.width)
-    header = _npy_headers.get(key)
-    if header is None:
-        probe = np.zeros((image.height, image.width, 3), dtype=np.uint8)
-        header = _npy_headers[key] = encode_npy(probe)[: -probe.size]
-    size = len(header) + image.height * image.width * 3
-    if len(_tensor_buffer) != size:
-        _tensor_buffer = bytearray(size)
-    _tensor_buffer[: len(header)] = header
-    _tensor_buffer[len(header):] = image.tobytes()
-    return memoryview(_tensor_buffer)
-
-
-def sample_members(fmt: str, label: int, info: dict, payload: bytes):
-    """The tar members of one sample, in the contract's order."""
-    info_bytes = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
-    return [("cls", str(label).encode()), ("json", info_bytes), (PAYLOAD_EXTENSIONS[fmt], payload)]
-
-
-# ---------------------------------------------------------------- the shard writer, chosen by format
-
-
-def shard_file_name(fmt: str, split: str, number: int, count: int) -> str:
-    """`count`: the split's number of shards (TF-slim names hold it)."""
-    if fmt == "tfrecord":
-        return tfrecord_shard_name(split, number, count)
-    return tar_shard_name(split, number)
-
-
-def open_shard_writer(fmt: str, path: Path):
-    """The one place that picks the container: tar shards, or TFRecord shards for tfrecord."""
-    if fmt == "tfrecord":
-        return TFRecordShardWriter(path)
-    return TarShardWriter(path)
-
-
-def add_to_shard(fmt: str, writer, shard_name: str, sample, info: dict, payload: bytes) -> SampleRecord:
-    """Write one encoded sample with the format's writer; return its SampleRecord."""
-    if fmt == "tfrecord":
-        width, height = info.get("output_width", info["width"]), info.get("output_height", info["height"])
-        written = writer.add_sample(sample.key, sample.label, sample.class_name, payload, height, width,
-                                    sample.source.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
-        return SampleRecord(
-            key=sample.key, shard=shard_name, label=sample.label,
-            record_offset=written.record_offset, record_size=written.record_size,
-            payload_offset=written.payload_offset, payload_size=written.payload_size,
-            payload_sha256=sha256_bytes(payload))
-    written = writer.add_sample(sample.key, sample_members(fmt, sample.label, info, payload))
-    payload_member = written.members[PAYLOAD_EXTENSIONS[fmt]]
-    return SampleRecord(
-        key=sample.key, shard=shard_name, label=sample.label,
-        record_offset=written.record_offset, record_size=written.record_size,
-        payload_offset=payload_member.data_offset, payload_size=payload_member.size,
-        payload_sha256=sha256_bytes(payload),
-        members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
-    )
-
-
-def is_shard_file(name: str) -> bool:
-    """A shard, a shard's companion index, or a partial one, of any format."""
-    return bool(SHARD_FILE.match(name) or TFRECORD_FILE.match(name))
-
-
-def planned_file(name: str, planned) -> bool:
-    """Whether a shard file (or a TFRecord shard's index) belongs to the planned shards."""
-    match = TFRECORD_FILE.match(name)
-    if match and match["index"] and not match["partial"]:
-        return match["shard"] in planned
-    return name in planned
 
 
 # ---------------------------------------------------------------- writing one shard (in a worker)
@@ -472,12 +370,11 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
     options = task.encode
     steps = _steps(options.steps)
     records, skipped = [], []
-    if options.format == "tfrecord":
-        what, companions = "shard or its .tfindex", (tfrecord_index_path(path),)
-    else:
-        what, companions = "shard", ()
+    fmt = get_format(options.format)
+    companions = tuple(path.with_name(name) for name in fmt.companions(path.name))
+    what = "shard or its " + ", ".join(c.suffix for c in companions) if companions else "shard"
     with writing(path, what, companions):
-        with open_shard_writer(options.format, path) as writer:
+        with fmt.open_writer(path) as writer:
             for sample in task.samples:
                 try:
                     try:
@@ -494,7 +391,8 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                     continue
                 # "bbox" (normalised [x1, y1, x2, y2] or null) is read unconditionally by the reference loader
                 info = {"source": sample.source, "class": sample.class_name, **info, "bbox": sample.bbox}
-                records.append(add_to_shard(options.format, writer, task.name, sample, info, payload))
+                encoded = EncodedSample(sample.key, sample.label, sample.class_name, sample.source, info, payload)
+                records.append(writer.add_sample(encoded, task.name))
                 if progress:
                     progress(1)
     shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256, writer.md5)
@@ -516,14 +414,7 @@ def shuffle_order(samples, seed: int, split: str):
 
 def estimated_sample_bytes(sample, fmt: str, fixed_size) -> int:
     """Bytes the sample will take in a tar shard, from the listing only (see the module doc)."""
-    source_bytes = sample.size or 0
-    if fmt == "tensor":
-        if fixed_size is not None:
-            payload = fixed_size[0] * fixed_size[1] * 3 + 128  # .npy header: 128 bytes for these shapes
-        else:
-            payload = source_bytes * TENSOR_BYTES_PER_SOURCE_BYTE
-    else:
-        payload = source_bytes
+    payload = get_format(fmt).estimated_payload_bytes(sample.size or 0, fixed_size)
     info = 400 + len(sample.source) + len(sample.class_name)  # json fields: a safe bound
     return 3 * BLOCK + BLOCK + (info + padding(info)) + (payload + padding(payload))
 
@@ -570,8 +461,8 @@ def steps_for(options: ConvertOptions, split: str):
     """Canonical steps for a split, with the tensor defaults (see the module doc)."""
     given = options.train_steps if split == "train" else options.validation_steps
     steps = canonical(parse_steps(list(given)))
-    if not steps and options.format == "tensor":
-        steps = list(DEFAULT_TENSOR_STEPS[split])
+    if not steps:
+        steps = list(get_format(options.format).default_steps.get(split, ()))
     return tuple(steps)
 
 
@@ -622,7 +513,7 @@ def record_path(target: Path, shard_name: str) -> Path:
 
 
 def is_converter_output(name: str) -> bool:
-    return (is_shard_file(name) or name == METADATA_FILE or name == STATE_DIR
+    return (is_any_shard_file(name) or name == METADATA_FILE or name == STATE_DIR
             or name.endswith(".index.tsv") or name.endswith(".index.tsv" + PARTIAL_SUFFIX)
             or name == METADATA_FILE + PARTIAL_SUFFIX)
 
@@ -752,7 +643,7 @@ def finalize(options: ConvertOptions, plan: Plan):
     for split, split_plan in plan.splits.items():
         records = []
         for number in range(len(split_plan.shards)):
-            name = shard_file_name(options.format, split, number, len(split_plan.shards))
+            name = get_format(options.format).shard_name(split, number, len(split_plan.shards))
             record = load_record(target, name, plan.fingerprint)
             path = target / name
             if record is None or not path.is_file() or path.stat().st_size != record["shard"]["bytes"]:
@@ -762,10 +653,10 @@ def finalize(options: ConvertOptions, plan: Plan):
         records_by_split[split] = records
     if missing:
         return None, missing
-    planned = {shard_file_name(options.format, split, n, len(p.shards))
+    planned = {get_format(options.format).shard_name(split, n, len(p.shards))
                for split, p in plan.splits.items() for n in range(len(p.shards))}
     for entry in os.listdir(target):  # stale shards of an earlier run never mix in
-        if is_shard_file(entry) and not planned_file(entry, planned):
+        if is_any_shard_file(entry) and get_format(options.format).shard_of_file(entry) not in planned:
             (target / entry).unlink(missing_ok=True)
         elif split_of_index_name(entry) is not None and entry != sample_index_name(split_of_index_name(entry)):
             (target / entry).unlink(missing_ok=True)  # the earlier name (<split>.index.tsv)
@@ -813,8 +704,8 @@ def build_metadata(plan: Plan, split_entries: dict) -> dict:
         # Added (see datasets/index.py).
         "format_version": FORMAT_VERSION,
         "classes": plan.classes,
-        "tensor_layout": TENSOR_LAYOUT if o["format"] == "tensor" else None,
-        **({"label_offset": LABEL_OFFSET} if o["format"] == "tfrecord" else {}),
+        "tensor_layout": None,
+        **get_format(o["format"]).metadata_fields(),
         "samples_per_shard": o["samples_per_shard"],
         "max_shard_bytes": o["max_shard_bytes"],
         "max_image_pixels": o["max_image_pixels"],
@@ -853,8 +744,8 @@ class Summary:
 
 
 def validate_options(options: ConvertOptions) -> None:
-    if options.format not in FORMATS:
-        raise UsageError(f"--format {options.format!r}: expected one of {', '.join(FORMATS)}")
+    if options.format not in format_names():
+        raise UsageError(f"--format {options.format!r}: expected one of {', '.join(format_names())}")
     if options.samples_per_shard < 1:
         raise UsageError(f"--samples-per-shard must be at least 1, got {options.samples_per_shard}")
     if options.max_shard_bytes is not None and options.max_shard_bytes < 1:
@@ -916,7 +807,7 @@ def convert(options: ConvertOptions) -> Summary:
         for number, shard in enumerate(split_plan.shards):
             if number % instance.count != instance.index:
                 continue
-            name = shard_file_name(options.format, split, number, len(split_plan.shards))
+            name = get_format(options.format).shard_name(split, number, len(split_plan.shards))
             own_names.append(name)
             tasks[split].append(ShardTask(split, number, name, tuple(shard), encode))
     try:

@@ -19,6 +19,7 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from datasets.formats.base import ShardDataError
 from datasets.fileio import HashingAtomicWriter
 
 BLOCK = 512
@@ -26,7 +27,7 @@ RECORD = 20 * BLOCK  # tar's default blocking factor; the archive is padded to i
 _ZERO_BLOCK = bytes(BLOCK)
 
 
-class TarFormatError(Exception):
+class TarFormatError(ShardDataError):
     """A shard that is not valid tar: names the shard, the byte offset and the problem."""
 
     def __init__(self, source, offset, problem):
@@ -97,7 +98,7 @@ class WrittenSample:
 
 
 class TarShardWriter(HashingAtomicWriter):
-    """Write one shard: `with TarShardWriter(path) as w: w.add_sample(key, [(ext, data), ...])`.
+    """Write one shard: `with TarShardWriter(path) as w: w.add_members(key, [(ext, data), ...])`.
 
     On a clean exit the shard is flushed, fsynced and renamed to `path`; `w.sha256` and
     `w.bytes_written` then describe it. On an exception the partial file is removed.
@@ -107,7 +108,7 @@ class TarShardWriter(HashingAtomicWriter):
         super().__init__(path)
         self.samples = 0
 
-    def add_sample(self, key: str, members) -> WrittenSample:
+    def add_members(self, key: str, members) -> WrittenSample:
         if "." in key.rsplit("/", 1)[-1]:
             raise ValueError(f"sample key {key!r} contains a dot; webdataset would split it")
         start = self.bytes_written

@@ -45,7 +45,9 @@ from typing import NamedTuple
 
 import crc32c
 
+from datasets.formats.base import ShardDataError
 from datasets.fileio import HashingAtomicWriter, atomic_write_bytes
+from datasets.index import positional_key
 
 LENGTH_SIZE = 8
 CRC_SIZE = 4
@@ -72,7 +74,7 @@ _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 
 
-class TFRecordFormatError(Exception):
+class TFRecordFormatError(ShardDataError):
     """A record that cannot be trusted: names the shard, the record number, the byte offset and the problem."""
 
     def __init__(self, source, record, offset, problem):
@@ -659,7 +661,7 @@ def imagenet_example_features(key, label, synset, image_bytes, height, width, fi
 
 
 class TFRecordShardWriter(HashingAtomicWriter):
-    """Write one shard: `with TFRecordShardWriter(path) as w: w.add_sample(key, label, ...)`.
+    """Write one shard: `with TFRecordShardWriter(path) as w: w.add_image(key, label, ...)`.
 
     On a clean exit the index file and then the shard are flushed, fsynced and renamed to
     their final names (so a shard under its final name always has its index); `w.sha256`
@@ -696,7 +698,7 @@ class TFRecordShardWriter(HashingAtomicWriter):
         self.samples += 1
         return start, size, 0 if payload_start is None else start + HEADER_SIZE + payload_start, payload_size
 
-    def add_sample(self, key, label, synset, image_bytes, height, width, filename, colorspace="RGB", image_format="JPEG") -> WrittenRecord:
+    def add_image(self, key, label, synset, image_bytes, height, width, filename, colorspace="RGB", image_format="JPEG") -> WrittenRecord:
         """Write one image as a TF-slim ImageNet Example. `label` is 0-based."""
         if int(label) < 0:
             raise ValueError(f"sample {key!r}: label {label} is negative")
@@ -831,18 +833,7 @@ def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc
     return records
 
 
-POSITIONAL_SEPARATOR = "#"
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords")
-
-
-def positional_key(shard_name: str, number: int) -> str:
-    """The key of a record known only by its place: "train-00003-of-01024#17" (record 17)."""
-    return f"{shard_name}{POSITIONAL_SEPARATOR}{number}"
-
-
-def is_positional_key(record) -> bool:
-    """Whether a SampleRecord's key is positional (see `index_tfrecord_shard`)."""
-    return record.key.startswith(record.shard + POSITIONAL_SEPARATOR)
 
 
 def is_tfrecord_location(location) -> bool:

@@ -37,7 +37,7 @@ from datasets.formats.tfrecord import (
     read_tfrecord_index,
     tfrecord_index_path,
 )
-from datasets.validate.validator import (
+from datasets.formats.shard_check import (
     MappedShard,
     ShardResult,
     ShardTask,

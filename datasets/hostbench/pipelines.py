@@ -14,19 +14,21 @@ baselines       torchvision ImageFolder + DataLoader and the stock webdataset pi
                 of the tensor comparison do the same work.
 loader rows     every format found x each normalisation location, through `get_data`.
 
-A stock pipeline for a format is one `BASELINES` entry (its format names it in
-benchmark_sources.FORMATS).
+A format's stock pipeline comes from its registry entry (`ShardFormat.stock_baseline`, see
+datasets.formats.base); BASELINES adds the ImageFolder one.
 """
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from datasets import formats as registry
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
 from datasets.hostbench.sources import Source, folder_split_dir
 
@@ -122,28 +124,6 @@ def imagefolder_baseline(source: Source, split, batch_size, workers, instance, s
     return EpochBatches(epoch_loader, max_epochs=None)
 
 
-def _webdataset_pipeline(shard_paths, instance):
-    import webdataset as wds
-
-    if not shard_paths:
-        raise BenchmarkError("no shards for the stock webdataset baseline")
-    # empty_check=False: stock webdataset refuses fewer shards than workers otherwise; the
-    # node splitter only matters under a launcher (the stock default refuses several nodes).
-    return wds.WebDataset(
-        [str(p) for p in shard_paths], shardshuffle=False, empty_check=False,
-        nodesplitter=wds.split_by_node if instance.count > 1 else wds.single_node_only,
-    )
-
-
-def webdataset_pil_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
-    """Stock webdataset: decode("pil") + the standard transforms + DataLoader."""
-    transform = standard_transform(split, size, validation_resize(size))
-    dataset = (_webdataset_pipeline(source.shards.get(split, []), instance)
-               .decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int))
-    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
-                        max_epochs=None)
-
-
 def stored_at_output_size(source: Source, split: str, size: int = IMAGE_SIZE) -> bool:
     """Whether the converter already cropped this split's tensors to the output size."""
     steps = (source.metadata or {}).get(f"{split}_transform_pipeline") or []
@@ -170,54 +150,22 @@ def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize:
     return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
 
 
-def webdataset_npy_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
-    """Stock webdataset: decode() (np.load for .npy) + DataLoader, uint8 throughout.
-
-    With the augmentation the split still needs (train: RandomResizedCrop + flip in torchvision
-    v2 on the tensor), so that it does the same work as the loader's tensor rows.
-    """
-    dataset = _webdataset_pipeline(source.shards.get(split, []), instance).decode().to_tuple("npy", "cls")
-    transform = tensor_transform(source, split, size, validation_resize(size))
-    if transform is not None:
-        dataset = dataset.map_tuple(transform, int)
-    return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
-                        max_epochs=None)
-
-
-class TFRecordExampleTransform:
-    """The stock TFRecord pipeline's per-record step: PIL decode + the standard transforms; label - offset."""
-
-    def __init__(self, split: str, label_offset: int, size: int = IMAGE_SIZE):
-        self.transform = standard_transform(split, size, validation_resize(size))
-        self.label_offset = label_offset
-
-    def __call__(self, features):
-        from PIL import Image
-
-        image = Image.open(io.BytesIO(features["image/encoded"])).convert("RGB")
-        return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
-
-
-def tfrecord_torch_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
-    """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode
-    + the standard transforms + DataLoader.
-
-    With an index and DataLoader workers, the package gives each worker its slice of every shard;
-    with no workers it starts each shard at a random record (and wraps around). It has no node
-    splitting: instances take every Nth shard. Its reader checks no CRC (the project's does).
-    """
-    from tfrecord.torch.dataset import TFRecordDataset
-    from torch.utils.data import ChainDataset
-
-    from datasets.formats.tfrecord import tfrecord_index_path
-
-    paths = source.shards.get(split, [])[instance.index :: instance.count]
-    if not paths:
-        raise BenchmarkError(f"{source.path}: no {split} shards for the stock tfrecord baseline")
-    transform = TFRecordExampleTransform(split, int((source.metadata or {}).get("label_offset", 0)), size)
-    description = {"image/encoded": "byte", "image/class/label": "int"}
-    dataset = ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=transform)
-                            for p in paths])
+def stock_baseline_batches(shard_format, source: Source, split, batch_size, workers, instance, seed=0,
+                           size=IMAGE_SIZE, **_):
+    """A format's stock pipeline (its registry entry's `stock_baseline`) + DataLoader, with the
+    standard transforms (PIL input) or the tensor transform (uint8 arrays), at output `size`."""
+    baseline = shard_format.stock_baseline
+    shards = source.shards.get(split, [])
+    if not shards:
+        raise BenchmarkError(f"{source.path}: no {split} shards for the stock {shard_format.name} baseline")
+    if baseline.tensor_input:
+        transform = tensor_transform(source, split, size, validation_resize(size))
+    else:
+        transform = standard_transform(split, size, validation_resize(size))
+    try:
+        dataset = baseline.build(shards, transform, instance, source.metadata)
+    except ValueError as error:
+        raise BenchmarkError(f"{source.path}: {error}") from None
     return EpochBatches(lambda epoch: make_dataloader(dataset, batch_size, workers, seed=seed + epoch),
                         max_epochs=None)
 
@@ -232,22 +180,12 @@ class BaselineEntry:
 
 
 BASELINES = {
-    entry.key: entry
-    for entry in (
-        BaselineEntry("imagefolder", "folder", "ImageFolder + DataLoader (baseline)", imagefolder_baseline,
-                      "ImageFolder(transform=RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize)"),
-        BaselineEntry("webdataset_pil", "img", "webdataset decode(\"pil\") (baseline)",
-                      webdataset_pil_baseline,
-                      'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)'),
-        BaselineEntry("webdataset_npy", "tensor", "webdataset .npy decode() (baseline)",
-                      webdataset_npy_baseline,
-                      'WebDataset(urls).decode().to_tuple("npy","cls"), + map_tuple(v2 RandomResizedCrop+flip, int) '
-                      'for train; uint8 as stored'),
-        BaselineEntry("tfrecord_torch", "tfrecord", "tfrecord TFRecordDataset + PIL (baseline)",
-                      tfrecord_torch_baseline,
-                      "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
-                      "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize"),
-    )
+    "imagefolder": BaselineEntry(
+        "imagefolder", "folder", "ImageFolder + DataLoader (baseline)", imagefolder_baseline,
+        "ImageFolder(transform=RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize)"),
+    **{fmt.stock_baseline.key: BaselineEntry(fmt.stock_baseline.key, fmt.name, fmt.stock_baseline.label,
+                                             partial(stock_baseline_batches, fmt), fmt.stock_baseline.description)
+       for fmt in registry.FORMATS.values() if fmt.stock_baseline is not None},
 }
 
 

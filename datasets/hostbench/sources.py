@@ -1,8 +1,8 @@
 """What the host benchmark reads: the formats it knows, and the sources found in a comparison directory.
 
-Adding a format (e.g. tfrecord) is one `FORMATS` entry here; a stock pipeline for it is one
-`BASELINES` entry in benchmark_pipelines.py. Light to import (no torch): the CLI uses it
-to check its arguments.
+The formats are the registry's (datasets.formats), plus the extracted image folder; a format's
+stock pipeline comes with its registry entry. Light to import (no torch): the CLI uses it to
+check its arguments.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from datasets import formats as registry
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE, DatasetError, read_metadata
 from datasets.reference_layout import read_reference_metadata, split_shard_names
@@ -29,13 +30,10 @@ class FormatEntry:
 
 
 FORMATS = {
-    entry.name: entry
-    for entry in (
-        FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
-        FormatEntry("img", "jpeg", "webdataset_pil", "WebDataset tar shards of JPEG"),
-        FormatEntry("tensor", "tensor", "webdataset_npy", "WebDataset tar shards of uint8 .npy"),
-        FormatEntry("tfrecord", "jpeg", "tfrecord_torch", "TFRecord shards of JPEG (tf.train.Example)"),
-    )
+    "folder": FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
+    **{fmt.name: FormatEntry(fmt.name, "jpeg" if fmt.stores_jpeg else "tensor",
+                             fmt.stock_baseline.key if fmt.stock_baseline else None, fmt.description)
+       for fmt in registry.FORMATS.values()},
 }
 
 

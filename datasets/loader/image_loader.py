@@ -54,7 +54,8 @@ from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, nor
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.formats.pth import decode_pth
 from datasets.loader.pipeline import ImagePipeline
-from datasets.loader.shard_reader import Run, is_url, iter_run, iter_run_indexed, payload_extension, sample_label
+from datasets.formats import format_for_location
+from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, sample_label
 from datasets.loader.sources import FolderItem, Source, load_own_share, resolve_source, synthetic_pool
 
 log = logging.getLogger(__name__)
@@ -516,12 +517,14 @@ class ImageStream(IterableDataset):
         if source.kind == "webdataset":
             # Items are rows of the columnar index; each run's records are built as it is read.
             for rows, run in _row_runs(self.columns, items, source.locate):
-                if not is_url(run.location) and run.records[0].members:
-                    for row, (record, ext, payload, error) in zip(rows.tolist(), iter_run_indexed(run)):
+                fmt = source.shard_format or format_for_location(run.location)
+                payloads = None if is_url(run.location) else fmt.read_payloads(run)
+                if payloads is not None:  # the format reads a local run straight from the index
+                    for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
                         kind = _payload_kind(ext)
                         yield row, record.shard, record.label, payload, kind, error
                     continue
-                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset)):
+                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt)):
                     if error is not None:
                         yield row, record.shard, record.label, None, None, error
                         continue

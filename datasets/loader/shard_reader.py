@@ -18,11 +18,12 @@ the tar headers once (the payloads of a local shard are not even paged in).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from datasets.index import SampleRecord
+from datasets.formats import ShardDataError, format_for_location
+from datasets.formats.tar import BLOCK, iter_tar_members, split_key
+from datasets.index import SampleRecord, is_positional_key
 from datasets.storage import (  # noqa: F401  (the location helpers moved to datasets/storage.py; re-exported)
     ShardReadError,
     exists,
@@ -32,8 +33,6 @@ from datasets.storage import (  # noqa: F401  (the location helpers moved to dat
     open_byte_range,
     read_bytes,
 )
-from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, iter_tar_samples, split_key
-from datasets.formats.tfrecord import TFRecordFormatError, is_positional_key, is_tfrecord_location, iter_tfrecord_samples
 
 log = logging.getLogger(__name__)
 PAYLOAD_PREFERENCE = ("jpg", "jpeg", "png", "webp", "npy", "pth", "ppm", "bmp")  # pth: reference harness tensors
@@ -70,16 +69,14 @@ def _run(records, locate) -> Run:
     return Run(locate(first.shard), first.record_offset, last.record_offset + last.record_size, tuple(records))
 
 
-def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0):
-    """The one place that picks the container reader: TFRecord shards (known by name: TF-slim's
-    train-00000-of-01024 or a .tfrecord suffix; every record's CRCs checked, labels minus
-    `label_offset`), else tar."""
-    if is_tfrecord_location(location):
-        return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream)
-    return iter_tar_samples(location, offset=start, stop_at=stop, stream=stream)
+def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0, shard_format=None):
+    """Sample dicts of a byte range, read by `shard_format` (by default the format that claims the
+    location's name, else tar; see datasets.formats.format_for_location)."""
+    fmt = shard_format or format_for_location(location)
+    return fmt.iter_samples(location, start, stop, stream, label_offset)
 
 
-def iter_run(run: Run, label_offset: int = 0) -> Iterator[tuple]:
+def iter_run(run: Run, label_offset: int = 0, shard_format=None) -> Iterator[tuple]:
     """Yield (record, sample dict, None) per record of `run`, or (record, None, reason) for each
     record that could not be read (a truncated or corrupt shard ends the run: every remaining
     record is reported). `label_offset`: see `iter_samples` (TFRecord only)."""
@@ -88,7 +85,7 @@ def iter_run(run: Run, label_offset: int = 0) -> Iterator[tuple]:
     try:
         if is_url(run.location):
             stream = open_byte_range(run.location, run.start, run.stop)
-        samples = iter_samples(run.location, run.start, run.stop, stream, label_offset)
+        samples = iter_samples(run.location, run.start, run.stop, stream, label_offset, shard_format)
         for sample in samples:
             if position >= len(run.records):
                 break
@@ -106,66 +103,13 @@ def iter_run(run: Run, label_offset: int = 0) -> Iterator[tuple]:
             yield record, sample, None
         if position < len(run.records):
             raise ShardReadError(f"the shard ends before sample {run.records[position].key!r}")
-    except (TarFormatError, TFRecordFormatError, ShardReadError, OSError) as error:
+    except (ShardDataError, ShardReadError, OSError) as error:
         reason = f"{type(error).__name__}: {error}"
         for record in run.records[position:]:
             yield record, None, reason
     finally:
         if stream is not None:
             stream.close()
-
-
-def _payload_member(record: SampleRecord):
-    """(extension, header offset) of the member whose data is the record's payload."""
-    best = None
-    for item in record.members.split(";"):
-        ext, _, offset = item.partition(":")
-        if offset and int(offset) < record.payload_offset and (best is None or int(offset) > best[1]):
-            best = (ext, int(offset))
-    return best
-
-
-def iter_run_indexed(run: Run) -> Iterator[tuple]:
-    """The fast path for local shards: (record, extension, payload view, None) per record, or
-    (record, None, None, reason).
-
-    The sample index already says where each payload is, so no tar header is parsed: the shard
-    is mapped once and each payload is a zero-copy slice. What is checked per sample: the sample
-    lies inside the file (a truncated shard is reported, for this and every later sample), and
-    the payload member's header carries the expected name `<key>.<ext>` (a shard that does not
-    match its index is an error). Header checksums are not verified here (the http path and
-    validate_dataset.py do).
-    """
-    import mmap
-
-    try:
-        with open(run.location, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    except OSError as error:
-        reason = f"cannot read the shard: {error.strerror or error}"
-        for record in run.records:
-            yield record, None, None, reason
-        return
-    view = memoryview(mapped)
-    for record in run.records:
-        end = record.record_offset + record.record_size
-        if end > size:
-            yield record, None, None, (f"TarFormatError: {run.location}: truncated: the shard is {size} bytes, "
-                                       f"sample {record.key!r} needs bytes {record.record_offset}-{end}")
-            continue
-        member = _payload_member(record)
-        if member is None:
-            yield record, None, None, f"the index lists no payload member for {record.key!r} ({record.members})"
-            continue
-        ext, header_offset = member
-        name = f"{record.key}.{ext}".encode()
-        stored = bytes(view[header_offset:header_offset + 100]).split(b"\0", 1)[0]
-        if stored != name and not (len(name) >= 100 and stored == name[:100]):
-            yield record, None, None, (f"at byte {header_offset} the shard holds {stored.decode(errors='replace')!r}, "
-                                       f"its index says {name.decode()!r}: the shard does not match its index")
-            continue
-        yield record, ext, view[record.payload_offset:record.payload_offset + record.payload_size], None
 
 
 def payload_extension(sample: dict) -> Optional[str]:

@@ -31,22 +31,14 @@ from typing import Optional
 import numpy as np
 
 from datasets.fileio import sha256_bytes
+from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
+                              payload_extension_of)
 from datasets.formats.tar import TarFormatError
-from datasets.index import (METADATA_FILE, PAYLOAD_EXTENSIONS, DatasetError, ReferenceMetadataError, parse_metadata,
-                            payload_extension_of, sample_index_name)
+from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_metadata, sample_index_name
 from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.pipeline import parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
-from datasets.formats.tfrecord import (
-    LabelOffsetError,
-    TFRecordFormatError,
-    find_tfrecord_shards,
-    index_tfrecord_shard,
-    is_tfrecord_location,
-    resolve_label_offset,
-    scan_tfrecord_shard,
-)
 
 log = logging.getLogger(__name__)
 SYNTHETIC_NAMES = ("synthetic", "generated")
@@ -96,6 +88,7 @@ class Source:
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
     # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
     columns: Optional[SampleColumns] = None
+    shard_format: Optional[object] = None  # datasets.formats.ShardFormat of the shards (None: known by name)
 
     @property
     def total(self) -> int:
@@ -122,7 +115,7 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         return _shard_list(expand_locations(source), split, label_offset)
     text = str(source)
     if is_url(text):
-        if text.endswith(".tar") or "{" in text or is_tfrecord_location(text):
+        if text.endswith(".tar") or "{" in text or format_claiming(text) is not None:
             return _shard_list(expand_locations(text), split, label_offset)
         return _converted(text.rstrip("/") + "/", split, instance_count, use_repartition)
     path = Path(text)
@@ -140,12 +133,13 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
     shards = sorted(path.glob(f"{split}-*.tar")) or sorted(path.glob("*.tar"))
     if shards:
         return _shard_list([str(s) for s in shards], split)
-    try:
-        tfrecords = find_tfrecord_shards(path, split)
-    except TFRecordFormatError as error:
-        raise SourceError(str(error)) from None
-    if tfrecords:
-        return _tfrecord_files([str(s) for s in tfrecords], split, label_offset)
+    for fmt in FORMATS.values():
+        try:
+            found = fmt.find_foreign_shards(path, split)
+        except ForeignShardsError as error:
+            raise SourceError(str(error)) from None
+        if found:
+            return _foreign_files(fmt, [str(s) for s in found], split, label_offset)
     raise SourceError(
         f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
         f"({split}/<class>/<image>), nor a folder of .tar shards"
@@ -177,13 +171,16 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     index_location = join_location(base, index_name)
     columns = _read_columns(index_location)
     fmt = metadata["format"]
-    if fmt not in PAYLOAD_EXTENSIONS:
-        raise SourceError(f"{metadata_location}: format {fmt!r} is not a format this loader reads")
+    try:
+        shard_format = get_format(fmt)
+    except UnknownFormatError as error:
+        raise SourceError(f"{metadata_location}: {error}") from None
     source = Source(
         "webdataset",
         f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
         [],
         payload_extension_of(metadata),
+        shard_format=shard_format,
         classes=metadata.get("classes"),
         stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
         tensor_layout=metadata.get("tensor_layout") or "HWC",
@@ -304,9 +301,11 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
                     stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
                     label_offset=metadata.get("label_offset", 0), columns=columns.take(rows),
+                    shard_format=get_format(metadata["format"]),
                 )
-    if all(is_tfrecord_location(location) for location in locations):
-        return _tfrecord_files(locations, split, label_offset)
+    claimed = {format_claiming(location) for location in locations}
+    if len(claimed) == 1 and None not in claimed:
+        return _foreign_files(claimed.pop(), locations, split, label_offset)
     message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
                f"and locate every sample (convert with create_webdataset.py to skip this)")
     warnings.warn(message, stacklevel=3)
@@ -322,32 +321,21 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
 
-def _tfrecord_files(locations, split: str, label_offset: Optional[int]) -> Source:
-    """TFRecord shards without metadata (e.g. TF-slim's ImageNet): indexed by their framing; the
-    label offset given, or detected from the stored labels, and always said (a warning)."""
-    groups = []
+def _foreign_files(fmt, locations, split: str, label_offset: Optional[int]) -> Source:
+    """Shards without metadata that a format recognises by name (e.g. TF-slim's TFRecords):
+    indexed by the format; the label offset given, or detected, and always said (a warning)."""
+    def open_range(location):
+        return open_byte_range(location, 0, None) if is_url(location) else None
+
     try:
-        for location in locations:
-            name = location.rsplit("/", 1)[-1]
-            if is_url(location):  # no cheap header walk over HTTP: one streamed pass over the shard
-                with open_byte_range(location, 0, None) as stream:
-                    records = [r._replace(label=-1)  # labels are read (with the offset) when loaded
-                               for r in scan_tfrecord_shard(location, 0, name=location, stream=stream)]
-            else:
-                records = index_tfrecord_shard(location, name=location)
-            if records:
-                groups.append(records)
-        decision = resolve_label_offset(locations, explicit=label_offset,
-                                        open_stream=lambda url: open_byte_range(url, 0, None))
-    except (TFRecordFormatError, LabelOffsetError) as error:
-        raise SourceError(f"{len(locations)} TFRecord shards of {split}: {error}") from None
-    message = (f"{len(locations)} TFRecord shards without metadata: indexed from their record headers; "
-               f"{decision.reason}")
-    warnings.warn(message, stacklevel=3)
-    log.warning(message)
-    return Source("webdataset", f"{len(locations)} TFRecord shards ({split}, no metadata, label offset "
-                                f"{decision.offset})", [], "jpg", locations={loc: loc for loc in locations},
-                  label_offset=decision.offset, columns=_columns_of_groups(groups))
+        groups, offset, reason = fmt.index_foreign_shards(locations, label_offset, open_range)
+    except ForeignShardsError as error:
+        raise SourceError(f"{split}: {error}") from None
+    warnings.warn(reason, stacklevel=3)
+    log.warning(reason)
+    return Source("webdataset", f"{len(locations)} {fmt.name} shards ({split}, no metadata, label offset {offset})",
+                  [], fmt.payload_extension, locations={loc: loc for loc in locations}, label_offset=offset,
+                  shard_format=fmt, columns=_columns_of_groups(groups))
 
 
 def _columns_of_groups(groups) -> SampleColumns:

@@ -44,82 +44,55 @@ memory; the Python header walk adds ~20 us a sample (~0.1 CPU-s per GB of 197 KB
 
 Functional core: checks return `Problem` records and nothing here prints;
 validate_dataset.py renders a `Report`. The per-format shard check is chosen in one place,
-`SHARD_FORMATS`: a new container (TFRecord) adds its checker and companion files there.
+the registry (`datasets.formats.get_format(name).check_shard`).
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
-import io
 import json
-import mmap
 import os
 import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from datasets import reference_layout
-from datasets.validate import raw_checksum
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
+from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
+from datasets.formats.shard_check import (
+    ERROR,
+    WARNING,
+    NOT_IN_INDEX,
+    Problem,
+    ShardResult,
+    ShardTask,
+    decode_problem,
+    error,
+    warning,
+)
 from datasets.index import (
     SAMPLE_INDEX_SUFFIX,
     METADATA_FILE,
-    PAYLOAD_EXTENSIONS,
     DatasetError,
-    SampleRecord,
     ShardRecord,
     parse_metadata,
     parse_sample_index,
-    payload_extension_of,
 )
-from datasets.formats.npy import NpyFormatError, decode_npy
-from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
+from datasets.validate import raw_checksum
 
-ERROR = "error"
-WARNING = "warning"
 DISTRIBUTED_DIR = "distributed"
 REPARTITION_MANIFEST = "manifest.json"
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
 TOOL_FOLDERS = {".convert-state"}  # create_webdataset.py's resume records (datasets.convert.converter.STATE_DIR)
-HASH_STEP = 1 << 20  # hash the shard in steps of at least this many bytes as the walk advances
 RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
 RAW_TASK_FILES = 256
 
 
-NOT_IN_INDEX = "sample is in the shard but not in the sample index"
-
 
 class ValidationUsageError(Exception):
     """The path cannot be validated at all (missing, unreadable, not a dataset): exit code 2."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    severity: str  # ERROR or WARNING
-    file: str  # relative to the dataset root ("" for the dataset as a whole)
-    key: Optional[str]  # the sample key, where there is one
-    problem: str
-
-    def to_json(self) -> dict:
-        return {"severity": self.severity, "file": self.file, "key": self.key, "problem": self.problem}
-
-    def line(self) -> str:
-        where = self.file or "."
-        if self.key is not None:
-            where += f" [{self.key}]"
-        return f"{self.severity}: {where}: {self.problem}"
-
-
-def error(file, problem, key=None) -> Problem:
-    return Problem(ERROR, str(file), key, problem)
-
-
-def warning(file, problem, key=None) -> Problem:
-    return Problem(WARNING, str(file), key, problem)
 
 
 @dataclass
@@ -172,447 +145,6 @@ def _sorted_problems(problems):
     return sorted(problems, key=lambda p: (p.severity != ERROR, p.file))
 
 
-# ================================================================================ payload checks
-# Container-independent: a TFRecord checker uses these too.
-
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
-
-
-def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) -> Optional[str]:
-    """Why a payload does not decode, or None. Images: PIL verify, then a full load."""
-    from PIL import Image
-
-    if ext in IMAGE_EXTENSIONS or ext == "JPEG":
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                image.verify()  # structure and checksums, without decoding pixels
-            with Image.open(io.BytesIO(data)) as image:
-                image.load()  # every pixel: catches truncated or corrupt entropy-coded data
-                mode, kind = image.mode, image.format
-        except Image.DecompressionBombError as exc:
-            return f"image refused as a decompression bomb: {exc}"
-        except Exception as exc:  # PIL raises many types for corrupt data
-            return f"image does not decode: {type(exc).__name__}: {exc}"
-        if require_rgb_jpeg and ext == "jpg" and (kind not in ("JPEG", "MPO") or mode != "RGB"):  # MPO: camera JPEG
-            return f"payload is a {kind} image in mode {mode}, the converter stores RGB JPEG"
-        return None
-    if ext == "pth":  # an adopted reference tensor dataset (datasets.formats.pth: never fully unpickled)
-        return reference_layout.decode_reference_payload(ext, data)
-    if ext == "npy":
-        try:
-            array = decode_npy(data)
-        except NpyFormatError as exc:
-            return f"tensor does not decode: {exc}"
-        if array.dtype.name != "uint8":
-            return f"tensor dtype {array.dtype.name}, expected uint8"
-        channel_axis = {"HWC": 2, "CHW": 0}.get(tensor_layout)
-        if array.ndim != 3 or (channel_axis is not None and array.shape[channel_axis] != 3):
-            return f"tensor shape {array.shape} is not {tensor_layout or 'a 3-channel image'}"
-        return None
-    return None
-
-
-_CLASS_NAME_FIELDS = ("class_name", "wnid", "class", "synset", "class_folder")
-
-
-def sample_field_problems(label_text: bytes, info_json: Optional[bytes], classes, record: Optional[SampleRecord]):
-    """Problems of one sample's label and json, as strings: (label or None, [problems]).
-
-    The label must be an integer inside the class table, equal to the index's label, and the
-    class the sample's json names (if it names one) must be the class table's entry for it.
-    """
-    problems = []
-    text = bytes(label_text).strip()
-    try:
-        label = int(text)
-    except ValueError:
-        return None, [f"label {text[:40]!r} is not an integer"]
-    if not 0 <= label < len(classes):
-        problems.append(f"label {label} is outside the class table ({len(classes)} classes: 0..{len(classes) - 1})")
-    if record is not None and record.label != label:
-        problems.append(f"label {label} in the shard, the index says {record.label}")
-    if info_json is not None:
-        try:
-            info = json.loads(bytes(info_json))
-        except ValueError as exc:
-            problems.append(f".json member is not valid JSON: {exc}")
-            info = None
-        if isinstance(info, dict) and 0 <= label < len(classes):
-            for name in _CLASS_NAME_FIELDS:
-                value = info.get(name)
-                if isinstance(value, str):
-                    if value != classes[label]:
-                        problems.append(
-                            f"label {label} is class {classes[label]!r} in the class table, "
-                            f"but the sample's json says {name}={value!r}"
-                        )
-                    break
-    return label, problems
-
-
-# ================================================================================ shard checks
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    path: str  # absolute path
-    name: str  # relative to the dataset root, used in messages
-    container: str  # key of SHARD_FORMATS
-    record: Optional[ShardRecord]  # what metadata (or a repartition manifest) says about it
-    samples: tuple  # SampleRecords the index places in this shard
-    payload_ext: str
-    classes: tuple
-    hash_payloads: bool  # always compare payload sha256 (deep, remainder shards)
-    deep: bool
-    tensor_layout: Optional[str] = None
-    group: Optional[str] = None  # split whose keys must be unique across shards; None for repartitions
-    label_offset: int = 0  # metadata's label_offset: stored label - label_offset = class index (tfrecord: 1)
-
-
-@dataclass
-class ShardResult:
-    name: str
-    group: Optional[str]
-    problems: list
-    bytes_read: int = 0
-    sha256: Optional[str] = None
-    keys: list = field(default_factory=list)  # sample keys in shard order
-    payloads_hashed: int = 0
-    payloads_decoded: int = 0
-
-
-class _SequentialHasher:
-    """The whole-shard sha256, fed from the mapped shard as the walk advances (one sequential pass)."""
-
-    def __init__(self, view):
-        self.view = view
-        self.done = 0
-        self.digest = hashlib.sha256()
-
-    def advance(self, offset):
-        if offset - self.done >= HASH_STEP:
-            self.digest.update(self.view[self.done : offset])
-            self.done = offset
-
-    def finish(self) -> str:
-        self.digest.update(self.view[self.done :])
-        self.done = len(self.view)
-        return self.digest.hexdigest()
-
-
-class _SampleIndex:
-    """The index records of one shard, searchable by key and by byte offset."""
-
-    def __init__(self, records):
-        self.by_key = {}
-        for record in records:
-            self.by_key.setdefault(record.key, record)
-        self.ordered = sorted(records, key=lambda r: r.record_offset)
-        self.starts = [r.record_offset for r in self.ordered]
-
-    def at(self, offset) -> Optional[SampleRecord]:
-        i = bisect.bisect_right(self.starts, offset) - 1
-        if i >= 0 and offset < self.starts[i] + max(self.ordered[i].record_size, 1):
-            return self.ordered[i]
-        return None
-
-    def next_start_after(self, offset) -> Optional[int]:
-        i = bisect.bisect_right(self.starts, offset)
-        return self.starts[i] if i < len(self.starts) else None
-
-
-def _unsafe_member_name(name: str) -> bool:
-    return name.startswith("/") or ".." in name.split("/") or "\\" in name
-
-
-@dataclass
-class MappedShard:
-    """A shard mapped for one check, with what its size already told."""
-
-    view: memoryview
-    size: int
-    size_differs: bool  # from metadata's size
-    problems: list  # shard-level problems found so far (the size's)
-
-
-def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResult:
-    """The frame of every container's shard check: stat the shard, compare its size with
-    metadata's, refuse an empty one, map it, and let `check_contents(task, shard, result)`
-    (shard: a MappedShard) check what is in it.
-
-    `check_contents` sets result.sha256 and result.problems and returns its final walk, whose
-    `found` keys and payload counts go into the result. `unit` ("samples", "records") names
-    what an empty shard lacks.
-    """
-    name, record = task.name, task.record
-    result = ShardResult(name, task.group, [])
-    try:
-        size = os.stat(task.path).st_size
-    except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
-    size_problems = []
-    size_differs = record is not None and size != record.bytes
-    if size_differs:
-        size_problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
-                                         f"(truncated, extended or replaced)"))
-    if size == 0:
-        size_problems.append(error(name, f"empty file (zero bytes): no {unit} can be read"))
-        result.problems = size_problems + [error(name, "listed in the sample index but not in the shard", r.key)
-                                           for r in task.samples]
-        return result
-    try:
-        with open(task.path, "rb") as handle:
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        result.problems.append(error(name, f"cannot read the shard: {exc.strerror or exc}"))
-        return result
-    # No madvise(MADV_SEQUENTIAL): it made hashing ~10% slower here (pages freed behind the walk).
-    view = memoryview(mapped)
-    try:
-        walk = check_contents(task, MappedShard(view, size, size_differs, size_problems), result)
-        result.keys = walk.found
-        result.payloads_hashed = walk.payloads_hashed
-        result.payloads_decoded = walk.payloads_decoded
-    finally:
-        view.release()
-        mapped.close()
-    result.bytes_read = size
-    return result
-
-
-def metadata_mismatches(task: ShardTask, sha256: str, count: int, unit: str, unchanged_detail: str) -> list:
-    """The shard's sha256 and its number of `unit` against metadata's record of it.
-
-    `unchanged_detail` is appended to a sha256 mismatch: what the format's walk says about
-    where the difference must be ("" when the walk found damage).
-    """
-    record = task.record
-    if record is None:
-        return []
-    problems = []
-    if sha256 != record.sha256:
-        problems.append(error(task.name, f"sha256 {sha256[:16]}... differs from metadata "
-                                         f"({record.sha256[:16]}...){unchanged_detail}"))
-    if count != record.samples:
-        problems.append(error(task.name, f"{count} {unit} in the shard, metadata says {record.samples}"))
-    return problems
-
-
-def check_tar_shard(task: ShardTask) -> ShardResult:
-    """Every check of one tar shard. One sequential pass; a shard whose sha256 differs is walked
-    a second time, strictly, from the pages already mapped, to name each damaged sample."""
-    return check_mapped_shard(task, "samples", _check_tar_contents)
-
-
-def _check_tar_contents(task: ShardTask, shard: MappedShard, result: ShardResult):
-    strict = task.hash_payloads or task.deep or shard.size_differs
-    hasher = _SequentialHasher(shard.view)
-    walk = _TarWalk(task, shard.view, shard.size, strict)
-    walk.run(hasher)
-    result.sha256 = hasher.finish()
-    sha_differs = task.record is not None and result.sha256 != task.record.sha256
-    if sha_differs and not strict:
-        walk = _TarWalk(task, shard.view, shard.size, strict=True)  # name what is wrong
-        walk.run(None)
-    unchanged = not walk.sample_problem_keys and not shard.size_differs
-    detail = ("; every sample still matches the index, so what changed is in tar headers or padding, "
-              "or metadata's record of the shard") if unchanged else ""
-    result.problems = (shard.problems + metadata_mismatches(task, result.sha256, len(walk.found), "samples", detail)
-                       + walk.problems)
-    return walk
-
-
-class _TarWalk:
-    """One walk over a tar shard's members, comparing each sample with the index.
-
-    strict=False (the shard is expected to be intact; its sha256 decides): headers, names,
-    completeness, keys, labels and offsets are checked for every sample, each label's class
-    name once per shard. strict=True (the shard is known or likely to be damaged, or the user
-    asked for everything): every payload is hashed and every json parsed as well, and with
-    `deep` every payload is decoded.
-    """
-
-    def __init__(self, task, view, size, strict):
-        self.task, self.view, self.size, self.strict = task, view, size, strict
-        self.name = task.name
-        self.index = _SampleIndex(task.samples)
-        self.problems = []
-        self.found = []  # keys in shard order
-        self.seen = set()
-        self.damaged = set()  # keys already reported as unreadable: no "missing" line for them
-        self.sample_problem_keys = set()
-        self.checked_labels = set()  # labels whose class name was checked against a sample's json
-        self.label_texts = {label: str(label).encode() for label in range(len(task.classes))}
-        self.expected_exts = {"cls", "json", task.payload_ext}
-        self.payloads_hashed = 0
-        self.payloads_decoded = 0
-
-    def problem(self, text, key=None):
-        self.problems.append(error(self.name, text, key))
-        if key is not None:
-            self.sample_problem_keys.add(key)
-
-    def run(self, hasher):
-        task, index = self.task, self.index
-        offset = 0
-        end_of_members = None
-        group = None
-        next_hash_at = HASH_STEP if hasher is not None else float("inf")
-        while True:
-            last = None
-            try:
-                # Header checksums: in the fast walk the shard's sha256 covers every header byte (a
-                # bad checksum means a sha256 mismatch, and then the strict walk names it).
-                for member in iter_tar_members(task.name, offset=offset, verify_checksums=self.strict,
-                                               buffer=self.view):  # the one mapping: pages fault once
-                    member_end = member.data_offset + len(member.data)
-                    if member_end >= next_hash_at:  # feed the shard hash as the walk advances
-                        hasher.advance(member_end)
-                        next_hash_at = hasher.done + HASH_STEP
-                    member_name = member.name
-                    key, ext = split_key(member_name)
-                    if member_name[:1] == "/" or ".." in member_name or "\\" in member_name:
-                        if _unsafe_member_name(member_name):
-                            self.problem(f"unsafe member name {member_name!r} (absolute or with '..'): extracting "
-                                         f"the shard would write outside its folder", key)
-                    # A new sample starts at a new key, or at a member its sample already has: the
-                    # same key again (webdataset stops there with "duplicate file name").
-                    if group is None or key != group[0] or ext in group[2]:
-                        if group is not None:
-                            self.finish(*group)
-                        group = (key, member.header_offset, {})
-                    group[2][ext] = member
-                    last = member
-                if last is not None:
-                    end_of_members = last.data_offset + len(last.data) + (-len(last.data) % BLOCK)
-                if group is not None:
-                    self.finish(*group)
-                    group = None
-                break
-            except TarFormatError as exc:
-                at = index.at(exc.offset)
-                key = at.key if at is not None else (group[0] if group is not None else None)
-                if group is not None:
-                    self.finish(*group, broken=(group[0] == key))
-                    group = None
-                if key is not None:
-                    self.damaged.add(key)
-                self.problem(f"{exc.problem} (at byte {exc.offset:,})", key)
-                end_of_members = None
-                resume = index.next_start_after(exc.offset)
-                if exc.problem.startswith("truncated") or resume is None or resume >= self.size:
-                    break
-                offset = resume  # resynchronise on the next sample the index knows, to check the rest
-        if end_of_members is not None:
-            self.check_tail(end_of_members)
-        for entry in task.samples:
-            if entry.key not in self.seen and entry.key not in self.damaged:
-                self.problem("listed in the sample index but not in the shard", entry.key)
-
-    def check_tail(self, end_of_members):
-        # Only zero blocks may follow the last member: anything else is members hidden behind a
-        # zeroed header, or data appended after the archive.
-        tail = self.view[end_of_members:]
-        if len(tail) < 2 * BLOCK:
-            self.problem(f"end-of-archive marker incomplete: {len(tail)} bytes after the last member")
-            return
-        stray = bytes(tail).lstrip(b"\0")
-        if stray:
-            at = self.size - len(stray)
-            hit = self.index.at(at)
-            if hit is not None:
-                self.damaged.add(hit.key)
-            self.problem(f"non-zero bytes after the end-of-archive marker (at byte {at:,}): the archive ends early "
-                         f"or has data appended", hit.key if hit else None)
-
-    def finish(self, key, offset, members, broken=False):
-        self.found.append(key)
-        if key in self.seen:
-            self.problem("duplicated key: a second sample with this key in the same shard", key)
-        self.seen.add(key)
-        if broken:
-            return
-        entry = self.index.by_key.get(key)
-        if not self.strict and entry is not None and members.keys() == self.expected_exts:
-            payload = members[self.task.payload_ext]
-            if (offset == entry.record_offset and payload.data_offset == entry.payload_offset
-                    and len(payload.data) == entry.payload_size and entry.label in self.checked_labels
-                    and bytes(members["cls"].data) == self.label_texts[entry.label]):
-                return  # the common case: exactly as the index says, its class already checked in this shard
-        self.finish_slowly(key, offset, members, entry)
-
-    def finish_slowly(self, key, offset, members, entry):
-        task = self.task
-        local = []
-        if members.keys() != self.expected_exts:
-            missing = sorted(self.expected_exts - set(members))
-            if missing:
-                local.append("incomplete sample: no " + ", ".join(f".{ext}" for ext in missing) + " member")
-            for ext in sorted(set(members) - self.expected_exts):
-                local.append(f"unexpected member {key}.{ext} (a sample holds .cls, .json and one .{task.payload_ext})")
-        if entry is None:
-            local.append(NOT_IN_INDEX)
-        label_member = members.get("cls")
-        if label_member is not None:
-            info = members.get("json")
-            label, field_problems = sample_field_problems(bytes(label_member.data), None if info is None else info.data,
-                                                          task.classes, entry)
-            local += field_problems
-            if label is not None and not field_problems:
-                self.checked_labels.add(label)
-        payload = members.get(task.payload_ext)
-        if entry is not None:
-            if offset != entry.record_offset:
-                local.append(f"sample starts at byte {offset:,}, the index says {entry.record_offset:,}")
-            elif payload is not None and (payload.data_offset != entry.payload_offset
-                                          or len(payload.data) != entry.payload_size):
-                local.append(f"payload at byte {payload.data_offset:,} ({len(payload.data):,} bytes), the index "
-                             f"says {entry.payload_offset:,} ({entry.payload_size:,} bytes)")
-        if payload is not None and self.strict:
-            if entry is not None:
-                self.payloads_hashed += 1
-                if sha256_bytes(payload.data) != entry.payload_sha256:
-                    local.append("payload sha256 differs from the sample index: the payload is corrupt")
-            if task.deep:
-                self.payloads_decoded += 1
-                why = decode_problem(task.payload_ext, payload.data, task.tensor_layout)
-                if why:
-                    local.append(why)
-        for text in local:
-            self.problem(text, key)
-
-
-def shard_companions_none(shard_name):
-    return ()
-
-
-@dataclass(frozen=True)
-class ShardFormat:
-    """How one container is checked: the shard checker and the files that come with a shard."""
-
-    check: Callable[[ShardTask], ShardResult]
-    companions: Callable[[str], tuple] = shard_companions_none  # e.g. a TFRecord shard's own index file
-
-
-def check_tfrecord_shard(task: ShardTask) -> ShardResult:
-    from datasets.formats.tfrecord_check import check_tfrecord_shard as check  # imports this module: imported on use
-
-    return check(task)
-
-
-def tfrecord_companions(shard_name):
-    from datasets.formats.tfrecord import INDEX_SUFFIX
-
-    return (shard_name + INDEX_SUFFIX,)
-
-
-# The one place that maps a dataset format to its shard check.
-SHARD_FORMATS = {"tar": ShardFormat(check_tar_shard),
-                 "tfrecord": ShardFormat(check_tfrecord_shard, companions=tfrecord_companions)}
-CONTAINER_OF_FORMAT = {"img": "tar", "tensor": "tar", "tfrecord": "tfrecord"}
-
-
 def label_offset_of(metadata) -> int:
     """metadata.json's label_offset (tfrecord shards store label + 1, as TF-slim); 0 when absent."""
     value = metadata.get("label_offset", 0)
@@ -620,7 +152,7 @@ def label_offset_of(metadata) -> int:
 
 
 def run_shard_task(task: ShardTask) -> ShardResult:
-    return SHARD_FORMATS[task.container].check(task)
+    return get_format(task.format).check_shard(task)
 
 
 # ================================================================================ converted datasets
@@ -790,12 +322,10 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         return report
     metadata_sha256 = sha256_bytes(metadata_bytes)
     fmt = metadata.get("format")
-    container = CONTAINER_OF_FORMAT.get(fmt)
-    if container is None and fmt in PAYLOAD_EXTENSIONS:
-        raise ValidationUsageError(f"{root}: format {fmt!r} has no shard check yet (SHARD_FORMATS in "
-                                   f"datasets/validate.py); this validator checks {', '.join(CONTAINER_OF_FORMAT)}")
-    if container is None:
-        problems.append(error(METADATA_FILE, f"unknown format {fmt!r} (this validator knows {', '.join(CONTAINER_OF_FORMAT)})"))
+    try:
+        shard_format = get_format(fmt)
+    except UnknownFormatError as exc:
+        problems.append(error(METADATA_FILE, str(exc)))
         report.verdicts["Dataset"] = False
         return report
     payload_ext = payload_extension_of(metadata)
@@ -814,7 +344,6 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
 
     tasks = []
     expected_files = {METADATA_FILE}
-    shard_format = SHARD_FORMATS[container]
     for split, state in states.items():
         info = metadata["splits"][split].get("index")
         if isinstance(info, dict) and "name" in info:
@@ -827,10 +356,10 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
             if not path.is_file():
                 problems.append(_missing_shard_problem(shard.name, shard, grouped.get(shard.name, [])))
                 continue
-            tasks.append(ShardTask(str(path), shard.name, container, shard, tuple(grouped.get(shard.name, [])),
+            tasks.append(ShardTask(str(path), shard.name, fmt, shard, tuple(grouped.get(shard.name, [])),
                                    payload_ext, classes, deep, deep, layout, split, label_offset_of(metadata)))
 
-    repartitions = _plan_repartition_checks(root, metadata, metadata_sha256, states, container, payload_ext,
+    repartitions = _plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payload_ext,
                                             classes, deep, layout, problems)
     for plan in repartitions:
         tasks += plan.tasks
@@ -954,7 +483,7 @@ class _RepartitionPlan:
     expected_files: set
 
 
-def _plan_repartition_checks(root, metadata, metadata_sha256, states, container, payload_ext, classes, deep, layout,
+def _plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payload_ext, classes, deep, layout,
                              problems):
     """Read every repartition manifest; return what to check, with the remainder shards as tasks."""
     plans = []
@@ -978,7 +507,7 @@ def _plan_repartition_checks(root, metadata, metadata_sha256, states, container,
         plan = _RepartitionPlan(relative, manifest, [], {}, {manifest_name})
         plans.append(plan)
         try:
-            _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, container, payload_ext,
+            _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, fmt, payload_ext,
                                   classes, deep, layout, problems)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:  # a value of the wrong type
             problems.append(error(manifest_name, f"malformed repartition manifest: {type(exc).__name__}: {exc}"))
@@ -993,7 +522,7 @@ def _relative_path_problem(name):
     return None
 
 
-def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, container, payload_ext, classes,
+def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states, fmt, payload_ext, classes,
                           deep, layout, problems):
     manifest = plan.manifest
     manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
@@ -1049,9 +578,9 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
                 problems.append(error(remainder, f"missing remainder shard of {split} instance {number}"))
                 continue
             mine = tuple(r for r in (records or []) if r.shard == remainder)
-            plan.tasks.append(ShardTask(str(path), remainder, container, remainder_record, mine, payload_ext, classes,
+            plan.tasks.append(ShardTask(str(path), remainder, fmt, remainder_record, mine, payload_ext, classes,
                                         True, deep, layout, None, label_offset_of(metadata)))
-            plan.expected_files.update(SHARD_FORMATS[container].companions(remainder))
+            plan.expected_files.update(get_format(fmt).companions(remainder))
 
 
 def _expect_repartition_files(plan, manifest):
@@ -1499,8 +1028,8 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None, a
                                    f"(shards and its {METADATA_FILE})")
     if any(raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
         return validate_raw(root, workers, deep, write_manifest, progress)
-    leftovers = sorted(p.name for p in root.iterdir() if p.name in TOOL_FOLDERS or p.name.endswith(
-        (".tar", ".tar.partial", SAMPLE_INDEX_SUFFIX, ".tfrecord")))
+    leftovers = sorted(p.name for p in root.iterdir() if p.name in TOOL_FOLDERS or is_any_shard_file(p.name)
+                       or p.name.endswith(SAMPLE_INDEX_SUFFIX))
     if leftovers:  # shards without metadata.json: a conversion that did not finish, or lost its metadata
         report = Report(str(root), "converted")
         report.problems.append(error(METADATA_FILE, f"missing, but the folder holds converter output "

@@ -1,0 +1,160 @@
+"""What every on-disk format provides: the contract a registry entry fulfils.
+
+A format is one `ShardFormat` instance, registered by name in `datasets.formats` (the only place
+where a format name becomes code). The converter, validator, repartitioner, loader and host
+benchmark ask the registry for the format and call these methods; none of them branches on a
+format's name.
+
+    writing       shard_name, open_writer -> writer.add_sample(EncodedSample) -> SampleRecord,
+                  encode_image (the payload of a decoded image), metadata_fields
+    reading       iter_samples (stream a run of samples from a byte range),
+                  read_payloads (a local shard's payloads straight from the index, optional)
+    checking      check_shard (structure and checksums of one shard, against the index)
+    repartition   open_writer(...).add_raw_record, finished_size, record_alignment, describe_damage
+    foreign data  claims_location / find_foreign_shards / index_foreign_shards (shards without
+                  metadata.json, e.g. TF-slim's own TFRecords)
+    host bench    stock_baseline (how the usual library reads these shards, for --compare)
+
+Each format module's docstring (or README) describes its bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+
+class ShardDataError(Exception):
+    """A shard's bytes are not what its format says (truncated, corrupt, not this format).
+    Every format's reader raises a subclass, so callers catch one type."""
+
+
+class ForeignShardsError(ValueError):
+    """Shards without metadata that cannot be used as they are (names what is wrong)."""
+
+
+@dataclass(frozen=True)
+class EncodedSample:
+    """One sample as the converter hands it to every format's writer (the same for all formats).
+
+    `info` is the sample's description (source, class, sizes, steps, quirks); `payload` the
+    image's bytes as the format stores them (JPEG or .npy, from `ShardFormat.encode_image`).
+    """
+
+    key: str
+    label: int
+    class_name: str
+    source: str  # the source file (or archive member) the sample came from
+    info: dict
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class StockBaseline:
+    """How the usual library reads this format, for `host_benchmark.py --compare`.
+
+    `build(shards, split, transform, batch_size, workers)` returns a torch DataLoader (or any
+    iterable of (images, labels) batches) over the shard paths, applying `transform` (a
+    torchvision transform from a PIL image, or from a uint8 HWC tensor for `tensor_input`).
+    """
+
+    key: str
+    label: str
+    description: str
+    build: Callable
+    tensor_input: bool = False
+
+
+class ShardFormat:
+    """Base class of a registered format; subclasses fill in what differs."""
+
+    name: str = ""  # metadata.json's "format"
+    description: str = ""
+    payload_extension: str = "jpg"  # the payload's key in sample dicts ("jpg" or "npy")
+    stores_jpeg: bool = True  # payload is a JPEG: passthrough possible, held against the decode ceiling
+    label_offset: int = 0  # stored label - label_offset = class index
+    record_alignment: int = 1  # a copied record must start at a multiple of this (tar: 512)
+    remainder_suffix: str = ""  # a repartition's remainder shard: <split>-remainder-NNNN<suffix>
+    writes_companions: bool = False  # the writer publishes companion files beside each shard
+    default_steps: dict = {}  # split -> conversion steps when none are given (tensor: a fixed size)
+
+    # ------------------------------------------------------------------ names
+    def shard_name(self, split: str, number: int, count: int) -> str:
+        raise NotImplementedError
+
+    def is_shard_file(self, name: str) -> bool:
+        """A shard of this format, its companion file, or a partial one of either."""
+        raise NotImplementedError
+
+    def shard_of_file(self, name: str) -> str:
+        """The shard a shard file or companion file belongs to (the name itself for a shard)."""
+        return name
+
+    def companions(self, shard_name: str) -> tuple:
+        """Files published beside a shard (e.g. a TFRecord shard's .tfindex)."""
+        return ()
+
+
+    # ------------------------------------------------------------------ writing
+    def open_writer(self, path: Path):
+        """A context manager that publishes the shard atomically on a clean exit. It has
+        `add_sample(EncodedSample, shard_name) -> SampleRecord`, `add_raw_record(bytes) -> offset`
+        (repartition copies), and `.samples`, `.bytes_written`, `.sha256` after the write."""
+        raise NotImplementedError
+
+    def finished_size(self, record_bytes: int) -> int:
+        """A shard's size once written, for records totalling `record_bytes`."""
+        return record_bytes
+
+    def encode_image(self, image, quality: int) -> bytes:
+        """The payload of an RGB PIL image (re-encoded JPEG, or .npy for tensors)."""
+        raise NotImplementedError
+
+    def estimated_payload_bytes(self, source_bytes: int, fixed_size) -> int:
+        """A payload's size from its source's size (for shard planning): JPEG passthrough keeps it."""
+        return source_bytes
+
+    def metadata_fields(self) -> dict:
+        """Extra metadata.json fields this format needs its readers to know."""
+        return {}
+
+    # ------------------------------------------------------------------ reading
+    def iter_samples(self, location: str, start: int, stop: Optional[int], stream=None,
+                     label_offset: int = 0) -> Iterator[dict]:
+        """Sample dicts (`__key__`, `__offset__`, payload extension, `cls`) from byte `start` to `stop`."""
+        raise NotImplementedError
+
+    def read_payloads(self, run) -> Optional[Iterator[tuple]]:
+        """A local run's (record, extension, payload view, None | reason) straight from the index, or
+        None when this format has no such fast path (then iter_samples is used)."""
+        return None
+
+    # ------------------------------------------------------------------ checking
+    def check_shard(self, task):
+        """Every check of one shard (a `shard_check.ShardTask`) -> `shard_check.ShardResult`."""
+        raise NotImplementedError
+
+    def describe_damage(self, path: Path) -> str:
+        """What the format's own checks say about a shard whose hash differs ("" when nothing)."""
+        return ""
+
+    # ------------------------------------------------------------------ shards without metadata
+    def claims_location(self, location: str) -> bool:
+        """Whether a shard location without metadata is of this format (by its name)."""
+        return False
+
+    def find_foreign_shards(self, folder: Path, split: str) -> list:
+        """This format's shards of `split` in a folder that has no metadata.json."""
+        return []
+
+    def index_foreign_shards(self, locations: list, label_offset: Optional[int], open_range: Callable):
+        """(groups of SampleRecords, label_offset, what was done) for shards without a sample index.
+        `open_range(location)` opens a remote shard as a stream, None for a local file."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ host benchmark
+    stock_baseline: Optional[StockBaseline] = None
+
+    def __repr__(self):
+        return f"<format {self.name}>"

@@ -1,0 +1,176 @@
+"""The `tfrecord` format: TF-slim ImageNet TFRecords of JPEG payloads.
+
+Bytes: see datasets.formats.tfrecord (record framing with masked CRC32C, tf.train.Example with
+TF-slim's feature names, labels stored 1..N). Shards are named as TF-slim names them,
+`<split>-00000-of-01024`, each published with its `<shard>.tfindex` (the tfrecord package's
+index). metadata.json says `"label_offset": 1`; readers subtract it.
+
+Shards without metadata (TF-slim's own ImageNet conversion) are recognised by name and indexed
+from their record headers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from datasets.fileio import sha256_bytes
+from datasets.formats.base import EncodedSample, ForeignShardsError, ShardFormat, StockBaseline
+from datasets.formats.tfrecord import (
+    INDEX_SUFFIX,
+    LABEL_OFFSET,
+    LabelOffsetError,
+    TFRecordFormatError,
+    TFRecordShardWriter,
+    describe_damage,
+    find_tfrecord_shards,
+    index_tfrecord_shard,
+    is_tfrecord_location,
+    iter_tfrecord_samples,
+    resolve_label_offset,
+    scan_tfrecord_shard,
+    tfrecord_index_path,
+    tfrecord_shard_name,
+)
+from datasets.formats.tfrecord_check import check_tfrecord_shard
+from datasets.index import SampleRecord
+
+# TF-slim shard names, and each shard's index file
+SHARD_FILE = re.compile(r"^(?P<shard>[A-Za-z0-9_]+-\d{5}-of-\d{5})(?P<index>\.tfindex)?(?P<partial>\.partial)?$")
+
+
+class TFRecordSampleWriter(TFRecordShardWriter):
+    """A TFRecord shard writer that takes encoded samples (the format-level `add_sample`)."""
+
+    def add_sample(self, sample: EncodedSample, shard_name: str) -> SampleRecord:
+        info = sample.info
+        width, height = info.get("output_width", info["width"]), info.get("output_height", info["height"])
+        written = self.add_image(sample.key, sample.label, sample.class_name, sample.payload, height, width,
+                                 sample.source.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+        return SampleRecord(
+            key=sample.key, shard=shard_name, label=sample.label,
+            record_offset=written.record_offset, record_size=written.record_size,
+            payload_offset=written.payload_offset, payload_size=written.payload_size,
+            payload_sha256=sha256_bytes(sample.payload))
+
+
+class TFRecordExampleTransform:
+    """The stock pipeline's per-record step: PIL decode + `transform`; label - offset."""
+
+    def __init__(self, transform, label_offset: int):
+        self.transform = transform
+        self.label_offset = label_offset
+
+    def __call__(self, features):
+        import io
+
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(features["image/encoded"])).convert("RGB")
+        return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
+
+
+def tfrecord_torch_dataset(shard_paths, transform, instance, metadata=None):
+    """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode.
+
+    With an index and DataLoader workers, the package gives each worker its slice of every shard;
+    with no workers it starts each shard at a random record (and wraps around). It has no node
+    splitting: instances take every Nth shard. Its reader checks no CRC (the project's does).
+    """
+    from tfrecord.torch.dataset import TFRecordDataset
+    from torch.utils.data import ChainDataset
+
+    paths = list(shard_paths)[instance.index :: instance.count]
+    if not paths:
+        raise ValueError("no shards for the stock tfrecord baseline")
+    example = TFRecordExampleTransform(transform, int((metadata or {}).get("label_offset", 0)))
+    description = {"image/encoded": "byte", "image/class/label": "int"}
+    return ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=example)
+                         for p in paths])
+
+
+class TFRecordFormat(ShardFormat):
+    name = "tfrecord"
+    description = "TFRecord shards of JPEG (tf.train.Example)"
+    payload_extension = "jpg"
+    stores_jpeg = True
+    label_offset = LABEL_OFFSET
+    remainder_suffix = ".tfrecord"
+    writes_companions = True
+    stock_baseline = StockBaseline(
+        "tfrecord_torch", "tfrecord TFRecordDataset + PIL (baseline)",
+        "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
+        "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize", tfrecord_torch_dataset)
+
+    def shard_name(self, split, number, count):
+        return tfrecord_shard_name(split, number, count)
+
+    def is_shard_file(self, name):
+        return bool(SHARD_FILE.match(name))
+
+    def shard_of_file(self, name):
+        match = SHARD_FILE.match(name)
+        if match and match["index"] and not match["partial"]:
+            return match["shard"]
+        return name
+
+    def companions(self, shard_name):
+        return (shard_name + INDEX_SUFFIX,)
+
+    def open_writer(self, path):
+        return TFRecordSampleWriter(path)
+
+    def finished_size(self, record_bytes):
+        return TFRecordShardWriter.finished_size(record_bytes)
+
+    def encode_image(self, image, quality):
+        import io
+
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=quality)
+        return buffer.getvalue()
+
+    def metadata_fields(self):
+        return {"label_offset": LABEL_OFFSET}
+
+    def iter_samples(self, location, start, stop, stream=None, label_offset=0):
+        return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream)
+
+    def check_shard(self, task):
+        return check_tfrecord_shard(task)
+
+    def describe_damage(self, path):
+        return describe_damage(path)
+
+    def claims_location(self, location):
+        return is_tfrecord_location(location)
+
+    def find_foreign_shards(self, folder, split):
+        try:
+            return find_tfrecord_shards(folder, split)
+        except TFRecordFormatError as error:
+            raise ForeignShardsError(str(error)) from None
+
+    def index_foreign_shards(self, locations, label_offset, open_range):
+        """Index TF-slim shards by their framing; the label offset given, or detected from the stored
+        labels. `open_range(location)` opens a remote shard as a stream (None: a local file)."""
+        groups = []
+        try:
+            for location in locations:
+                stream = open_range(location)
+                if stream is not None:  # no cheap header walk remotely: one streamed pass over the shard
+                    with stream:
+                        records = [r._replace(label=-1)  # labels are read (with the offset) when loaded
+                                   for r in scan_tfrecord_shard(location, 0, name=location, stream=stream)]
+                else:
+                    records = index_tfrecord_shard(location, name=location)
+                if records:
+                    groups.append(records)
+            decision = resolve_label_offset(locations, explicit=label_offset, open_stream=open_range)
+        except (TFRecordFormatError, LabelOffsetError) as error:
+            raise ForeignShardsError(f"{len(locations)} TFRecord shards: {error}") from None
+        reason = (f"{len(locations)} TFRecord shards without metadata: indexed from their record headers; "
+                  f"{decision.reason}")
+        return groups, decision.offset, reason
+
+
+TFRECORD = TFRecordFormat()
