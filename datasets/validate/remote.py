@@ -27,9 +27,8 @@ from typing import Optional
 
 from datasets.index import METADATA_FILE
 from datasets.storage import head_object, join_location, list_objects, open_byte_range, sha256_base64
+from datasets.formats import get_format
 from datasets.validate.validator import (
-    CONTAINER_OF_FORMAT,
-    SHARD_FORMATS,
     Report,
     ValidationUsageError,
     error,
@@ -93,7 +92,7 @@ def _quick(location, objects) -> Report:
     try:
         metadata = json.loads(metadata_bytes)
         expected, companions = {}, set()
-        shard_format = SHARD_FORMATS[CONTAINER_OF_FORMAT.get(metadata.get("format"), "tar")]
+        shard_format = get_format(metadata.get("format"))
         for entry in metadata["splits"].values():
             for shard in entry["shards"]:
                 expected[shard["name"]] = (int(shard["bytes"]), shard["sha256"])
