@@ -83,7 +83,7 @@ from datasets.index import (
     parse_sample_index,
     write_sample_index,
 )
-from datasets.formats import UnknownFormatError, get_format
+from datasets.formats import ShardDataError, UnknownFormatError, get_format
 
 POLICIES = ("spread", "pad", "drop")
 MANIFEST_FILE = "manifest.json"
@@ -557,20 +557,26 @@ def read_manifest(target, num_instances: int) -> Optional[dict]:
 class _SourceReader:
     """Reads sample byte ranges from the original shards, keeping each shard open while it is used."""
 
-    def __init__(self, target: Path):
+    def __init__(self, target: Path, shard_format):
         self.target = target
+        self.shard_format = shard_format
         self._name = None
         self._fd = None
 
     def read(self, record: SampleRecord) -> bytes:
         try:
-            if record.shard != self._name:
-                self.close()
-                self._fd = os.open(self.target / record.shard, os.O_RDONLY)
-                self._name = record.shard
-            raw = os.pread(self._fd, record.record_size, record.record_offset)
+            if not self.shard_format.records_are_byte_ranges:  # e.g. LMDB: a value looked up by key
+                raw = self.shard_format.read_record(self.target / record.shard, record)
+            else:
+                if record.shard != self._name:
+                    self.close()
+                    self._fd = os.open(self.target / record.shard, os.O_RDONLY)
+                    self._name = record.shard
+                raw = os.pread(self._fd, record.record_size, record.record_offset)
         except OSError as error:
             raise DatasetError(f"{self.target / record.shard}: cannot read: {error.strerror or error}") from None
+        except ShardDataError as error:
+            raise DatasetError(f"{self.target / record.shard}: {error}") from None
         if len(raw) != record.record_size:
             raise DatasetError(
                 f"{self.target / record.shard}: truncated: sample {record.key!r} needs bytes "
@@ -655,7 +661,7 @@ def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=No
         path.unlink(missing_ok=True)  # left by a killed run
 
     _, records_by_shard = dataset.splits[plan.split]
-    reader = _SourceReader(dataset.target)
+    reader = _SourceReader(dataset.target, fmt)
     entries = []
     try:
         for instance in plan.instances:

@@ -1,7 +1,7 @@
 """The loader under real torchrun: K = 2 and 3 processes x 0, 1 and 2 DataLoader workers.
 
 A dedicated dataset whose sizes divide by neither 2 nor 3 (35 train, 25 validation samples,
-shards of 8, so the last shards are partial), batches of 3, as tar (img) and as TFRecord shards. One torchrun launch per K; the script
+shards of 8, so the last shards are partial), batches of 3, in every format that reads by byte range or cursor (img, tfrecord, lmdb). One torchrun launch per K; the script
 loops over worker counts and policies and writes the keys each rank read to a JSON file.
 """
 
@@ -56,7 +56,7 @@ def uneven_source(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", params=["img", "tfrecord"])
+@pytest.fixture(scope="module", params=["img", "tfrecord", "lmdb"])
 def uneven_dataset(uneven_source, request):
     target = uneven_source / request.param
     result = run_script("create_webdataset.py", "--source", uneven_source / "source", "--target", target,

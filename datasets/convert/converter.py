@@ -375,7 +375,7 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
     what = "shard or its " + ", ".join(c.suffix for c in companions) if companions else "shard"
     with writing(path, what, companions):
         with fmt.open_writer(path) as writer:
-            for sample in task.samples:
+            for sample in fmt.order_in_shard(task.samples):
                 try:
                     try:
                         data = sample.read_bytes()

@@ -12,10 +12,11 @@ and one entry in `FORMATS` below; no caller changes.
 from __future__ import annotations
 
 from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataError, ShardFormat, StockBaseline
+from datasets.formats.lmdb_format import LMDB
 from datasets.formats.tfslim import TFRECORD
 from datasets.formats.webdataset import IMG, TENSOR
 
-FORMATS = {fmt.name: fmt for fmt in (IMG, TENSOR, TFRECORD)}
+FORMATS = {fmt.name: fmt for fmt in (IMG, TENSOR, TFRECORD, LMDB)}
 DEFAULT_FOREIGN_FORMAT = IMG  # shards without metadata that no format claims by name are tar
 
 

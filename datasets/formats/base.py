@@ -78,6 +78,7 @@ class ShardFormat:
     remainder_suffix: str = ""  # a repartition's remainder shard: <split>-remainder-NNNN<suffix>
     writes_companions: bool = False  # the writer publishes companion files beside each shard
     default_steps: dict = {}  # split -> conversion steps when none are given (tensor: a fixed size)
+    records_are_byte_ranges: bool = True  # a SampleRecord's record range is a byte range of the shard file
 
     # ------------------------------------------------------------------ names
     def shard_name(self, split: str, number: int, count: int) -> str:
@@ -101,6 +102,16 @@ class ShardFormat:
         """A context manager that publishes the shard atomically on a clean exit. It has
         `add_sample(EncodedSample, shard_name) -> SampleRecord`, `add_raw_record(bytes) -> offset`
         (repartition copies), and `.samples`, `.bytes_written`, `.sha256` after the write."""
+        raise NotImplementedError
+
+    def order_in_shard(self, samples):
+        """The order a shard's samples are written in (the converter's order unless the format's
+        reads need another, e.g. LMDB's sorted keys)."""
+        return samples
+
+    def read_record(self, path: Path, record) -> bytes:
+        """One sample's whole record, for a repartition copy (formats whose records are not byte
+        ranges of the file; the others are read with one pread)."""
         raise NotImplementedError
 
     def finished_size(self, record_bytes: int) -> int:
