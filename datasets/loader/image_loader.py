@@ -183,8 +183,8 @@ class BatchRing:
     """Output buffers reused across batches, so a batch costs no fresh shared memory.
 
     Why: a new shared-memory tensor per batch (what DataLoader's default collate does) is paid in
-    page faults when it is first written, measured here at ~100-200 us per 224x224 image, as much as
-    the whole tensor-format pipeline. Each worker owns `slots` buffers. A buffer is lent to the
+    page faults when it is first written, costing as much as the whole tensor-format pipeline
+    (README, "Design figures"). Each worker owns `slots` buffers. A buffer is lent to the
     training code with the batch and is reused only after the main process has seen that nothing
     references it any more (torch's storage use count back to the ring's own), so batches a user
     keeps stay intact; when every slot is still lent, the worker allocates a fresh buffer instead.

@@ -39,8 +39,7 @@ strictly, from the pages already mapped (page cache): header checksums, every pa
 sha256 against the index, every json, so that each damaged sample is named. Remainder
 shards of repartitions (small: about one shard per instance) and, with `deep`, all shards
 are always walked strictly.
-Cost here (benchmarks/validate_benchmark.py): sha256 through mmap is ~89% of sha256 in
-memory; the Python header walk adds ~20 us a sample (~0.1 CPU-s per GB of 197 KB samples).
+What this costs is measured by benchmarks/validate_benchmark.py (README, "Design figures").
 
 Functional core: checks return `Problem` records and nothing here prints;
 validate_dataset.py renders a `Report`. The per-format shard check is chosen in one place,
