@@ -3,8 +3,8 @@
 A converted dataset directory holds:
 
     metadata.json                 written last: its presence means the dataset is complete
-    <split>-000000.tar ...        shards (TF-slim names for the tfrecord format:
-                                  <split>-00000-of-01024, each with its <shard>.tfindex)
+    <split>-000000.tar ...        shards, named by their format (datasets.formats; e.g. TF-slim's
+                                  <split>-00000-of-01024 with a <shard>.tfindex each)
     samples-<split>.index.tsv     one line per sample, so any sample can be found and checked alone
                                   (named so that no side file starts with a split name: the reference
                                   loader takes every such name for a shard; datasets made before keep
@@ -18,7 +18,7 @@ see datasets.validate.raw_checksum) and adds:
     "format_version": 1,
     "classes": ["n01440764", ...],          class index -> class folder name
     "tensor_layout": "HWC" | null,
-    "label_offset": 1,                      tfrecord only: shards store label + 1 (TF-slim's 1..N);
+    "label_offset": 1,                      formats whose shards store label + 1 (TF-slim's 1..N);
                                             labels in the sample index are always 0-based
     "splits": {"train": {
         "length": samples written,

@@ -46,11 +46,9 @@ Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
   Decompression bombs: an image whose header declares more than --max-image-pixels pixels
   is never decoded; it is skipped (or fails the run) with a message naming it.
 
-tfrecord (--format tfrecord): the same samples, payloads and guarantees, in TF-slim TFRecord
-shards <split>-00000-of-01024 of tf.train.Example records with TF-slim's ImageNet feature names,
-each with its <shard>.tfindex (the tfrecord package's index); labels stored 1..N as TF-slim
-does, "label_offset": 1 in metadata.json (see datasets.formats.tfrecord). The per-sample json
-is not stored (TF-slim has no place for it); the sample index and metadata are as for tar.
+Other formats (--format, from the registry in datasets/formats/): the same samples, payloads and
+guarantees in their own containers; each format's module says what its bytes are and what it
+adds to metadata.json (e.g. a label offset). The sample index and metadata are as for tar.
 
 Crash safety and resume. Every shard is written as <name>.partial, fsynced and renamed.
 After a shard is published, the main process writes .convert-state/<shard>.json (shard

@@ -116,7 +116,7 @@ def discover_sources(directory) -> list:
         DIR/source/    the extracted folder: train/<class>/*.JPEG, validation/<class>/*.JPEG
         DIR/img/       a converted dataset: metadata.json with "format": "img"
         DIR/tensor/    ... "format": "tensor"
-        DIR/tfrecord/  ... "format": "tfrecord"
+        DIR/<format>/  ... any other registered format (datasets.formats)
     DIR itself may also be the folder or a converted dataset.
     """
     directory = Path(directory)

@@ -145,7 +145,7 @@ def _sorted_problems(problems):
 
 
 def label_offset_of(metadata) -> int:
-    """metadata.json's label_offset (tfrecord shards store label + 1, as TF-slim); 0 when absent."""
+    """metadata.json's label_offset (shards that store label + 1, as TF-slim's); 0 when absent."""
     value = metadata.get("label_offset", 0)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
