@@ -143,7 +143,7 @@ def test_host_benchmark_compare_has_the_lmdb_rows(converted, tmp_path):
                         "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out_json)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == ["baseline_lmdb_map", "lmdb/host", "lmdb/device"]
+    assert [row["id"] for row in report["rows"]] == ["baseline_lmdb_map", "lmdb/host", "lmdb/device", "lmdb/device-pil"]
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["images"] == 8 and row["images_per_s"] > 0, row["id"]
