@@ -1,4 +1,4 @@
-"""The validator's check of one TFRecord shard (plugged into datasets.validate.validator's SHARD_FORMATS).
+"""The validator's check of one TFRecord shard (the tfrecord format's check_shard, datasets.formats.tfslim).
 
 One sequential pass over the mapped shard: every record's length CRC and data CRC (masked
 CRC32C; the `tfrecord` package never checks them, so this is the guarantee), the whole-shard
