@@ -119,8 +119,12 @@ class ShardFormat:
         return record_bytes
 
     def encode_image(self, image, quality: int) -> bytes:
-        """The payload of an RGB PIL image (re-encoded JPEG, or .npy for tensors)."""
-        raise NotImplementedError
+        """The payload of an RGB PIL image: a JPEG at `quality` (formats that store tensors override)."""
+        import io
+
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=quality)
+        return buffer.getvalue()
 
     def estimated_payload_bytes(self, source_bytes: int, fixed_size) -> int:
         """A payload's size from its source's size (for shard planning): JPEG passthrough keeps it."""

@@ -377,12 +377,6 @@ class LMDBFormat(ShardFormat):
     def open_writer(self, path):
         return LMDBShardWriter(path)
 
-    def encode_image(self, image, quality):
-        import io
-
-        buffer = io.BytesIO()
-        image.save(buffer, format="JPEG", quality=quality)
-        return buffer.getvalue()
 
     def read_record(self, path, record) -> bytes:
         env = open_environment(path)

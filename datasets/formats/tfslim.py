@@ -122,12 +122,6 @@ class TFRecordFormat(ShardFormat):
     def finished_size(self, record_bytes):
         return TFRecordShardWriter.finished_size(record_bytes)
 
-    def encode_image(self, image, quality):
-        import io
-
-        buffer = io.BytesIO()
-        image.save(buffer, format="JPEG", quality=quality)
-        return buffer.getvalue()
 
     def metadata_fields(self):
         return {"label_offset": LABEL_OFFSET}

@@ -14,7 +14,6 @@ repartition copies it byte for byte with `add_raw_record`.
 
 from __future__ import annotations
 
-import io
 import json
 import mmap
 import os
@@ -168,13 +167,6 @@ class WebDatasetFormat(ShardFormat):
         return check_tar_shard(task)
 
 
-class JpegFormat(WebDatasetFormat):
-    def encode_image(self, image, quality):
-        buffer = io.BytesIO()
-        image.save(buffer, format="JPEG", quality=quality)
-        return buffer.getvalue()
-
-
 _npy_headers = {}  # (height, width) -> .npy header of a uint8 HWC array of that shape
 _tensor_buffer = bytearray()
 
@@ -216,7 +208,7 @@ class TensorFormat(WebDatasetFormat):
         return {"tensor_layout": TENSOR_LAYOUT}
 
 
-IMG = JpegFormat(
+IMG = WebDatasetFormat(
     "img", "jpg", "WebDataset tar shards of JPEG",
     StockBaseline("webdataset_pil", 'webdataset decode("pil") (baseline)',
                   'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)',
