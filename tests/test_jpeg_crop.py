@@ -111,6 +111,18 @@ def test_dct_scaled_equal_to_draft_path_and_within_bound(payloads, size):
     assert 0 < np.mean(means) <= DCT_MEAN_BOUND
 
 
+def test_payloads_as_buffers_take_the_crop_path(payloads):
+    """The shard readers hand out memoryviews: they must be decoded natively too, not sent to PIL."""
+    for payload in payloads[:3]:
+        assert jpeg_crop.jpeg_size(memoryview(payload)) == jpeg_crop.jpeg_size(bytearray(payload)) \
+            == Image.open(io.BytesIO(payload)).size
+        crop, whole = _pipelines(128, use_draft=True)
+        width, height = jpeg_crop.jpeg_size(payload)
+        box = (1, 2, height - 1, width - 2)
+        assert np.array_equal(crop._crop_decoded(memoryview(payload), width, height, box),
+                              whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box))
+
+
 def test_image_into_uses_the_same_draws(payloads):
     """Through image_into: same box and flip draws, same output, and the same RNG state afterwards."""
     for use_draft in (False, True):

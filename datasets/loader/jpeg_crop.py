@@ -63,10 +63,11 @@ def decode_path() -> str:
 
 
 def jpeg_size(data) -> Optional[tuple]:
-    """(width, height) of a JPEG this module decodes, else None (not a JPEG, CMYK/YCCK, unreadable
+    """(width, height) of a JPEG (bytes or any buffer) this module decodes, else None (not a JPEG, CMYK/YCCK, unreadable
     header, or no End Of Image marker near the end: a truncated file is left to PIL, which reports it
     even where the crop would not reach the missing part)."""
-    if _native is None or data[:2] != b"\xff\xd8" or b"\xff\xd9" not in data[-_EOI_TAIL:]:
+    # bytes(): `in` on a memoryview (the shard readers' payloads) compares single items, not substrings
+    if _native is None or bytes(data[:2]) != b"\xff\xd8" or b"\xff\xd9" not in bytes(data[-_EOI_TAIL:]):
         return None
     try:
         width, height, space = _native.header(data)
