@@ -338,3 +338,12 @@ def test_create_webdataset_to_s3_uploads_shards_as_published_and_metadata_last(s
     assert json.loads(stored)["splits"] == json.loads((converted("img") / METADATA_FILE).read_text())["splits"]
     again = run_script("create_webdataset.py", *args, env=s3_server.env())
     assert again.returncode == 2 and "--resume or --overwrite" in again.stderr
+
+
+def test_brace_pattern_of_s3_shards_finds_the_index_beside_them(s3_env, converted, uploaded):
+    from collections import Counter
+
+    local = read_all(get_data(str(converted("img")), "validation", 5, 0, instance=SINGLE, with_keys=True))
+    pattern = uploaded("img") + "/validation-{000000..000001}.tar"
+    remote = read_all(get_data(pattern, "validation", 5, 0, instance=SINGLE, with_keys=True))
+    assert Counter(remote[0]) == Counter(local[0]) and len(local[0]) == 12
