@@ -8,6 +8,7 @@ import io
 import json
 import os
 import tarfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -382,3 +383,88 @@ def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(convert
     assert result.returncode == 0, result.stdout + result.stderr
     loader = get_data(str(dataset), "validation", batch_size=4, with_keys=True, image_size=32)
     assert len({key for batch in loader for key in batch.keys}) == 12
+
+
+# ------------------------------------------------------------------ bounding boxes
+
+
+def test_bbox_crop_prefers_crops_overlapping_the_box_with_x_and_y_extents_kept_apart():
+    import random
+
+    from datasets.loader.pipeline import bbox_crop_box, random_resized_crop_box
+
+    width, height, scale, ratio = 400, 300, (0.08, 1.0), (3 / 4, 4 / 3)
+    bbox = [0.0, 0.8, 1.0, 1.0]  # a wide strip along the bottom: x extent 400 px, y extent 60 px
+
+    def overlap(box):
+        top, left, h, w = box
+        ow = min(left + w, bbox[2] * width) - max(left, bbox[0] * width)
+        oh = min(top + h, bbox[3] * height) - max(top, bbox[1] * height)
+        return max(ow, 0) * max(oh, 0) / (w * h)
+
+    plain = [overlap(random_resized_crop_box(width, height, scale, ratio, random.Random(n))) for n in range(400)]
+    steered = [overlap(bbox_crop_box(width, height, scale, ratio, random.Random(n), bbox)) for n in range(400)]
+    assert sum(o >= 0.1 for o in steered) > 0.9 * 400 > 1.5 * sum(o >= 0.1 for o in plain)
+    for n in range(200):  # the first of up to 10 draws that overlaps by >= 0.1, else the 10th
+        rng, replay = random.Random(n), random.Random(n)
+        chosen = bbox_crop_box(width, height, scale, ratio, rng, bbox)
+        draws = [random_resized_crop_box(width, height, scale, ratio, replay) for _ in range(10)]
+        expected = next((box for box in draws if overlap(box) >= 0.1), draws[-1])
+        assert chosen == expected
+
+
+def test_the_converter_stores_the_union_of_each_train_images_boxes(sample_source, tmp_path):
+    source = tmp_path / "source"
+    for split in ("train", "validation"):
+        for path in (sample_source / split).rglob("*"):
+            if path.is_file():
+                (source / path.relative_to(sample_source)).parent.mkdir(parents=True, exist_ok=True)
+                (source / path.relative_to(sample_source)).write_bytes(path.read_bytes())
+    images = sorted(p for p in (source / "train").rglob("*") if p.is_file())
+    rows = [f"{images[0].name},0.1,0.2,0.3,0.4", f"{images[0].name},0.2,0.1,0.5,0.3",
+            f"{images[1].name},0.0,0.0,1.0,1.0"]
+    (source / "imagenet_2012_bounding_boxes.csv").write_text("\n".join(rows) + "\n")
+    target = tmp_path / "img"
+    result = run_script("create_webdataset.py", "--source", source, "--target", target, "--format", "img",
+                        "--samples-per-shard", SAMPLES_PER_SHARD, "--seed", 0)
+    assert result.returncode == 0, result.stdout + result.stderr
+    boxes = {}
+    for shard in target.glob("train-*.tar"):
+        with tarfile.open(shard) as tar:
+            for member in tar.getmembers():
+                if member.name.endswith(".json"):
+                    info = json.loads(tar.extractfile(member).read())
+                    boxes[info["source"].rsplit("/", 1)[-1]] = info["bbox"]
+    assert boxes[images[0].name] == [0.1, 0.1, 0.5, 0.4]
+    assert boxes[images[1].name] == [0.0, 0.0, 1.0, 1.0]
+    assert sum(box is not None for box in boxes.values()) == 2 and len(boxes) == 36
+    assert json.loads((target / "metadata.json").read_text())["checksum"] == folder_dirhash(target)
+
+
+@pytest.mark.parametrize("adopted", [False, True])
+def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp_path, adopted):
+    """Without boxes the option changes nothing; with a box on every sample the crops change
+    (which crop is chosen is tested above)."""
+    from datasets.loader import get_data
+
+    stems = [path.stem for path, _ in __import__("reference_layout").list_images(sample_source / "train")]
+    with_boxes, without = tmp_path / "boxes", tmp_path / "none"
+    write_reference_dataset(sample_source, with_boxes, "img", SAMPLES_PER_SHARD,
+                            bboxes={stem: [0.0, 0.8, 1.0, 1.0] for stem in stems})  # a strip along the bottom
+    write_reference_dataset(sample_source, without, "img", SAMPLES_PER_SHARD)
+    if adopted:
+        for dataset in (with_boxes, without):
+            assert run_script("validate_dataset.py", dataset, "--adopt").returncode == 0
+
+    def crops(dataset, use_bbox_info):
+        loader = get_data(str(dataset), "train", batch_size=4, with_keys=True, image_size=32, seed=3,
+                          use_bbox_info=use_bbox_info)
+        return {key: image for batch in loader for key, image in zip(batch.keys, batch.images)}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain, steered = crops(without, False), crops(without, True)
+        assert plain.keys() == steered.keys() and all(torch.equal(plain[k], steered[k]) for k in plain)
+        plain, steered = crops(with_boxes, False), crops(with_boxes, True)
+    assert plain.keys() == steered.keys()
+    assert sum(not torch.equal(plain[k], steered[k]) for k in plain) > len(plain) // 2

@@ -38,6 +38,7 @@ on_error="fail" the first bad sample raises SampleError naming the shard and the
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -53,9 +54,9 @@ from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.formats.pth import decode_pth
-from datasets.loader.pipeline import ImagePipeline
+from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.formats import format_for_location
-from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, sample_label
+from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, read_member, sample_label
 from datasets.loader.sources import FolderItem, Source, load_own_share, resolve_source, synthetic_pool
 
 log = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ class ImageStream(IterableDataset):
     def __init__(self, source: Source, split: str, batch_size: int, instance: Instance, *, train: bool,
                  policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
                  normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
-                 use_repartition: bool = True):
+                 use_repartition: bool = True, use_bbox_info: bool = False):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if policy not in POLICIES:
@@ -346,6 +347,8 @@ class ImageStream(IterableDataset):
         self.scale, self.bias = scale_and_bias(mean, std)
         self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
         self.own_share = None
+        # Bounding boxes (from each sample's json) steer RandomResizedCrop: train pipelines only.
+        self.use_bbox_info = use_bbox_info and source.kind == "webdataset" and RANDOM_RESIZED_CROP in pipeline.steps
         if source.repartition is not None and use_repartition:
             self.own_share = self._choose_repartition(source.repartition)
         self._plans = {}
@@ -498,13 +501,16 @@ class ImageStream(IterableDataset):
         report.skipped.append(Skipped(key, shard, error))
 
     def _process(self, kind, payload, slot, rng) -> Optional[str]:
+        bbox = None
+        if isinstance(payload, Boxed):
+            payload, bbox = payload
         try:
             if kind == "encoded":
-                self.pipeline.image_into(payload, slot, rng)
+                self.pipeline.image_into(payload, slot, rng, bbox)
             elif kind == "pth":  # reference harness tensors: torch.load(weights_only=True), CHW uint8 only
-                self.pipeline.array_into(decode_pth(payload), slot, rng)
+                self.pipeline.array_into(decode_pth(payload), slot, rng, bbox)
             elif kind == "npy":
-                self.pipeline.tensor_into(payload, self.source.tensor_layout, slot, rng)
+                self.pipeline.tensor_into(payload, self.source.tensor_layout, slot, rng, bbox)
             else:
                 self.pipeline.array_into(payload, slot, rng)
         except Exception as error:  # any decoder failure is this sample's problem, reported with it
@@ -522,6 +528,8 @@ class ImageStream(IterableDataset):
                 if payloads is not None:  # the format reads a local run straight from the index
                     for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
                         kind = _payload_kind(ext)
+                        if self.use_bbox_info and error is None:
+                            payload = Boxed(payload, _bbox_of(read_member(run.location, record, "json")))
                         yield row, record.shard, record.label, payload, kind, error
                     continue
                 for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt)):
@@ -538,7 +546,8 @@ class ImageStream(IterableDataset):
                     except ValueError:
                         yield row, record.shard, record.label, None, None, "the class label is not an integer"
                         continue
-                    yield row, record.shard, label, sample[ext], _payload_kind(ext), None
+                    payload = Boxed(sample[ext], _bbox_of(sample.get("json"))) if self.use_bbox_info else sample[ext]
+                    yield row, record.shard, label, payload, _payload_kind(ext), None
         elif source.kind == "folder":
             for item in items:
                 try:
@@ -553,6 +562,27 @@ class ImageStream(IterableDataset):
                 self._pool = synthetic_pool(source.synthetic_shape, self.seed)
             for item in items:
                 yield item, "synthetic", item % source.synthetic_classes, self._pool[item % len(self._pool)], "array", None
+
+
+class Boxed(NamedTuple):
+    """A payload with its sample's bounding box (use_bbox_info)."""
+
+    payload: object
+    bbox: Optional[list]
+
+
+def _bbox_of(info_json) -> Optional[list]:
+    """The sample json's "bbox" (normalised [x1, y1, x2, y2] inside the image), or None."""
+    if info_json is None:
+        return None
+    try:
+        bbox = json.loads(bytes(info_json)).get("bbox")
+    except (ValueError, AttributeError):
+        return None
+    if (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
+            and 0 <= bbox[0] < bbox[2] <= 1 and 0 <= bbox[1] < bbox[3] <= 1):
+        return bbox
+    return None
 
 
 def _payload_kind(ext) -> str:
@@ -663,7 +693,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
-             label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None) -> ImageLoader:
+             label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
+             use_bbox_info: bool = False) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -678,6 +709,9 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
     image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
+    use_bbox_info   train: RandomResizedCrop prefers a crop whose overlap with the sample's bounding box
+                    (its json's "bbox") is at least 0.1 of the crop's area, up to 10 draws (the reference
+                    harness's option); samples without a box are cropped as usual.
     label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
                     default: detected from the labels (a warning says which), an error if they cannot tell.
     jpeg_decode     train JPEGs: "crop" (decode only the crop's region), "pil" (whole images); default:
@@ -709,7 +743,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
                           shuffle_buffer=shuffle_buffer, channels_last=channels_last,
-                          use_repartition=use_repartition)
+                          use_repartition=use_repartition, use_bbox_info=use_bbox_info)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,

@@ -170,6 +170,25 @@ def random_resized_crop_box(width: int, height: int, scale, ratio, rng):
     return (height - h) // 2, (width - w) // 2, h, w
 
 
+BBOX_MIN_OVERLAP = 0.1  # of the crop's area (the reference harness's intent)
+BBOX_DRAWS = 10
+
+
+def bbox_crop_box(width: int, height: int, scale, ratio, rng, bbox, min_overlap=BBOX_MIN_OVERLAP, draws=BBOX_DRAWS):
+    """`random_resized_crop_box`, drawn again (up to `draws` times) until the crop's overlap with
+    `bbox` (normalised [x1, y1, x2, y2]) is at least `min_overlap` of the crop's area; the last
+    draw if none is. The overlap is the x extent of the intersection times its y extent (the
+    reference harness multiplies an x extent by another x extent)."""
+    x1, y1, x2, y2 = bbox[0] * width, bbox[1] * height, bbox[2] * width, bbox[3] * height
+    for _ in range(draws):
+        box = top, left, h, w = random_resized_crop_box(width, height, scale, ratio, rng)
+        overlap_w = min(left + w, x2) - max(left, x1)
+        overlap_h = min(top + h, y2) - max(top, y1)
+        if overlap_w > 0 and overlap_h > 0 and overlap_w * overlap_h >= min_overlap * w * h:
+            return box
+    return box
+
+
 def resized_size(width: int, height: int, short: int):
     """torchvision Resize(int): the short side becomes `short`, the long side keeps the aspect."""
     if width <= height:
@@ -209,14 +228,21 @@ class ImagePipeline:
 
     # -- encoded images (JPEG, PNG...) -------------------------------------------------------------
 
-    def image_into(self, payload, slot: np.ndarray, rng) -> None:
-        """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view)."""
+    def crop_box(self, width, height, rng, bbox=None):
+        """RandomResizedCrop's box; with a bounding box, one that overlaps it (`bbox_crop_box`)."""
+        if bbox is None:
+            return random_resized_crop_box(width, height, self.scale, self.ratio, rng)
+        return bbox_crop_box(width, height, self.scale, self.ratio, rng, bbox)
+
+    def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
+        """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view).
+        `bbox` (normalised [x1, y1, x2, y2]): RandomResizedCrop prefers crops overlapping it."""
         flip = False
         if RANDOM_RESIZED_CROP in self.steps:
             size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
             image = None if size is not None else Image.open(io.BytesIO(payload))
             width, height = size or image.size
-            box = random_resized_crop_box(width, height, self.scale, self.ratio, rng)
+            box = self.crop_box(width, height, rng, bbox)
             pixels = None
             if size is not None:
                 try:
@@ -283,14 +309,14 @@ class ImagePipeline:
 
     # -- decoded arrays (`tensor` format, synthetic data) -----------------------------------------
 
-    def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng) -> None:
+    def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng, bbox=None) -> None:
         """Process an HWC uint8 array (a read-only view is fine) into `slot`."""
         if pixels.ndim != 3 or pixels.shape[2] != 3:
             raise PipelineError(f"expected an HWC array with 3 channels, got shape {pixels.shape}")
         flip = False
         if RANDOM_RESIZED_CROP in self.steps:
             height, width = pixels.shape[:2]
-            top, left, h, w = random_resized_crop_box(width, height, self.scale, self.ratio, rng)
+            top, left, h, w = self.crop_box(width, height, rng, bbox)
             flip = FLIP in self.steps and rng.random() < 0.5
             if (h, w) == (self.size, self.size):
                 pixels = pixels[top:top + h, left:left + w]  # a crop at output size needs no resampling
@@ -309,11 +335,11 @@ class ImagePipeline:
                 pixels = _center_crop(pixels, self.size)
         _write(slot, pixels, flip)
 
-    def tensor_into(self, payload, layout: str, slot: np.ndarray, rng) -> None:
+    def tensor_into(self, payload, layout: str, slot: np.ndarray, rng, bbox=None) -> None:
         array = decode_npy(payload)
         if layout == "CHW":
             array = array.transpose(1, 2, 0)
-        self.array_into(array, slot, rng)
+        self.array_into(array, slot, rng, bbox)
 
 
 def _rgb(image):

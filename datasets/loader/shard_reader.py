@@ -112,6 +112,30 @@ def iter_run(run: Run, label_offset: int = 0, shard_format=None) -> Iterator[tup
             stream.close()
 
 
+def read_member(location: str, record: SampleRecord, ext: str) -> Optional[bytes]:
+    """The data of a sample's `<key>.<ext>` member in a local tar shard, or None if the sample has
+    no such member. Walks the member headers inside the sample's byte range: a few small reads."""
+    end = record.record_offset + record.record_size
+    with open(location, "rb") as handle:
+        offset, long_name = record.record_offset, None
+        while offset + BLOCK <= end:
+            header = os.pread(handle.fileno(), BLOCK, offset)
+            try:
+                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
+            except ValueError:  # not a tar header (another container): no member to find
+                return None
+            data_offset = offset + BLOCK
+            offset = data_offset + size + (-size % BLOCK)
+            if header[156:157] == b"L":  # GNU long name of the next member
+                long_name = os.pread(handle.fileno(), size, data_offset).rstrip(b"\0").decode("utf-8", "replace")
+                continue
+            name = long_name or header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+            long_name = None
+            if split_key(name)[1] == ext:
+                return os.pread(handle.fileno(), size, data_offset)
+    return None
+
+
 def payload_extension(sample: dict) -> Optional[str]:
     for ext in PAYLOAD_PREFERENCE:
         if ext in sample:
