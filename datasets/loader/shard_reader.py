@@ -18,6 +18,7 @@ the tar headers once (the payloads of a local shard are not even paged in).
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
