@@ -127,19 +127,24 @@ def build_source(root: Path, fraction: float, workers: int) -> dict:
 
 # ------------------------------------------------------------------------------- watching processes
 
-def _children_map():
-    children = {}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_table():
+    """({ppid: [pid, ...]}, {pid: CPU seconds so far}) of every process."""
+    children, cpu = {}, {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as handle:
-                stat = handle.read()
+                fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    return children
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    return children, cpu
 
 
 def _status_kb(pid, names):
@@ -163,7 +168,7 @@ def _private_kb(pid):
 
 class ProcessWatch(threading.Thread):
     """Samples a process tree every `interval` s: per process its peak RSS (VmHWM, kept by the
-    kernel) and the largest private memory seen."""
+    kernel), the largest private memory seen and its CPU seconds when last seen."""
 
     def __init__(self, root_pid: int, interval: float = 0.25):
         super().__init__(daemon=True)
@@ -177,7 +182,7 @@ class ProcessWatch(threading.Thread):
             self._done.wait(self.interval)
 
     def sample(self):
-        children = _children_map()
+        children, cpu = _process_table()
         frontier = [(self.root, 0)]
         while frontier:
             pid, depth = frontier.pop()
@@ -190,7 +195,8 @@ class ProcessWatch(threading.Thread):
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
                         command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
                     entry = self.processes[pid] = {"pid": pid, "depth": depth, "command": command[:160],
-                                                   "peak_rss_mb": 0.0, "peak_private_mb": 0.0}
+                                                   "peak_rss_mb": 0.0, "peak_private_mb": 0.0, "cpu_s": 0.0}
+                entry["cpu_s"] = max(entry["cpu_s"], cpu.get(pid, 0.0))  # as last seen: a lower bound
                 entry["peak_rss_mb"] = max(entry["peak_rss_mb"], status.get("VmHWM", 0) / 1024)
                 entry["peak_private_mb"] = max(entry["peak_private_mb"], private / 1024)
             except (OSError, ValueError):
@@ -257,13 +263,15 @@ def train_run(dataset: str, batches: int) -> None:
 
 def check_exactly_once(dataset: Path, keys_dir: Path, ranks: int) -> dict:
     """Every validation key read exactly once over the ranks: sorted byte arrays compared, no sets."""
+    from datasets.index import read_metadata, sample_index_name
     from datasets.sample_columns import read_sample_columns
 
     read = []
     for rank in range(ranks):
         read.extend(line for line in (keys_dir / f"rank-{rank}.txt").read_bytes().split(b"\n") if line)
     read = np.sort(np.array(read, dtype=bytes))
-    columns = read_sample_columns(str(dataset / "validation.index.tsv"))
+    entry = read_metadata(dataset)["splits"]["validation"]
+    columns = read_sample_columns(str(dataset / (entry.get("index") or {}).get("name", sample_index_name("validation"))))
     offsets = columns.key_offsets
     data = columns.keys.tobytes()
     expected = np.sort(np.array([data[offsets[i]:offsets[i + 1]] for i in range(len(columns))], dtype=bytes))
@@ -302,10 +310,10 @@ def print_table(report: dict, baseline: dict = None) -> None:
                      f"{stage['wall_us_per_sample'] / max(other['wall_us_per_sample'], 1e-9):>11.2f}")
         print(line)
     print()
-    print("per process (peak RSS / largest private MB):")
+    print("per process: peak RSS / largest private MB (CPU s as last seen)")
     for stage in report["stages"]:
-        parts = [f"{'main' if p['depth'] == 0 else 'child' + str(p['depth'])} {p['peak_rss_mb']:.0f}/{p['peak_private_mb']:.0f}"
-                 for p in stage["processes"]]
+        parts = [f"{'main' if p['depth'] == 0 else 'child' + str(p['depth'])} {p['peak_rss_mb']:.0f}/"
+                 f"{p['peak_private_mb']:.0f} ({p.get('cpu_s', 0):.0f} s)" for p in stage["processes"]]
         print(f"  {stage['stage']:<22}" + ", ".join(parts))
     print()
     print(f"total wall {report['total_wall_s'] / 60:.1f} min; disk {report['disk_bytes'] / 1e9:.2f} GB "

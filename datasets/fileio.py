@@ -127,8 +127,9 @@ def atomic_write_bytes(path, data: bytes) -> None:
         handle.write(data)
 
 
-def atomic_write_json(path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False) + "\n").encode())
+def atomic_write_json(path, obj, indent=1) -> None:
+    """indent=None for large machine-read files: json's C encoder (an indent runs the pure-Python one)."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=indent, sort_keys=False) + "\n").encode())
 
 
 def hash_file(path, algorithms=("sha256",), chunk_size: int = HASH_CHUNK):
