@@ -57,6 +57,7 @@ class LocalFile:
     size: int
     sha256: str  # hex
     from_metadata: bool  # the sha256 is the one recorded at conversion
+    md5: Optional[str] = None  # hex, when metadata.json records it (else computed when an ETag must be checked)
 
 
 @dataclass
@@ -100,10 +101,10 @@ def local_files(root: Path) -> list:
     recorded = {}
     for entry in metadata.get("splits", {}).values():
         for shard in entry.get("shards", []):
-            recorded[shard["name"]] = (int(shard["bytes"]), shard["sha256"])
+            recorded[shard["name"]] = (int(shard["bytes"]), shard["sha256"], shard.get("md5"))
         index = entry.get("index") or {}
         if index.get("name") and index.get("sha256"):
-            recorded[index["name"]] = (int(index["bytes"]), index["sha256"])
+            recorded[index["name"]] = (int(index["bytes"]), index["sha256"], index.get("md5"))
     files = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
         name = path.relative_to(root).as_posix()
@@ -114,7 +115,7 @@ def local_files(root: Path) -> list:
             if recorded[name][0] != size:
                 raise UploadError(f"{path}: {size} bytes, metadata.json records {recorded[name][0]}: the local "
                                   f"dataset is damaged; run validate_dataset.py on it")
-            files.append(LocalFile(name, path, size, recorded[name][1], True))
+            files.append(LocalFile(name, path, size, recorded[name][1], True, recorded[name][2]))
         else:
             files.append(LocalFile(name, path, size, _hash_file(path, "sha256"), False))
 
@@ -141,7 +142,7 @@ def object_matches(head: Optional[dict], item: LocalFile) -> tuple:
     etag = str(head.get("ETag", "")).strip('"')
     if "-" in etag:
         return False, "a multipart ETag and no stored checksum: cannot verify"
-    if etag != _hash_file(item.path, "md5"):
+    if etag != (item.md5 or _hash_file(item.path, "md5")):
         return False, "the ETag (md5) differs"
     return True, ""
 
@@ -295,7 +296,8 @@ class PublishedShardUploader:
 
     def published(self, shard) -> None:
         """Called with a ShardRecord once its shard has its final name in the staging folder."""
-        item = LocalFile(shard.name, self.local / shard.name, shard.bytes, shard.sha256, True)
+        item = LocalFile(shard.name, self.local / shard.name, shard.bytes, shard.sha256, True,
+                         getattr(shard, "md5", None))
         self.pending.append((item, self.pool.submit(_upload_one, self.target, item, self.report, None, self.lock)))
 
     def finish(self, progress: bool = False) -> UploadReport:

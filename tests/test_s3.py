@@ -347,3 +347,18 @@ def test_brace_pattern_of_s3_shards_finds_the_index_beside_them(s3_env, converte
     pattern = uploaded("img") + "/validation-{000000..000001}.tar"
     remote = read_all(get_data(pattern, "validation", 5, 0, instance=SINGLE, with_keys=True))
     assert Counter(remote[0]) == Counter(local[0]) and len(local[0]) == 12
+
+
+def test_head_check_without_a_stored_checksum_falls_back_to_the_md5_etag(converted):
+    """For servers that keep no SHA256: size plus ETag = md5 (single-part only; multipart ETags refused)."""
+    import hashlib
+
+    from datasets.upload import local_files, object_matches
+
+    item = next(f for f in local_files(converted("img")) if f.name.endswith(".tar"))
+    md5 = hashlib.md5(item.path.read_bytes()).hexdigest()
+    assert object_matches({"ContentLength": item.size, "ETag": f'"{md5}"'}, item) == (True, "")
+    assert not object_matches({"ContentLength": item.size, "ETag": '"0' + md5[1:] + '"'}, item)[0]
+    assert "multipart" in object_matches({"ContentLength": item.size, "ETag": f'"{md5}-2"'}, item)[1]
+    assert not object_matches({"ContentLength": item.size + 1, "ETag": f'"{md5}"'}, item)[0]
+    assert object_matches(None, item) == (False, "missing")

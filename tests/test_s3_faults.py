@@ -175,3 +175,12 @@ def test_server_killed_mid_epoch_stops_the_epoch_naming_endpoint_and_shard(tmp_p
         proxy.close()
         server.stop()
         storage._clients.clear()
+
+
+def test_wrong_secret_is_one_request_not_retried(dataset, proxy, monkeypatch):
+    local, remote = dataset
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    storage._clients.clear()
+    with pytest.raises(storage.StorageUnavailable, match="SignatureDoesNotMatch"):
+        get_data(remote, "validation", 4, 0, instance=SINGLE)
+    assert len(proxy.requests) == 1  # refused credentials are not retried (RETRIES_VARIABLE is 4 here)
