@@ -23,10 +23,30 @@ ACCESS_KEY = "seaweedtestkey"
 SECRET_KEY = "seaweedtestsecret"
 REGION = "us-east-1"
 READY_TIMEOUT = 60
-_DETACH = ("import subprocess, sys\n"
-           "log = open(sys.argv[1], 'ab')\n"
-           "print(subprocess.Popen(sys.argv[2:], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, "
-           "start_new_session=True).pid)\n")
+# Starts weed detached and prints its PID. A detached watchdog ends it if the test process dies
+# without its teardown (killed, timed out), so no server outlives its session.
+_DETACH = """
+import os, signal, subprocess, sys, time
+owner, log = int(sys.argv[1]), open(sys.argv[2], "ab")
+weed = subprocess.Popen(sys.argv[3:], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True)
+print(weed.pid, flush=True)
+if os.fork() == 0:
+    os.setsid()
+    os.closerange(0, 3)
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    while alive(weed.pid):
+        if not alive(owner):
+            os.kill(weed.pid, signal.SIGTERM)
+            break
+        time.sleep(1)
+    os._exit(0)
+"""
 
 
 def weed_binary() -> str:
@@ -92,7 +112,7 @@ class SeaweedServer:
         env = dict(os.environ, AWS_ACCESS_KEY_ID=self.access_key, AWS_SECRET_ACCESS_KEY=self.secret_key)
         # Detached (started by a short-lived intermediate): not a child of the test process, whose
         # CPU meters count every live descendant (tests/test_host_benchmark.py).
-        launcher = subprocess.run([sys.executable, "-c", _DETACH, str(self.log_path), *command], env=env,
+        launcher = subprocess.run([sys.executable, "-c", _DETACH, str(os.getpid()), str(self.log_path), *command], env=env,
                                   cwd=self.directory, capture_output=True, text=True, timeout=30)
         if launcher.returncode != 0:
             raise RuntimeError(f"cannot start weed mini: {launcher.stderr}")

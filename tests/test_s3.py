@@ -362,3 +362,40 @@ def test_head_check_without_a_stored_checksum_falls_back_to_the_md5_etag(convert
     assert "multipart" in object_matches({"ContentLength": item.size, "ETag": f'"{md5}-2"'}, item)[1]
     assert not object_matches({"ContentLength": item.size + 1, "ETag": f'"{md5}"'}, item)[0]
     assert object_matches(None, item) == (False, "missing")
+
+
+def test_endpoint_resolution_order(s3_server, monkeypatch):
+    """--s3-endpoint, then AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (botocore's own), then S3_ENDPOINT_URL."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    for name in (storage.ENDPOINT_VARIABLE, "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+    def endpoint():
+        storage._clients.clear()
+        client = storage.s3_client()
+        return client.endpoint, client.client.meta.config.s3.get("addressing_style")
+
+    monkeypatch.setenv("S3_ENDPOINT_URL", "http://127.0.0.1:1")
+    assert endpoint() == ("http://127.0.0.1:1", "path")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2")
+    assert endpoint() == ("http://127.0.0.1:2", "path")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:3")
+    assert endpoint() == ("http://127.0.0.1:3", "path")
+    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, s3_server.endpoint)
+    assert endpoint() == (s3_server.endpoint, "path")
+    storage._clients.clear()
+
+
+def test_overwrite_replaces_the_dataset_and_deletes_what_it_does_not_have(s3_server, converted, s3_bucket):
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_server, converted("tensor"), target).returncode == 0
+    client = s3_server.client()
+    client.put_object(Bucket=s3_bucket, Key="ds/stray.bin", Body=b"stray")
+    result = upload_cli(s3_server, converted("img"), target, "--overwrite")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "stray.bin" in result.stdout
+    checked = validate_cli(s3_server, target)
+    assert checked.returncode == 0 and checked.stdout.startswith("Dataset OK.") and "warning:" not in checked.stdout
+    stored = client.get_object(Bucket=s3_bucket, Key=f"ds/{METADATA_FILE}")["Body"].read()
+    assert stored == (converted("img") / METADATA_FILE).read_bytes()
