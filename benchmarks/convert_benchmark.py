@@ -48,7 +48,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.convert.converter import ConvertOptions, EncodeOptions, ShardTask, convert, encode_payload, write_shard  # noqa: E402
+from datasets.convert.converter import ConvertOptions, EncodeOptions, ShardToWrite, convert, encode_payload, write_shard  # noqa: E402
 from datasets.convert.imagenet_source import open_source  # noqa: E402
 from datasets.formats.npy import encode_npy  # noqa: E402
 from datasets.preprocess import apply_steps, parse_steps  # noqa: E402
@@ -123,7 +123,7 @@ def paired_cpu(bare_function, source: Path, images, fmt: str, steps, target: Pat
     process), alternated and each the minimum of `repeats`: the least noisy comparison of what the
     converter adds (reading, hashing, tar writing) to the same decode/resize/encode work."""
     samples = tuple(s for split in open_source(source, layout="folder").splits.values() for s in split.samples)
-    task = ShardTask("train", 0, "train-000000.tar", samples, EncodeOptions(fmt, tuple(steps), 95, 89_478_485, "skip"))
+    task = ShardToWrite("train", 0, "train-000000.tar", samples, EncodeOptions(fmt, tuple(steps), 95, 89_478_485, "skip"))
     bare = shard = float("inf")
     written = None
     for _ in range(repeats):

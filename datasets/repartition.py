@@ -115,7 +115,7 @@ def remainder_format(fmt: str):
 
 
 @dataclass(frozen=True)
-class InstancePlan:
+class InstanceShare:
     instance: int
     shards: tuple  # names of the shards it reads whole, in dataset order
     whole_samples: int
@@ -134,7 +134,7 @@ class InstancePlan:
 
 
 @dataclass(frozen=True)
-class SplitPlan:
+class SplitRepartition:
     split: str
     policy: str
     num_instances: int
@@ -257,7 +257,7 @@ def group_records_by_shard(shards, records, split="?", alignment=1):
     return by_shard
 
 
-def plan_split(split, shards, records_by_shard, num_instances: int, policy: str) -> SplitPlan:
+def plan_split(split, shards, records_by_shard, num_instances: int, policy: str) -> SplitRepartition:
     """Plan one split (pure). `records_by_shard` as returned by group_records_by_shard."""
     if policy not in POLICIES:
         raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
@@ -320,7 +320,7 @@ def plan_split(split, shards, records_by_shard, num_instances: int, policy: str)
     for i in range(num_instances):
         mine = whole[i]
         instances.append(
-            InstancePlan(
+            InstanceShare(
                 instance=i,
                 shards=tuple(shard.name for shard in mine),
                 whole_samples=sum(shard.samples for shard in mine),
@@ -330,7 +330,7 @@ def plan_split(split, shards, records_by_shard, num_instances: int, policy: str)
                 dropped_keys=tuple(dropped_by_instance[i]),
             )
         )
-    return SplitPlan(
+    return SplitRepartition(
         split=split,
         policy=policy,
         num_instances=num_instances,
@@ -523,7 +523,7 @@ def instance_file_names(split: str, instance: int, suffix: str):
     return f"{split}-remainder-{instance:04d}{suffix}", f"{stem}.txt", f"{stem}.index.tsv"
 
 
-def _plan_stamp(plan: SplitPlan, source_sha256: str, fmt: str) -> dict:
+def _plan_stamp(plan: SplitRepartition, source_sha256: str, fmt: str) -> dict:
     digest = hashlib.sha256()
     for instance in plan.instances:
         digest.update(f"{instance.instance}\0{','.join(instance.shards)}\0".encode())
@@ -647,7 +647,7 @@ def _writing(path):
         ) from None
 
 
-def _write_split(dataset: SourceDataset, plan: SplitPlan, out: Path, progress=None) -> dict:
+def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, progress=None) -> dict:
     """Write one split's remainder shards, shard lists and indexes; return its manifest entry."""
     fmt = remainder_format(dataset.format)
     n = plan.num_instances
@@ -873,7 +873,7 @@ def _shard_summary(names, limit=4):
     return ", ".join(names[: limit - 1]) + f", ... {names[-1]} ({len(names)} shards)"
 
 
-def describe_plan(plan: SplitPlan, fmt: str = "img") -> str:
+def describe_plan(plan: SplitRepartition, fmt: str = "img") -> str:
     """A table: per instance, the shards read whole, the samples copied, the samples and bytes read."""
     finished = remainder_format(fmt).finished_size
     lines = [

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from datasets.validate.raw_checksum import hash_file, reference_checksum
+from datasets.validate.raw_checksum import md5_sha256_of_file, reference_checksum
 
 SPLITS = ("train", "validation")
 
@@ -34,7 +34,7 @@ def folder_dirhash(folder, excluded=("metadata.json",)) -> str:
     for root, dirs, names in os.walk(folder):
         for name in names:
             if name not in excluded:
-                digests.append(hash_file(os.path.join(root, name), want_sha256=False)[0])
+                digests.append(md5_sha256_of_file(os.path.join(root, name), want_sha256=False)[0])
     return reference_checksum(digests)
 
 

@@ -408,11 +408,11 @@ def open_example_bytes():
 
 
 def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(shard, tmp_path):
-    from datasets.formats.tfrecord import check_tfrecord_shard, header_entries, index_entries, scan_tfrecord_shard
+    from datasets.formats.tfrecord import check_tfrecord_framing, header_entries, index_entries, scan_tfrecord_shard
 
     path, _, written = shard
     expected = [(w.record_offset, w.record_size) for w in written]
-    assert check_tfrecord_shard(path).ok and check_tfrecord_shard(path).entries == expected
+    assert check_tfrecord_framing(path).ok and check_tfrecord_framing(path).entries == expected
     assert header_entries(path) == expected == index_entries(path)
     scanned = scan_tfrecord_shard(path, LABEL_OFFSET, name=path.name)
     assert [(r.record_offset, r.record_size, r.payload_offset, r.payload_size, r.label) for r in scanned] == [
@@ -423,11 +423,11 @@ def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(
         raw = flipped(raw, written[number].payload_offset + 10)
     bad = tmp_path / path.name
     bad.write_bytes(raw)
-    check = check_tfrecord_shard(bad)
+    check = check_tfrecord_framing(bad)
     assert [p.record for p in check.problems] == [2, 7] and check.entries == expected
     assert all("data CRC mismatch" in str(p) and path.name in str(p) for p in check.problems)
     bad.write_bytes(raw[: written[-1].record_offset + 3])
-    check = check_tfrecord_shard(bad)
+    check = check_tfrecord_framing(bad)
     assert [p.record for p in check.problems] == [2, 7, len(written) - 1] and "truncated" in str(check.problems[-1])
     with pytest.raises(TFRecordFormatError, match=rf"record {len(written) - 1} .*truncated"):
         header_entries(bad)

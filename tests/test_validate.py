@@ -462,7 +462,7 @@ def test_reference_checksum_small_folder(tmp_path):
     expected = hashlib.md5("".join(digests).encode()).hexdigest()
     files, broken, unreadable = raw_checksum.list_files(tmp_path)
     assert sorted(path for path, _ in files) == [".hidden", "a/one.JPEG", "b/deeper/two.JPEG"]
-    got = raw_checksum.reference_checksum(raw_checksum.hash_file(tmp_path / path)[0] for path, _ in files)
+    got = raw_checksum.reference_checksum(raw_checksum.md5_sha256_of_file(tmp_path / path)[0] for path, _ in files)
     assert got == expected == coreutils_dirhash(tmp_path)
 
 

@@ -106,7 +106,7 @@ from datasets.index import (
 )
 from datasets.launcher import Instance
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
-from datasets.convert.imagenet_source import SourceError, open_source
+from datasets.convert.imagenet_source import ImageNetSourceError, open_source
 from datasets.validate.raw_checksum import folder_checksum
 from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
 from datasets.formats.tar import BLOCK, RECORD, padding
@@ -217,7 +217,7 @@ class EncodeOptions:
 
 
 @dataclass(frozen=True)
-class ShardTask:
+class ShardToWrite:
     split: str
     number: int
     name: str
@@ -227,7 +227,7 @@ class ShardTask:
 
 
 @dataclass
-class ShardResult:
+class WrittenShard:
     split: str
     number: int
     shard: ShardRecord
@@ -356,7 +356,7 @@ def _steps(canonical_steps):
     return steps
 
 
-def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
+def write_shard(target: str, task: ShardToWrite, progress=None) -> WrittenShard:
     """Encode and write one whole shard (or keep a verified one from an earlier run)."""
     path = Path(target) / task.name
     if task.expected is not None and path.is_file():
@@ -364,7 +364,7 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
         if digest == task.expected["sha256"] and size == task.expected["bytes"]:
             if progress:
                 progress(len(task.samples))
-            return ShardResult(task.split, task.number, ShardRecord.from_json(task.expected), [], [], kept=True)
+            return WrittenShard(task.split, task.number, ShardRecord.from_json(task.expected), [], [], kept=True)
     options = task.encode
     steps = _steps(options.steps)
     records, skipped = [], []
@@ -394,7 +394,7 @@ def write_shard(target: str, task: ShardTask, progress=None) -> ShardResult:
                 if progress:
                     progress(1)
     shard = ShardRecord(task.name, writer.samples, writer.bytes_written, writer.sha256, writer.md5)
-    return ShardResult(task.split, task.number, shard, records, skipped)
+    return WrittenShard(task.split, task.number, shard, records, skipped)
 
 
 # ---------------------------------------------------------------- planning
@@ -435,7 +435,7 @@ def plan_shards(ordered, samples_per_shard: int, max_shard_bytes, estimate):
 
 
 @dataclass
-class SplitPlan:
+class SplitConversion:
     split: str
     steps: tuple  # canonical
     shards: list  # [[SourceSample]]
@@ -451,7 +451,7 @@ class Plan:
     options: dict  # everything that decides the output bytes
     classes: list
     layout: str
-    splits: dict  # split -> SplitPlan
+    splits: dict  # split -> SplitConversion
     fingerprint: str = ""
 
 
@@ -473,7 +473,7 @@ def make_plan(options: ConvertOptions, source, seed: int) -> Plan:
         ordered = shuffle_order(samples, seed, split) if options.shuffle else list(samples)
         shards = plan_shards(ordered, options.samples_per_shard, options.max_shard_bytes,
                              lambda s: estimated_sample_bytes(s, options.format, fixed))
-        split_plans[split] = SplitPlan(split, steps, shards, source.splits[split].ignored)
+        split_plans[split] = SplitConversion(split, steps, shards, source.splits[split].ignored)
     recorded = {
         "format": options.format, "shuffle": options.shuffle, "seed": seed,
         "samples_per_shard": options.samples_per_shard, "max_shard_bytes": options.max_shard_bytes,
@@ -608,7 +608,7 @@ def load_record(target: Path, shard_name: str, fingerprint: str):
     return record
 
 
-def save_record(target: Path, result: ShardResult, fingerprint: str) -> None:
+def save_record(target: Path, result: WrittenShard, fingerprint: str) -> None:
     """Record a published shard. If this fails the shard has no record, so --resume rewrites it."""
     path = record_path(target, result.shard.name)
     with writing(path, f"state record of {result.shard.name}"):
@@ -793,7 +793,7 @@ def convert(options: ConvertOptions) -> Summary:
     try:
         source = open_source(options.source, options.splits, options.source_layout,
                              sizes=options.max_shard_bytes is not None)
-    except SourceError as error:
+    except ImageNetSourceError as error:
         raise (UsageError if error.usage else ConversionError)(str(error)) from None
     plan = make_plan(options, source, seed)
     instance = options.instance
@@ -807,7 +807,7 @@ def convert(options: ConvertOptions) -> Summary:
                 continue
             name = get_format(options.format).shard_name(split, number, len(split_plan.shards))
             own_names.append(name)
-            tasks[split].append(ShardTask(split, number, name, tuple(shard), encode))
+            tasks[split].append(ShardToWrite(split, number, name, tuple(shard), encode))
     try:
         prepare_target(options, plan, own_names)
     except WriteFailure as failure:
@@ -838,11 +838,11 @@ def _cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def _with_expected(target: Path, task: ShardTask, fingerprint: str) -> ShardTask:
+def _with_expected(target: Path, task: ShardToWrite, fingerprint: str) -> ShardToWrite:
     record = load_record(target, task.name, fingerprint)
     if record is None:
         return task
-    return ShardTask(task.split, task.number, task.name, task.samples, task.encode, record["shard"])
+    return ShardToWrite(task.split, task.number, task.name, task.samples, task.encode, record["shard"])
 
 
 def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> None:
@@ -863,7 +863,7 @@ def run_all(options: ConvertOptions, plan: Plan, tasks: dict, reports: dict) -> 
             bar = tqdm(total=report.planned_samples, desc=f"{split:<10}", unit="img", disable=not options.progress,
                        mininterval=0.5 if interactive else 30, dynamic_ncols=True, file=sys.stderr)
 
-            def record(result: ShardResult):
+            def record(result: WrittenShard):
                 if result.kept:
                     report.kept_shards += 1
                     if executor is not None:

@@ -1,7 +1,7 @@
 """The images to convert: ImageNet's extracted folders or its downloaded archives, listed.
 
 `open_source(root, splits, layout)` lists every source sample of the requested splits and
-returns a `Source`: the class table and, per split, the `SourceSample`s in canonical order
+returns an `ImageNetSource`: the class table and, per split, the `SourceSample`s in canonical order
 (class index, then source path), plus the files that were ignored as not being images.
 (The loader's `datasets.loader.sources` resolves what a *training* source names; this module only
 feeds the converter.)
@@ -71,7 +71,7 @@ LAYOUTS = ("auto", "folder", "archive")
 BOUNDING_BOX_FILE = "imagenet_2012_bounding_boxes.csv"  # beside train/, as the reference harness reads it
 
 
-class SourceError(Exception):
+class ImageNetSourceError(Exception):
     """The source cannot be converted: names the file or folder and the problem.
 
     `usage` is True when the cause is most likely the command line (a missing path, no
@@ -137,7 +137,7 @@ class SourceSplit:
 
 
 @dataclass
-class Source:
+class ImageNetSource:
     root: Path
     layout: str  # "folder" | "archive"
     classes: list  # class index -> class name
@@ -160,24 +160,24 @@ def detect_layout(root: Path) -> str:
         return "folder"
     if (root / TRAIN_TAR).is_file() or (root / VALIDATION_TAR).is_file():
         return "archive"
-    raise SourceError(
+    raise ImageNetSourceError(
         f"--source {root}: found neither the folder layout (train/, validation/ or val/) nor the archive "
         f"layout ({TRAIN_TAR}, {VALIDATION_TAR})", usage=True)
 
 
-def open_source(root, splits=("train", "validation"), layout="auto", sizes=False) -> Source:
+def open_source(root, splits=("train", "validation"), layout="auto", sizes=False) -> ImageNetSource:
     """List the source samples of `splits` (see the module docstring).
 
     `sizes`: also stat every file of the folder layout (archives always know their sizes).
-    Raises SourceError.
+    Raises ImageNetSourceError.
     """
     root = Path(root)
     if not root.exists():
-        raise SourceError(f"--source {root} does not exist", usage=True)
+        raise ImageNetSourceError(f"--source {root} does not exist", usage=True)
     if not root.is_dir():
-        raise SourceError(f"--source {root} is not a folder", usage=True)
+        raise ImageNetSourceError(f"--source {root} is not a folder", usage=True)
     if layout not in LAYOUTS:
-        raise SourceError(f"unknown source layout {layout!r}; expected one of {', '.join(LAYOUTS)}", usage=True)
+        raise ImageNetSourceError(f"unknown source layout {layout!r}; expected one of {', '.join(LAYOUTS)}", usage=True)
     if layout == "auto":
         layout = detect_layout(root)
     source = _open_folders(root, splits, sizes) if layout == "folder" else _open_archives(root, splits)
@@ -197,7 +197,7 @@ def read_bounding_boxes(path) -> dict:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as error:
-        raise SourceError(f"{path}: cannot read the bounding boxes: {getattr(error, 'strerror', None) or error}")
+        raise ImageNetSourceError(f"{path}: cannot read the bounding boxes: {getattr(error, 'strerror', None) or error}")
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -209,7 +209,7 @@ def read_bounding_boxes(path) -> dict:
             if not all(0.0 <= v <= 1.0 for v in (x1, y1, x2, y2)) or x1 > x2 or y1 > y2:
                 raise ValueError
         except ValueError:
-            raise SourceError(f"{path}: line {number} is not 'filename,x1,y1,x2,y2' with 0 <= x1 <= x2 <= 1 and "
+            raise ImageNetSourceError(f"{path}: line {number} is not 'filename,x1,y1,x2,y2' with 0 <= x1 <= x2 <= 1 and "
                               f"0 <= y1 <= y2 <= 1: {line[:100]!r}") from None
         name = os.path.basename(fields[0])
         old = boxes.get(name)
@@ -230,9 +230,9 @@ def _with_box(sample: SourceSample, boxes: dict) -> SourceSample:
 def _validation_dir(root: Path, required: bool):
     found = [root / name for name in VALIDATION_DIRS if (root / name).is_dir()]
     if len(found) > 1:
-        raise SourceError(f"--source {root} holds both validation/ and val/: keep one", usage=True)
+        raise ImageNetSourceError(f"--source {root} holds both validation/ and val/: keep one", usage=True)
     if not found and required:
-        raise SourceError(
+        raise ImageNetSourceError(
             f"--source {root}: no validation folder (validation/ or val/); convert only the train split "
             f"with --splits train", usage=True)
     return found[0] if found else None
@@ -242,18 +242,18 @@ def _class_folders(split_dir: Path):
     try:
         entries = sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
     except OSError as error:
-        raise SourceError(f"{split_dir}: cannot list the folder: {error.strerror or error}") from None
+        raise ImageNetSourceError(f"{split_dir}: cannot list the folder: {error.strerror or error}") from None
     if not entries:
-        raise SourceError(f"{split_dir}: no class folders (expected {split_dir.name}/<class>/<image files>)")
+        raise ImageNetSourceError(f"{split_dir}: no class folders (expected {split_dir.name}/<class>/<image files>)")
     return entries
 
 
-def _open_folders(root: Path, splits, sizes: bool) -> Source:
+def _open_folders(root: Path, splits, sizes: bool) -> ImageNetSource:
     split_dirs = {}
     for split in splits:
         if split == "train":
             if not (root / TRAIN_DIR).is_dir():
-                raise SourceError(
+                raise ImageNetSourceError(
                     f"--source {root}: no train folder; convert only the validation split with --splits validation",
                     usage=True)
             split_dirs[split] = root / TRAIN_DIR
@@ -267,19 +267,19 @@ def _open_folders(root: Path, splits, sizes: bool) -> Source:
         folders = _class_folders(split_dir)
         unknown = [name for name in folders if name not in index]
         if unknown:
-            raise SourceError(
+            raise ImageNetSourceError(
                 f"{split_dir / unknown[0]}: class folder has no twin in {table_dir} ({len(unknown)} such "
                 f"folders); the class table comes from {table_dir.name}/")
         samples, ignored = [], []
         for class_name in folders:
             found = _list_class_folder(root, split_dir / class_name, class_name, index[class_name], sizes, ignored)
             if not found:
-                raise SourceError(f"{split_dir / class_name}: empty class folder (no image files); "
+                raise ImageNetSourceError(f"{split_dir / class_name}: empty class folder (no image files); "
                                   f"remove it or add its images")
             samples.extend(found)
         samples.sort(key=lambda s: (s.label, s.source))
         result[split] = SourceSplit(split, samples, ignored)
-    return Source(root, "folder", classes, result)
+    return ImageNetSource(root, "folder", classes, result)
 
 
 def _list_class_folder(root: Path, folder: Path, class_name: str, label: int, sizes: bool, ignored) -> list:
@@ -301,7 +301,7 @@ def _list_class_folder(root: Path, folder: Path, class_name: str, label: int, si
                 try:
                     size = path.stat().st_size
                 except OSError as error:
-                    raise SourceError(f"{path}: cannot stat: {error.strerror or error}") from None
+                    raise ImageNetSourceError(f"{path}: cannot stat: {error.strerror or error}") from None
             samples.append(SourceSample(make_key(name), label, class_name, relative, FileBytes(str(path)), size))
     return samples
 
@@ -317,7 +317,7 @@ def _stream_members(stream, label: str, offset: int = 0):
     try:
         yield from iter_tar_members(label, offset=offset, stream=stream)
     except TarFormatError as error:
-        raise SourceError(f"not a readable tar archive: {error}") from None
+        raise ImageNetSourceError(f"not a readable tar archive: {error}") from None
 
 
 def list_train_archive(path: Path):
@@ -332,7 +332,7 @@ def list_train_archive(path: Path):
                 continue
             class_name = member.name.rsplit("/", 1)[-1][: -len(".tar")]
             if class_name in by_class:
-                raise SourceError(f"{path}: holds {member.name} twice")
+                raise ImageNetSourceError(f"{path}: holds {member.name} twice")
             members = by_class[class_name] = []
             inner = io.BytesIO(member.data)
             for item in _stream_members(inner, f"{path}:{member.name}", offset=member.data_offset):
@@ -343,11 +343,11 @@ def list_train_archive(path: Path):
 def _archive_samples_train(root: Path):
     path = root / TRAIN_TAR
     if not path.is_file():
-        raise SourceError(f"--source {root}: {TRAIN_TAR} is missing; convert only the validation split with "
+        raise ImageNetSourceError(f"--source {root}: {TRAIN_TAR} is missing; convert only the validation split with "
                           f"--splits validation", usage=True)
     listed, ignored = list_train_archive(path)
     if not listed:
-        raise SourceError(f"{path}: holds no per-class tars")
+        raise ImageNetSourceError(f"{path}: holds no per-class tars")
     resolved = str(path.resolve())
     by_class = {}
     for class_name, members in listed.items():
@@ -366,14 +366,14 @@ def _read_lines(path: Path):
     try:
         return path.read_text().splitlines()
     except (OSError, UnicodeDecodeError) as error:
-        raise SourceError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+        raise ImageNetSourceError(f"{path}: cannot read: {getattr(error, 'strerror', None) or error}") from None
 
 
 def _find(root: Path, names, what):
     for name in names:
         if (root / name).is_file():
             return root / name
-    raise SourceError(f"--source {root}: the {what} is missing (looked for {', '.join(names)})", usage=True)
+    raise ImageNetSourceError(f"--source {root}: the {what} is missing (looked for {', '.join(names)})", usage=True)
 
 
 def read_synsets(path: Path) -> list:
@@ -382,10 +382,10 @@ def read_synsets(path: Path) -> list:
     for number, line in enumerate(_read_lines(path), start=1):
         words = line.split()
         if not words or not re.fullmatch(r"n\d{8}", words[0]):
-            raise SourceError(f"{path}: line {number} {line!r} does not start with a wnid like n01440764")
+            raise ImageNetSourceError(f"{path}: line {number} {line!r} does not start with a wnid like n01440764")
         wnids.append(words[0])
     if len(set(wnids)) != len(wnids):
-        raise SourceError(f"{path}: a wnid is listed twice")
+        raise ImageNetSourceError(f"{path}: a wnid is listed twice")
     return wnids
 
 
@@ -395,12 +395,12 @@ def read_ground_truth(path: Path, count: int) -> list:
     for number, line in enumerate(_read_lines(path), start=1):
         text = line.strip()
         if not text.isdigit() or not 1 <= int(text) <= count:
-            raise SourceError(f"{path}: line {number} {line!r} is not a class id between 1 and {count}")
+            raise ImageNetSourceError(f"{path}: line {number} {line!r} is not a class id between 1 and {count}")
         ids.append(int(text))
     return ids
 
 
-def _open_archives(root: Path, splits) -> Source:
+def _open_archives(root: Path, splits) -> ImageNetSource:
     train = _archive_samples_train(root) if "train" in splits else None
     synsets = None
     if "validation" in splits or train is None:
@@ -414,24 +414,24 @@ def _open_archives(root: Path, splits) -> Source:
         for class_name in classes:
             members = by_class[class_name]
             if not members:
-                raise SourceError(f"{root / TRAIN_TAR}:{class_name}.tar: empty class archive (no image files)")
+                raise ImageNetSourceError(f"{root / TRAIN_TAR}:{class_name}.tar: empty class archive (no image files)")
             for name, display, location, size in members:
                 samples.append(SourceSample(make_key(name), index[class_name], class_name, display, location, size))
         samples.sort(key=lambda s: (s.label, s.source))
         result["train"] = SourceSplit("train", samples, ignored)
     if "validation" in splits:
         result["validation"] = _archive_validation(root, synsets, index)
-    return Source(root, "archive", classes, result)
+    return ImageNetSource(root, "archive", classes, result)
 
 
 def _archive_validation(root: Path, synsets, index) -> SourceSplit:
     path = root / VALIDATION_TAR
     if not path.is_file():
-        raise SourceError(f"--source {root}: {VALIDATION_TAR} is missing; convert only the train split with "
+        raise ImageNetSourceError(f"--source {root}: {VALIDATION_TAR} is missing; convert only the train split with "
                           f"--splits train", usage=True)
     unknown = [wnid for wnid in synsets if wnid not in index]
     if unknown:
-        raise SourceError(f"{root / TRAIN_TAR}: no per-class tar for {unknown[0]}, which the synset list names "
+        raise ImageNetSourceError(f"{root / TRAIN_TAR}: no per-class tar for {unknown[0]}, which the synset list names "
                           f"({len(unknown)} such wnids)")
     truth_path = _find(root, GROUND_TRUTH_NAMES, "validation ground-truth file")
     truth = read_ground_truth(truth_path, len(synsets))
@@ -446,18 +446,18 @@ def _archive_validation(root: Path, synsets, index) -> SourceSplit:
                 continue
             match = VALIDATION_NUMBER.search(base.rsplit(".", 1)[0])
             if not match:
-                raise SourceError(f"{display}: the name carries no validation image number "
+                raise ImageNetSourceError(f"{display}: the name carries no validation image number "
                                   f"(ILSVRC2012_val_NNNNNNNN), so its ground-truth label is unknown")
             number = int(match.group(1))
             if not 1 <= number <= len(truth):
-                raise SourceError(f"{display}: image number {number} has no line in {truth_path} "
+                raise ImageNetSourceError(f"{display}: image number {number} has no line in {truth_path} "
                                   f"({len(truth)} lines)")
             wnid = synsets[truth[number - 1] - 1]
             size = len(member.data)
             location = ArchiveBytes(resolved, member.data_offset, size)
             samples.append(SourceSample(make_key(base), index[wnid], wnid, display, location, size))
     if not samples:
-        raise SourceError(f"{path}: holds no images")
+        raise ImageNetSourceError(f"{path}: holds no images")
     samples.sort(key=lambda s: (s.label, s.source))
     return SourceSplit("validation", samples, ignored)
 
@@ -467,6 +467,6 @@ def _check_unique_keys(split: SourceSplit) -> None:
     for sample in split.samples:
         other = seen.setdefault(sample.key, sample)
         if other is not sample:
-            raise SourceError(
+            raise ImageNetSourceError(
                 f"{split.name}: {sample.source} and {other.source} give the same sample key {sample.key!r}; "
                 f"keys (file stems) must be unique within a split: rename one")

@@ -308,7 +308,7 @@ def header_entries(source):
 
 @dataclass
 class ShardCheck:
-    """What `check_tfrecord_shard` found: every record it could delimit, and every problem."""
+    """What `check_tfrecord_framing` found: every record it could delimit, and every problem."""
 
     entries: list  # (offset, size) of each record delimited (including ones whose data CRC failed)
     problems: list  # TFRecordFormatError, one per bad record (and one for a truncated or unframed end)
@@ -318,7 +318,7 @@ class ShardCheck:
         return not self.problems
 
 
-def check_tfrecord_shard(source, stream=None) -> ShardCheck:
+def check_tfrecord_framing(source, stream=None) -> ShardCheck:
     """Check every record's length CRC and data CRC, going on past bad records where it can.
 
     A record whose data CRC fails still has a trustworthy length (its length CRC passed), so
@@ -369,7 +369,7 @@ def describe_damage(source, limit=3) -> str:
 
     For messages: "record 4 (at byte 1234): data CRC mismatch (...)", the first `limit` problems.
     """
-    problems = check_tfrecord_shard(source).problems
+    problems = check_tfrecord_framing(source).problems
     shown = [f"record {p.record} (at byte {p.offset}): {p.problem}" if p.record is not None else p.problem for p in problems[:limit]]
     more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
     return "; ".join(shown) + more

@@ -30,7 +30,7 @@ import numpy as np
 
 from datasets import formats as registry
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
-from datasets.hostbench.sources import Source, folder_split_dir
+from datasets.hostbench.sources import BenchmarkSource, folder_split_dir
 
 IMAGE_SIZE = 224
 RESIZE_SIZE = 256
@@ -101,7 +101,7 @@ def make_dataloader(dataset, batch_size, workers, *, shuffle=False, sampler=None
                       sampler=sampler, generator=generator, drop_last=drop_last)
 
 
-def imagefolder_baseline(source: Source, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
+def imagefolder_baseline(source: BenchmarkSource, split, batch_size, workers, instance, seed=0, size=IMAGE_SIZE, **_):
     """torchvision ImageFolder + DataLoader with the standard transforms (float32, normalised on the host)."""
     from torch.utils.data.distributed import DistributedSampler
 
@@ -124,13 +124,13 @@ def imagefolder_baseline(source: Source, split, batch_size, workers, instance, s
     return EpochBatches(epoch_loader, max_epochs=None)
 
 
-def stored_at_output_size(source: Source, split: str, size: int = IMAGE_SIZE) -> bool:
+def stored_at_output_size(source: BenchmarkSource, split: str, size: int = IMAGE_SIZE) -> bool:
     """Whether the converter already cropped this split's tensors to the output size."""
     steps = (source.metadata or {}).get(f"{split}_transform_pipeline") or []
     return any(str(step).replace(" ", "") in (f"CenterCrop({size})", f"CenterCrop({size},{size})") for step in steps)
 
 
-def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
+def tensor_transform(source: BenchmarkSource, split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):
     """torchvision (v2, on uint8 CHW tensors) doing what the train/validation pipeline must still do.
 
     train: RandomResizedCrop + flip, as for JPEGs (antialiased, like PIL's resampling);
@@ -150,7 +150,7 @@ def tensor_transform(source: Source, split: str, size: int = IMAGE_SIZE, resize:
     return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
 
 
-def stock_baseline_batches(shard_format, source: Source, split, batch_size, workers, instance, seed=0,
+def stock_baseline_batches(shard_format, source: BenchmarkSource, split, batch_size, workers, instance, seed=0,
                            size=IMAGE_SIZE, **_):
     """A format's stock pipeline (its registry entry's `stock_baseline`) + DataLoader, with the
     standard transforms (PIL input) or the tensor transform (uint8 arrays), at output `size`."""

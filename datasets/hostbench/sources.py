@@ -38,7 +38,7 @@ FORMATS = {
 
 
 @dataclass(frozen=True)
-class Source:
+class BenchmarkSource:
     format: str
     path: Path
     shards: dict = field(default_factory=dict)  # split -> [shard paths] (converted formats)
@@ -71,7 +71,7 @@ def folder_split_dir(root: Path, split: str) -> Path | None:
     return None
 
 
-def folder_source(root: Path) -> Source:
+def folder_source(root: Path) -> BenchmarkSource:
     samples, per_image = {}, {}
     for split in ("train", "validation"):
         split_dir = folder_split_dir(root, split)
@@ -80,10 +80,10 @@ def folder_source(root: Path) -> Source:
         items = list_folder_images(split_dir)
         samples[split] = len(items)
         per_image[split] = (sum(p.stat().st_size for p, _ in items) / len(items)) if items else 0.0
-    return Source("folder", root, {}, per_image, samples)
+    return BenchmarkSource("folder", root, {}, per_image, samples)
 
 
-def converted_source(root: Path) -> Source:
+def converted_source(root: Path) -> BenchmarkSource:
     reference = read_reference_metadata(root)
     if reference is not None:  # made by the reference harness: shards by name, counts from its metadata
         shards, per_image, samples = {}, {}, {}
@@ -93,7 +93,7 @@ def converted_source(root: Path) -> Source:
             samples[split] = int(reference.get(f"{split}_length") or 0)
             total = sum(path.stat().st_size for path in shards[split])
             per_image[split] = total / samples[split] if samples[split] else 0.0
-        return Source(str(reference["format"]), Path(root), shards, per_image, samples, reference)
+        return BenchmarkSource(str(reference["format"]), Path(root), shards, per_image, samples, reference)
     metadata = read_metadata(root)
     shards, per_image, samples = {}, {}, {}
     for split, info in metadata.get("splits", {}).items():
@@ -102,7 +102,7 @@ def converted_source(root: Path) -> Source:
         count = sum(int(s["samples"]) for s in records)
         samples[split] = count
         per_image[split] = sum(int(s["bytes"]) for s in records) / count if count else 0.0
-    return Source(str(metadata["format"]), root, shards, per_image, samples, metadata)
+    return BenchmarkSource(str(metadata["format"]), root, shards, per_image, samples, metadata)
 
 
 def is_image_folder(root: Path) -> bool:

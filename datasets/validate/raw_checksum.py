@@ -77,7 +77,7 @@ def folder_checksum(folder, known_md5=None, excluded=("metadata.json",)) -> str:
         if os.path.basename(path) in excluded:
             continue
         digest = known_md5.get(path)
-        digests.append(digest if digest else hash_file(os.path.join(folder, path), want_sha256=False)[0])
+        digests.append(digest if digest else md5_sha256_of_file(os.path.join(folder, path), want_sha256=False)[0])
     return reference_checksum(digests)
 
 
@@ -117,7 +117,7 @@ def list_files(folder):
     return files, broken, unreadable
 
 
-def hash_file(path, want_sha256=True):
+def md5_sha256_of_file(path, want_sha256=True):
     """(md5 hex, sha256 hex or None, bytes read) of one file, in a single read."""
     digests, size = fileio.hash_file(path, ("md5", "sha256") if want_sha256 else ("md5",), READ_CHUNK)
     return digests[0], (digests[1] if want_sha256 else None), size

@@ -761,7 +761,7 @@ def _hash_raw_files(job):
     for relative in paths:
         path = os.path.join(root, relative)
         try:
-            md5, sha, size = raw_checksum.hash_file(path, want_sha256)
+            md5, sha, size = raw_checksum.md5_sha256_of_file(path, want_sha256)
         except OSError as exc:
             out.append((relative, None, None, None, f"cannot read: {exc.strerror or exc}"))
             continue
