@@ -238,11 +238,6 @@ class ReferenceCheck:
     def errors(self):
         return [p for p in self.problems if p[0] == "error"]
 
-    @property
-    def checksum_ok(self) -> bool:
-        expected = self.metadata.get("checksum")
-        return expected in (self.checksum, self.checksum_outside_distributed)
-
 
 def _md5_file(path) -> str:
     digest = hashlib.md5()

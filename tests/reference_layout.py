@@ -13,6 +13,7 @@ Written from the layout's description (issue #11), not from the reference code:
 Keys are the sample's position in its split ("0", "1", ...), as the reference numbers them.
 """
 
+import hashlib
 import io
 import json
 import os
@@ -22,20 +23,21 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from datasets.validate.raw_checksum import md5_sha256_of_file, reference_checksum
 
 SPLITS = ("train", "validation")
 
 
 def folder_dirhash(folder, excluded=("metadata.json",)) -> str:
-    """checksumdir.dirhash(folder, "md5", excluded_files=excluded): every file, hidden included,
-    excluded names skipped wherever they are."""
+    """checksumdir.dirhash(folder, "md5", excluded_files=excluded), written here independently of
+    the project's code: every file, hidden included, excluded names skipped wherever they are; md5
+    of the concatenated sorted md5 hex digests."""
     digests = []
     for root, dirs, names in os.walk(folder):
         for name in names:
             if name not in excluded:
-                digests.append(md5_sha256_of_file(os.path.join(root, name), want_sha256=False)[0])
-    return reference_checksum(digests)
+                with open(os.path.join(root, name), "rb") as handle:
+                    digests.append(hashlib.md5(handle.read()).hexdigest())
+    return hashlib.md5("".join(sorted(digests)).encode()).hexdigest()
 
 
 def list_images(split_folder):
