@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from datasets.fileio import hash_file
 from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
 from datasets.index import (
     FORMAT_VERSION,
@@ -239,14 +240,6 @@ class ReferenceCheck:
         return [p for p in self.problems if p[0] == "error"]
 
 
-def _md5_file(path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_reference_dataset(root, deep: bool = False, progress=None) -> ReferenceCheck:
     """Check a reference dataset: its metadata, its folder checksum and every shard (one read per file).
 
@@ -294,7 +287,7 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
                     for key, problem in scan.problems:
                         check.problems.append(("error", path, key, problem))
                 else:
-                    md5 = _md5_file(full)
+                    md5 = hash_file(full, ("md5",))[0][0]
             except OSError as error:
                 check.problems.append(("error", path, None, f"cannot read: {error.strerror or error}"))
                 continue
