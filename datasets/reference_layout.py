@@ -100,6 +100,12 @@ def split_shard_names(names, split: str):
     return [name for _, name in sorted(shards)], sorted(others)
 
 
+def is_reference_repartition(folder) -> bool:
+    """A distributed/<N>-instances folder in the reference harness's layout: <split>-<i>.tar only."""
+    names = os.listdir(folder)
+    return bool(names) and all(SHARD_NAME.match(name) for name in names)
+
+
 # ------------------------------------------------------------------------------- one shard
 
 

@@ -468,3 +468,17 @@ def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp
         plain, steered = crops(with_boxes, False), crops(with_boxes, True)
     assert plain.keys() == steered.keys()
     assert sum(not torch.equal(plain[k], steered[k]) for k in plain) > len(plain) // 2
+
+
+def test_a_repartition_made_by_the_reference_harness_is_named_as_such(reference):
+    dataset = reference("img")
+    folder = dataset / "distributed" / "2-instances"
+    folder.mkdir(parents=True)
+    for instance in (0, 1):  # the reference's layout: distributed/<N>-instances/<split>-<i>.tar
+        (folder / f"train-{instance:06d}.tar").write_bytes((dataset / f"train-00000{instance + 3}.tar").read_bytes())
+    result = run_script("validate_dataset.py", dataset, "--adopt")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "matches without distributed/" in result.stdout
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 0
+    assert "distributed/2-instances: a repartition made by the reference harness" in result.stdout

@@ -456,7 +456,13 @@ def _check_extra_files(root, expected, repartitions, problems):
             continue
         if relative_folder == DISTRIBUTED_DIR:
             for name in sorted(dirs):
-                if f"{DISTRIBUTED_DIR}/{name}" not in repartition_folders:
+                if f"{DISTRIBUTED_DIR}/{name}" in repartition_folders:
+                    continue
+                if reference_layout.is_reference_repartition(Path(folder) / name):
+                    problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", "a repartition made by the reference harness "
+                                            "(its loader reads it, this one does not; distributed_webdataset.py "
+                                            "--num-instances N makes one for this loader)"))
+                else:
                     problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", "repartition folder without a manifest.json "
                                                                          "(unfinished; distributed_webdataset.py completes it)"))
             dirs[:] = []  # each repartition folder is checked against its manifest
