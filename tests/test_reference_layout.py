@@ -482,3 +482,15 @@ def test_a_repartition_made_by_the_reference_harness_is_named_as_such(reference)
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 0
     assert "distributed/2-instances: a repartition made by the reference harness" in result.stdout
+
+
+def test_two_instances_share_a_reference_validation_split_every_sample_once(reference):
+    dataset = reference("tensor")
+    keys = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for instance in (0, 1):
+            instance_keys, report = loaded_keys(dataset, "validation", instance=(instance, 2))
+            keys += instance_keys
+            assert not report.skipped
+    assert sorted(keys, key=int) == [str(n) for n in range(12)]
