@@ -494,3 +494,16 @@ def test_two_instances_share_a_reference_validation_split_every_sample_once(refe
             keys += instance_keys
             assert not report.skipped
     assert sorted(keys, key=int) == [str(n) for n in range(12)]
+
+
+def test_resume_replaces_the_earlier_index_name(sample_source, tmp_path):
+    target = tmp_path / "img"
+    args = ("--source", sample_source, "--target", target, "--format", "img", "--samples-per-shard",
+            SAMPLES_PER_SHARD, "--seed", 0)
+    assert run_script("create_webdataset.py", *args).returncode == 0
+    (target / sample_index_name("train")).rename(target / "train.index.tsv")  # as the earlier version named it
+    result = run_script("create_webdataset.py", *args, "--resume")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (target / "train.index.tsv").exists() and (target / sample_index_name("train")).is_file()
+    assert json.loads((target / "metadata.json").read_text())["checksum"] == folder_dirhash(target)
+    assert run_script("validate_dataset.py", target).returncode == 0
