@@ -278,12 +278,12 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
     same_folder = all(loc.rsplit("/", 1)[0] == base for loc in locations)
     metadata_location = join_location(base, METADATA_FILE)
-    metadata = None
+    metadata, reference = None, None
     if same_folder and exists(metadata_location):
         try:
             metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
         except ReferenceMetadataError:  # the reference harness's shards: scanned below
-            metadata = None
+            reference = json.loads(read_bytes(metadata_location))
     if metadata is not None:
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
@@ -308,6 +308,8 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         return _foreign_files(claimed.pop(), locations, split, label_offset)
     message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
                f"and locate every sample (convert with create_webdataset.py to skip this)")
+    if reference is not None:
+        message = f"{len(locations)} shards of {NOTICE.format(root=base)}"
     warnings.warn(message, stacklevel=3)
     log.warning(message)
     groups = []
@@ -317,7 +319,8 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
             groups.append(records)
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
     payload = next(iter(payloads & {"npy", "pth"}), "jpg")
-    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", [], payload,
+    stored = parse_stored_steps(reference.get(f"{split}_transform_pipeline")) if reference is not None else []
+    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
 
