@@ -41,7 +41,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
+
+import crc32c
 
 from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 
@@ -109,13 +111,18 @@ class ShardRecord:
 
 
 class SampleRecord(NamedTuple):
-    """Where one sample lives and what its payload must hash to.
+    """Where one sample lives and what its payload must checksum to.
 
     record_offset/record_size: the sample's whole byte range in the shard (for tar: from
     its first member header to the end of its last member's padding; for TFRecord:
     the length, CRCs and data of its record). Copying that range copies the sample
     byte for byte. payload_offset/payload_size: the image or tensor bytes themselves.
+    payload_crc32c: CRC32C (Castagnoli, unmasked) of the payload bytes, cheap enough to check on
+    every read; None when unknown (an index of the earlier version, or a record built by scanning
+    a shard without an index).
     members: "ext:header_offset" pairs joined by ";" (for tar), e.g. "cls:0;json:512;jpg:1536".
+    payload_sha256: only in indexes of the earlier version, which recorded the payload's sha256
+    instead of its CRC32C; "" otherwise. `payload_problem` checks whichever is there.
 
     A NamedTuple, not a dataclass: an index holds one per sample (1.28M for ImageNet, in every
     loader process), and a tuple is built ~2x faster and takes about half the memory.
@@ -129,21 +136,51 @@ class SampleRecord(NamedTuple):
     record_size: int
     payload_offset: int
     payload_size: int
-    payload_sha256: str
+    payload_crc32c: Optional[int]
     members: str = ""
+    payload_sha256: str = ""
 
     def member_offsets(self) -> dict:
         pairs = (item.split(":") for item in self.members.split(";") if item)
         return {ext: int(offset) for ext, offset in pairs}
 
 
-_COLUMNS = list(SampleRecord._fields)
+def payload_crc32c(payload) -> int:
+    """The per-sample checksum the index records: CRC32C of the payload bytes (hardware-accelerated)."""
+    return crc32c.crc32c(payload)
+
+
+def payload_problem(record: SampleRecord, payload) -> Optional[str]:
+    """None if `payload` has the checksum the index records for it (or it records none), else what differs."""
+    if record.payload_crc32c is not None:
+        if crc32c.crc32c(payload) != record.payload_crc32c:
+            return "payload CRC32C differs from the sample index"
+    elif record.payload_sha256 and sha256_bytes(payload) != record.payload_sha256:
+        return "payload sha256 differs from the sample index"
+    return None
+
+
+def has_payload_checksum(record: SampleRecord) -> bool:
+    return record.payload_crc32c is not None or bool(record.payload_sha256)
+
+
+# The index's columns. The earlier version (LEGACY) recorded the payload's sha256 where this one
+# records its CRC32C; both are read, and an index of legacy records is written back in its format.
+_COLUMNS = list(SampleRecord._fields[:-1])
+_LEGACY_COLUMNS = [name if name != "payload_crc32c" else "payload_sha256" for name in _COLUMNS]
 
 
 def encode_sample_index(records) -> bytes:
-    lines = ["\t".join(_COLUMNS)]
+    records = list(records)
+    legacy = [record.payload_crc32c is None and bool(record.payload_sha256) for record in records]
+    if any(legacy) and not all(legacy):
+        raise ValueError("a sample index cannot mix CRC32C records with legacy sha256 records")
+    lines = ["\t".join(_LEGACY_COLUMNS if any(legacy) else _COLUMNS)]
     for record in records:
-        lines.append("\t".join(str(getattr(record, column)) for column in _COLUMNS))
+        checksum = record.payload_sha256 if record.payload_crc32c is None else f"{record.payload_crc32c:08x}"
+        lines.append("\t".join((record.key, record.shard, str(record.label), str(record.record_offset),
+                                str(record.record_size), str(record.payload_offset), str(record.payload_size),
+                                checksum, record.members)))
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -156,8 +193,9 @@ def write_sample_index(path, records) -> dict:
 
 
 def parse_sample_index(data: bytes, source="<index>", hashes: bool = True):
-    """The SampleRecords of an index's bytes. hashes=False leaves payload_sha256 empty: a reader
-    that never checks payloads (the loader) saves ~110 bytes a sample, in every process."""
+    """The SampleRecords of an index's bytes (this version's or the earlier one's). hashes=False leaves
+    the payload checksums out (None / ""): a reader that never checks payloads saves memory in every
+    process."""
     # The cyclic garbage collector is paused while the records are built: 1.28M new tuples set it
     # off again and again over all of them (half the parse time), and tuples of strings and ints
     # cannot form a cycle.
@@ -172,17 +210,19 @@ def parse_sample_index(data: bytes, source="<index>", hashes: bool = True):
 
 def _parse_sample_index(data: bytes, source, hashes: bool):
     lines = data.decode().splitlines()
-    if not lines or lines[0].split("\t") != _COLUMNS:
+    header = lines[0].split("\t") if lines else None
+    if header not in (_COLUMNS, _LEGACY_COLUMNS):
         raise DatasetError(f"{source}: not a sample index (expected header {' '.join(_COLUMNS)})")
-    # One unpacking per line into a tuple (the header was just checked to be _COLUMNS, in this
-    # order): ~2x faster than converting field by field, which matters for 1.28M lines.
+    legacy = header == _LEGACY_COLUMNS
+    # One unpacking per line into a tuple (the header was just checked, so the order is known):
+    # ~2x faster than converting field by field, which matters for 1.28M lines.
     new = tuple.__new__
     shard_names = {}  # one string per shard, not one per line: ~65 bytes a sample in every loader process
     records = []
     append = records.append
     for number, line in enumerate(lines[1:], start=2):
         try:
-            key, shard, label, record_offset, record_size, payload_offset, payload_size, sha256, members = \
+            key, shard, label, record_offset, record_size, payload_offset, payload_size, checksum, members = \
                 line.split("\t")
         except ValueError:
             raise DatasetError(f"{source}: line {number} has {line.count(chr(9)) + 1} fields, "
@@ -190,11 +230,15 @@ def _parse_sample_index(data: bytes, source, hashes: bool):
         try:
             shard = shard_names.setdefault(shard, shard)
             if not hashes:
-                sha256 = ""
+                crc, sha256 = None, ""
+            elif legacy:
+                crc, sha256 = None, checksum
+            else:
+                crc, sha256 = (int(checksum, 16) if checksum else None), ""
             append(new(SampleRecord, (key, shard, int(label), int(record_offset), int(record_size),
-                                      int(payload_offset), int(payload_size), sha256, members)))
+                                      int(payload_offset), int(payload_size), crc, members, sha256)))
         except ValueError:
-            raise DatasetError(f"{source}: line {number} has a non-integer offset, size or label") from None
+            raise DatasetError(f"{source}: line {number} has a non-integer offset, size, label or CRC32C") from None
     return records
 
 

@@ -45,6 +45,7 @@ from datasets.index import (
     SampleRecord,
     ShardRecord,
     is_reference_metadata,
+    payload_crc32c,
     sample_index_name,
     write_metadata,
     write_sample_index,
@@ -221,7 +222,7 @@ def scan_reference_shard(path, name: str, split: str, fmt: str, deep: bool = Fal
                 scan.problems.append((key, problem))
         offsets = ";".join(f"{ext}:{member.header_offset}" for ext, member in members.items())
         scan.records.append(SampleRecord(key, name, label, start, end - start, payload.data_offset, len(payload.data),
-                                         hashlib.sha256(payload.data).hexdigest(), offsets))
+                                         payload_crc32c(payload.data), offsets))
     return scan
 
 

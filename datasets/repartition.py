@@ -81,6 +81,7 @@ from datasets.index import (
     ShardRecord,
     parse_metadata,
     parse_sample_index,
+    payload_problem,
     write_sample_index,
 )
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
@@ -356,6 +357,7 @@ def remainder_records(copied, remainder_shard: str):
                 record_size=record.record_size,
                 payload_offset=record.payload_offset + shift,
                 payload_size=record.payload_size,
+                payload_crc32c=record.payload_crc32c,
                 payload_sha256=record.payload_sha256,
                 members=members,
             )
@@ -583,10 +585,9 @@ class _SourceReader:
                 f"{record.record_offset}+{record.record_size}"
             )
         start = record.payload_offset - record.record_offset
-        if sha256_bytes(memoryview(raw)[start : start + record.payload_size]) != record.payload_sha256:
-            raise DatasetError(
-                f"{self.target / record.shard}: the payload of sample {record.key!r} does not match its sha256 in the index"
-            )
+        problem = payload_problem(record, memoryview(raw)[start : start + record.payload_size])
+        if problem:
+            raise DatasetError(f"{self.target / record.shard}: sample {record.key!r}: {problem}")
         return raw
 
     def close(self):

@@ -74,7 +74,7 @@ class SampleColumns:
         row = int(row)
         header = int(self.payload_headers[row])
         members = f"{self.exts[self.payload_exts[row]]}:{header}" if header >= 0 else ""
-        checksum = f"{int(self.checksums[row]):08x}" if self.has_checksums else ""
+        checksum = int(self.checksums[row]) if self.has_checksums else None
         return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]),
                             int(self.record_offsets[row]), int(self.record_sizes[row]),
                             int(self.payload_offsets[row]), int(self.payload_sizes[row]), checksum, members)

@@ -5,9 +5,9 @@ import pytest
 from datasets.index import DatasetError, SampleRecord, encode_sample_index, parse_sample_index
 
 RECORDS = [
-    SampleRecord("n01_0001", "train-000000.tar", 0, 0, 4096, 2048, 1500, "a" * 64, "cls:0;json:512;jpg:1536"),
-    SampleRecord("n01_0002", "train-000000.tar", 3, 4096, 8192, 6144, 5000, "b" * 64, "cls:4096;json:4608;jpg:5632"),
-    SampleRecord("n02_0001", "train-000001.tar", 999, 0, 1024, 512, 10, "c" * 64, ""),
+    SampleRecord("n01_0001", "train-000000.tar", 0, 0, 4096, 2048, 1500, 0xDEADBEEF, "cls:0;json:512;jpg:1536"),
+    SampleRecord("n01_0002", "train-000000.tar", 3, 4096, 8192, 6144, 5000, 0, "cls:4096;json:4608;jpg:5632"),
+    SampleRecord("n02_0001", "train-000001.tar", 999, 0, 1024, 512, 10, 7, ""),
 ]
 
 
@@ -21,8 +21,8 @@ def test_an_empty_index_has_no_records():
 
 def test_without_hashes_every_other_field_is_kept():
     parsed = parse_sample_index(encode_sample_index(RECORDS), hashes=False)
-    assert [r.payload_sha256 for r in parsed] == ["", "", ""]
-    assert [r._replace(payload_sha256="") for r in RECORDS] == parsed
+    assert [r.payload_crc32c for r in parsed] == [None, None, None]
+    assert [r._replace(payload_crc32c=None) for r in RECORDS] == parsed
 
 
 def test_records_of_one_shard_share_its_name():
@@ -33,7 +33,7 @@ def test_records_of_one_shard_share_its_name():
 @pytest.mark.parametrize("damage, message", [
     (lambda lines: lines[:2] + [lines[2] + "\textra"] + lines[3:], "line 3 has 10 fields, expected 9"),
     (lambda lines: lines[:2] + [lines[2].replace("\t4096\t", "\tfour\t", 1)] + lines[3:],
-     "line 3 has a non-integer offset, size or label"),
+     "line 3 has a non-integer offset, size, label or CRC32C"),
     (lambda lines: ["key\tshard"] + lines[1:], "not a sample index"),
 ])
 def test_a_damaged_index_names_the_file_and_line(damage, message):
@@ -58,3 +58,40 @@ def test_the_garbage_collector_is_left_as_it_was():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+LEGACY = [r._replace(payload_crc32c=None, payload_sha256=c * 64) for r, c in zip(RECORDS, "abc")]
+
+
+def test_crc32c_is_written_as_eight_hex_digits():
+    lines = encode_sample_index(RECORDS).decode().splitlines()
+    assert lines[0].split("\t")[7] == "payload_crc32c"
+    assert [line.split("\t")[7] for line in lines[1:]] == ["deadbeef", "00000000", "00000007"]
+
+
+def test_an_index_of_the_earlier_version_reads_with_its_payload_sha256():
+    data = encode_sample_index(LEGACY)
+    assert data.split(b"\n")[0].split(b"\t")[7] == b"payload_sha256"
+    assert parse_sample_index(data) == LEGACY
+    assert all(r.payload_crc32c is None for r in parse_sample_index(data))
+
+
+def test_one_index_never_mixes_crc32c_and_sha256_records():
+    with pytest.raises(ValueError, match="mix"):
+        encode_sample_index(RECORDS[:1] + LEGACY[1:])
+
+
+def test_payload_problem_checks_whichever_checksum_the_record_has():
+    import crc32c
+    import hashlib
+
+    from datasets.index import payload_problem
+
+    payload = b"some payload bytes"
+    record = RECORDS[0]._replace(payload_crc32c=crc32c.crc32c(payload))
+    assert payload_problem(record, payload) is None
+    assert "CRC32C" in payload_problem(record, payload[:-1] + b"t")
+    legacy = LEGACY[0]._replace(payload_sha256=hashlib.sha256(payload).hexdigest())
+    assert payload_problem(legacy, payload) is None
+    assert "sha256" in payload_problem(legacy, payload[:-1] + b"t")
+    assert payload_problem(RECORDS[0]._replace(payload_crc32c=None), b"anything") is None

@@ -21,6 +21,7 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import crc32c
 import numpy as np
 import pytest
 
@@ -78,7 +79,7 @@ def synthetic_split(shard_sizes, split="train", record_size=1536):
             offset = j * record_size
             records.append(
                 SampleRecord(f"{split}_{number:06d}", name, number % 5, offset, record_size, offset + 1024, 100,
-                             f"{number:064x}", f"cls:{offset};jpg:{offset + 512}")
+                             number, f"cls:{offset};jpg:{offset + 512}")
             )
             number += 1
         shards.append(ShardRecord(name, count, count * record_size + 10240, f"{n:064x}"))
@@ -245,8 +246,8 @@ def test_remainder_records_shift_every_offset():
         shift = new.record_offset - original.record_offset
         assert new.payload_offset == original.payload_offset + shift
         assert new.member_offsets() == {e: o + shift for e, o in original.member_offsets().items()}
-        assert (new.key, new.label, new.payload_sha256, new.record_size) == (
-            original.key, original.label, original.payload_sha256, original.record_size)
+        assert (new.key, new.label, new.payload_crc32c, new.record_size) == (
+            original.key, original.label, original.payload_crc32c, original.record_size)
 
 
 def test_decide_existing_manifest():
@@ -294,7 +295,7 @@ def build_dataset(directory, fmt="img", counts=None, per_shard=8, seed=0, payloa
                     members = ";".join(f"{e}:{m.header_offset}" for e, m in written.members.items())
                     records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
                                                 written.members[ext].data_offset, len(payload),
-                                                hashlib.sha256(payload).hexdigest(), members))
+                                                crc32c.crc32c(payload), members))
             shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256).to_json())
         index = write_sample_index(directory / sample_index_name(split), records)
         splits[split] = {"length": total, "source_samples": total, "skipped": [], "shards": shards, "index": index}
@@ -327,7 +328,7 @@ def build_tfrecord_dataset(directory, counts, per_shard, rng):
                     written = writer.add_image(key, label, "abcd"[label], payload, 8, 8, f"{key}.JPEG")
                     records.append(SampleRecord(key, name, label, written.record_offset, written.record_size,
                                                 written.payload_offset, written.payload_size,
-                                                hashlib.sha256(payload).hexdigest(), ""))
+                                                crc32c.crc32c(payload), ""))
             shards.append(ShardRecord(name, writer.samples, writer.bytes_written, writer.sha256).to_json())
         index = write_sample_index(directory / sample_index_name(split), records)
         splits[split] = {"length": total, "source_samples": total, "skipped": [], "shards": shards, "index": index}
@@ -336,11 +337,11 @@ def build_tfrecord_dataset(directory, counts, per_shard, rng):
 
 
 def read_samples(path, fmt):
-    """(key, payload sha256) of every sample of a shard, read with the project's reader for the format."""
+    """(key, payload CRC32C) of every sample of a shard, read with the project's reader for the format."""
     if fmt == "tfrecord":
-        return [(s["__key__"], hashlib.sha256(s["jpg"]).hexdigest()) for s in iter_tfrecord_samples(path, 1)]
+        return [(s["__key__"], crc32c.crc32c(s["jpg"])) for s in iter_tfrecord_samples(path, 1)]
     ext = get_format(fmt).payload_extension
-    return [(s["__key__"], hashlib.sha256(s[ext]).hexdigest()) for s in iter_tar_samples(path)]
+    return [(s["__key__"], crc32c.crc32c(s[ext])) for s in iter_tar_samples(path)]
 
 
 def original_records(target, split):
@@ -387,18 +388,18 @@ def check_output(target, num_instances, expected_policies=None):
             assert listed == instance["shards"] + ([instance["remainder"]] if instance["remainder"] else [])
             index = read_sample_index(target / instance["index"])
             on_disk = [(key, digest, name) for name in listed for key, digest in read_samples(target / name, fmt)]
-            assert [(r.key, r.payload_sha256, r.shard) for r in index] == on_disk
+            assert [(r.key, r.payload_crc32c, r.shard) for r in index] == on_disk
             assert len(index) == instance["samples"]
             for record in index:
                 original = originals[record.key]
-                assert record.payload_sha256 == original.payload_sha256 and record.label == original.label
+                assert record.payload_crc32c == original.payload_crc32c and record.label == original.label
                 if record.shard != original.shard:
                     # A copy: its whole byte range (headers, every member, padding) is identical.
                     assert record.shard == instance["remainder"]
                     assert read_range(target / record.shard, record.record_offset, record.record_size) == \
                         read_range(target / original.shard, original.record_offset, original.record_size)
                     payload = read_range(target / record.shard, record.payload_offset, record.payload_size)
-                    assert hashlib.sha256(payload).hexdigest() == original.payload_sha256
+                    assert crc32c.crc32c(payload) == original.payload_crc32c
                 else:
                     assert record == original
             if instance["remainder"]:
@@ -420,7 +421,7 @@ def check_output(target, num_instances, expected_policies=None):
         padded = [k for i in instances for k in i["padded_keys"]]
         dropped = [k for i in instances for k in i["dropped_keys"]]
         assert sorted(padded) == sorted(entry["padded_keys"]) and sorted(dropped) == sorted(entry["dropped_keys"])
-        # Union = dataset (by key and payload sha256, checked above per sample) minus the named drops.
+        # Union = dataset (by key and payload CRC32C, checked above per sample) minus the named drops.
         assert set(seen) == set(originals) - set(dropped)
         # Disjoint except for the named pads, each read exactly twice.
         assert {k for k, n in seen.items() if n > 1} == set(padded) and all(seen[k] == 2 for k in padded)
@@ -822,9 +823,9 @@ def test_remainder_shards_are_standard_tar(real_dataset):
     instance = next(i for i in manifest["splits"]["validation"]["instances"] if i["remainder"])
     urls = [str(target / name) for name in (target / instance["shard_list"]).read_text().split()]
     index = read_sample_index(target / instance["index"])
-    stock = [(s["__key__"], hashlib.sha256(s["jpg"]).hexdigest(), int(s["cls"]))
+    stock = [(s["__key__"], crc32c.crc32c(s["jpg"]), int(s["cls"]))
              for s in webdataset.WebDataset(urls, shardshuffle=False, empty_check=False)]
-    assert stock == [(r.key, r.payload_sha256, r.label) for r in index]
+    assert stock == [(r.key, r.payload_crc32c, r.label) for r in index]
 
     listing = subprocess.run(["tar", "-tvf", target / instance["remainder"]], capture_output=True, text=True, check=True)
     names = [line.split()[-1] for line in listing.stdout.splitlines()]

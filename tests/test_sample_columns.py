@@ -22,7 +22,8 @@ def _records(count, shards=7, seed=0):
         key = f"n{rng.randrange(10**8):08d}/n{number:07d}_{'x' * rng.randrange(0, 30)}"
         records.append(SampleRecord(key, f"train-{shard:06d}.tar", rng.randrange(-1, 1000), offset, size,
                                     offset + 1536, size - 1536 - rng.randrange(0, 500),
-                                    f"{rng.getrandbits(256):064x}", f"cls:{offset};json:{offset + 512};jpg:{offset + 1024}"))
+                                    None, f"cls:{offset};json:{offset + 512};jpg:{offset + 1024}",
+                                    payload_sha256=f"{rng.getrandbits(256):064x}"))  # an index of the earlier version
         offsets[shard] += size
     return records
 

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 
+import crc32c
 import pytest
 
 from conftest import run_script
@@ -138,7 +139,7 @@ def test_flipped_payload_byte(dataset):
     flip_byte(dataset / target.shard, target.payload_offset + target.payload_size // 2)
     report = validate(dataset)
     assert report.exit_code == 1 and report.verdict_lines() == ["Dataset is corrupted."]
-    assert_found(report, ERROR, target.shard, target.key, "payload sha256 differs from the sample index")
+    assert_found(report, ERROR, target.shard, target.key, "payload CRC32C differs from the sample index")
     assert_found(report, ERROR, target.shard, None, "differs from metadata")
     # exactly one sample is named: the others in that shard still match the index
     assert {p.key for p in report.errors} == {target.key, None}
@@ -318,7 +319,7 @@ def test_metadata_not_json(dataset):
 def test_edited_sample_index(dataset):
     index = records(dataset)
     target = index[7]
-    index[7] = target._replace(payload_sha256="f" * 64)
+    index[7] = target._replace(payload_crc32c=target.payload_crc32c ^ 1)
     (dataset / "samples-train.index.tsv").write_bytes(encode_sample_index(index))
     report = validate(dataset)
     assert_found(report, ERROR, "samples-train.index.tsv", None, "sha256 differs from metadata")
@@ -356,7 +357,7 @@ def test_repartition_remainder_corrupt_and_duplicate_reader(dataset):
     other_index = read_sample_index(dataset / other["index"])
     (dataset / other["index"]).write_bytes(encode_sample_index(other_index + [copied[1]]))
     report = validate(dataset)
-    assert_found(report, ERROR, with_remainder["remainder"], copied[0].key, "payload sha256 differs")
+    assert_found(report, ERROR, with_remainder["remainder"], copied[0].key, "payload CRC32C differs")
     assert_found(report, ERROR, "distributed/3-instances/manifest.json", copied[1].key, "not named as padding")
 
 
@@ -389,7 +390,7 @@ def test_deep_finds_what_only_decoding_can(dataset):
     else:  # JPEG: zero everything after the first third, end-of-image marker included
         data[len(data) // 3:] = bytes(len(data) - len(data) // 3)
     patch_bytes(path, target.payload_offset, bytes(data))
-    index[14] = target._replace(payload_sha256=sha256_bytes(bytes(data)))
+    index[14] = target._replace(payload_crc32c=crc32c.crc32c(bytes(data)))
     reseal(dataset, index)
     assert validate(dataset).ok
     report = validate(dataset, deep=True)
@@ -419,12 +420,12 @@ def test_cli_corrupted_exit_1_lines_json_and_two_workers(converted, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout.splitlines()
     assert out[0] == "Dataset is corrupted."
-    assert f"error: {target.shard} [{target.key}]: payload sha256 differs from the sample index: the payload is " \
+    assert f"error: {target.shard} [{target.key}]: payload CRC32C differs from the sample index: the payload is " \
            f"corrupt" in out
     report = json.loads(report_path.read_text())
     assert report["exit_code"] == 1 and report["verdicts"] == ["Dataset is corrupted."]
     assert {"severity": "error", "file": target.shard, "key": target.key,
-            "problem": "payload sha256 differs from the sample index: the payload is corrupt"} in report["problems"]
+            "problem": "payload CRC32C differs from the sample index: the payload is corrupt"} in report["problems"]
     assert report["stats"]["workers"] == 2
 
 

@@ -27,7 +27,12 @@ from typing import Callable, Iterator, Optional
 
 class ShardDataError(Exception):
     """A shard's bytes are not what its format says (truncated, corrupt, not this format).
-    Every format's reader raises a subclass, so callers catch one type."""
+    Every format's reader raises a subclass, so callers catch one type.
+
+    `record_offset`: set (the damaged record's first byte) when the damage is inside one record whose
+    framing is intact, so a reader that knows where the next record starts may go on there."""
+
+    record_offset = None
 
 
 class ForeignShardsError(ValueError):
@@ -136,8 +141,9 @@ class ShardFormat:
 
     # ------------------------------------------------------------------ reading
     def iter_samples(self, location: str, start: int, stop: Optional[int], stream=None,
-                     label_offset: int = 0) -> Iterator[dict]:
-        """Sample dicts (`__key__`, `__offset__`, payload extension, `cls`) from byte `start` to `stop`."""
+                     label_offset: int = 0, verify_crc: bool = True) -> Iterator[dict]:
+        """Sample dicts (`__key__`, `__offset__`, payload extension, `cls`) from byte `start` to `stop`;
+        verify_crc=False skips the format's own record checksums, if it has any."""
         raise NotImplementedError
 
     def read_payloads(self, run) -> Optional[Iterator[tuple]]:

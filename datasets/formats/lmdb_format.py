@@ -28,7 +28,7 @@ import re
 import struct
 from pathlib import Path
 
-from datasets.fileio import PARTIAL_SUFFIX, fsync_dir, hash_file, sha256_bytes
+from datasets.fileio import PARTIAL_SUFFIX, fsync_dir, hash_file
 from datasets.formats.base import EncodedSample, ShardDataError, ShardFormat, StockBaseline
 from datasets.formats.shard_check import (
     NOT_IN_INDEX,
@@ -39,7 +39,7 @@ from datasets.formats.shard_check import (
     metadata_mismatches,
     sample_field_problems,
 )
-from datasets.index import SampleRecord
+from datasets.index import SampleRecord, has_payload_checksum, payload_crc32c, payload_problem
 
 MAGIC = b"LMS1"
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.lmdb(?P<partial>\.partial)?$")
@@ -136,7 +136,7 @@ class LMDBShardWriter:
         offset = self._put(sample.key, value)
         return SampleRecord(key=sample.key, shard=shard_name, label=sample.label, record_offset=offset,
                             record_size=len(value), payload_offset=offset + header,
-                            payload_size=len(value) - header, payload_sha256=sha256_bytes(sample.payload))
+                            payload_size=len(value) - header, payload_crc32c=payload_crc32c(sample.payload))
 
     def add_raw_record(self, raw, source="<record>", number=None) -> int:
         """Copy one value (a whole sample: it carries its key) verbatim; returns its logical offset."""
@@ -279,10 +279,11 @@ def check_lmdb_shard(task: ShardTask) -> ShardResult:
             if len(value) != expected.record_size or len(payload) != expected.payload_size:
                 sample_problems.append(error(name, f"value of {len(value)} bytes (payload {len(payload)}), the index "
                                                    f"says {expected.record_size} ({expected.payload_size})", key))
-            if expected.payload_sha256:
+            if has_payload_checksum(expected):
                 walk.payloads_hashed += 1
-                if sha256_bytes(payload) != expected.payload_sha256:
-                    sample_problems.append(error(name, "payload sha256 differs from the sample index", key))
+                why = payload_problem(expected, payload)
+                if why:
+                    sample_problems.append(error(name, why, key))
             _, field_problems = sample_field_problems(str(fields["label"]).encode(), fields["info"], task.classes,
                                                       expected)
             sample_problems.extend(error(name, text, key) for text in field_problems)
@@ -389,7 +390,7 @@ class LMDBFormat(ShardFormat):
             raise LMDBFormatError(path, f"sample {record.key!r} is not in the shard")
         return value
 
-    def iter_samples(self, location, start, stop, stream=None, label_offset=0):
+    def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
         if stream is not None:
             raise LMDBFormatError(location, "LMDB shards are read from local files only (copy the shard locally)")
         offset = 0

@@ -7,7 +7,7 @@ a second time, strictly, from the pages already mapped, to name each damaged sam
 
 from __future__ import annotations
 
-from datasets.fileio import sha256_bytes
+from datasets.index import payload_problem
 from datasets.formats.shard_check import (
     HASH_STEP,
     NOT_IN_INDEX,
@@ -199,8 +199,9 @@ class _TarWalk:
         if payload is not None and self.strict:
             if entry is not None:
                 self.payloads_hashed += 1
-                if sha256_bytes(payload.data) != entry.payload_sha256:
-                    local.append("payload sha256 differs from the sample index: the payload is corrupt")
+                why = payload_problem(entry, payload.data)
+                if why:
+                    local.append(f"{why}: the payload is corrupt")
             if task.deep:
                 self.payloads_decoded += 1
                 why = decode_problem(task.payload_ext, payload.data, task.tensor_layout)

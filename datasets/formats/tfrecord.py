@@ -84,6 +84,12 @@ class TFRecordFormatError(ShardDataError):
         self.record = record
         self.offset = offset
         self.problem = problem
+        if problem.startswith(RECORD_LOCAL_PROBLEMS):
+            self.record_offset = offset
+
+
+# Damage inside one record's data: its length (and so where the next record starts) is intact.
+RECORD_LOCAL_PROBLEMS = ("data CRC mismatch", "not a tf.train.Example")
 
 
 def masked_crc32c(data) -> int:
@@ -827,7 +833,7 @@ def scan_tfrecord_shard(source, label_offset, name=None, stream=None, verify_crc
         records.append(
             SampleRecord(
                 sample["__key__"], name, sample["__label__"], record.offset, FRAMING_SIZE + len(view),
-                record.offset + HEADER_SIZE + payload_start, payload_end - payload_start, "",
+                record.offset + HEADER_SIZE + payload_start, payload_end - payload_start, None,
             )
         )
     return records
@@ -866,7 +872,7 @@ def index_tfrecord_shard(path, name=None):
             entries = listed
     if entries is None:
         entries = header_entries(path)
-    return [SampleRecord(positional_key(name, n), name, -1, offset, size, 0, 0, "") for n, (offset, size) in enumerate(entries)]
+    return [SampleRecord(positional_key(name, n), name, -1, offset, size, 0, 0, None) for n, (offset, size) in enumerate(entries)]
 
 
 def example_label(data):

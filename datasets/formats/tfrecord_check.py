@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 
-from datasets.fileio import sha256_bytes
+from datasets.index import payload_problem
 from datasets.formats.tfrecord import (
     CRC_SIZE,
     FEATURE_ENCODED,
@@ -219,8 +219,9 @@ class _Walk:
         if payload is not None and self.strict:
             if entry is not None:
                 self.payloads_hashed += 1
-                if sha256_bytes(payload) != entry.payload_sha256:
-                    local.append("payload sha256 differs from the sample index: the payload is corrupt")
+                why = payload_problem(entry, payload)
+                if why:
+                    local.append(f"{why}: the payload is corrupt")
             if task.deep:
                 self.payloads_decoded += 1
                 why = decode_problem(task.payload_ext, payload, task.tensor_layout)

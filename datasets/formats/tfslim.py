@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 
-from datasets.fileio import sha256_bytes
 from datasets.formats.base import EncodedSample, ForeignShardsError, ShardFormat, StockBaseline
 from datasets.formats.tfrecord import (
     INDEX_SUFFIX,
@@ -32,7 +31,7 @@ from datasets.formats.tfrecord import (
     tfrecord_shard_name,
 )
 from datasets.formats.tfrecord_check import check_tfrecord_shard
-from datasets.index import SampleRecord
+from datasets.index import SampleRecord, payload_crc32c
 
 # TF-slim shard names, and each shard's index file
 SHARD_FILE = re.compile(r"^(?P<shard>[A-Za-z0-9_]+-\d{5}-of-\d{5})(?P<index>\.tfindex)?(?P<partial>\.partial)?$")
@@ -50,7 +49,7 @@ class TFRecordSampleWriter(TFRecordShardWriter):
             key=sample.key, shard=shard_name, label=sample.label,
             record_offset=written.record_offset, record_size=written.record_size,
             payload_offset=written.payload_offset, payload_size=written.payload_size,
-            payload_sha256=sha256_bytes(sample.payload))
+            payload_crc32c=payload_crc32c(sample.payload))
 
 
 class TFRecordExampleTransform:
@@ -126,8 +125,9 @@ class TFRecordFormat(ShardFormat):
     def metadata_fields(self):
         return {"label_offset": LABEL_OFFSET}
 
-    def iter_samples(self, location, start, stop, stream=None, label_offset=0):
-        return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream)
+    def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
+        return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream,
+                                     verify_crc=verify_crc)
 
     def check_shard(self, task):
         return check_tfrecord_shard(task)

@@ -26,8 +26,7 @@ from datasets.formats.base import EncodedSample, ShardFormat, StockBaseline
 from datasets.formats.npy import encode_npy
 from datasets.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
 from datasets.formats.tar_check import check_tar_shard
-from datasets.index import SampleRecord, tar_shard_name
-from datasets.fileio import sha256_bytes
+from datasets.index import SampleRecord, payload_crc32c, tar_shard_name
 
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
 TENSOR_LAYOUT = "HWC"
@@ -56,7 +55,7 @@ class TarSampleWriter(TarShardWriter):
             key=sample.key, shard=shard_name, label=sample.label,
             record_offset=written.record_offset, record_size=written.record_size,
             payload_offset=payload_member.data_offset, payload_size=payload_member.size,
-            payload_sha256=sha256_bytes(sample.payload),
+            payload_crc32c=payload_crc32c(sample.payload),
             members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
         )
 
@@ -157,7 +156,7 @@ class WebDatasetFormat(ShardFormat):
     def finished_size(self, record_bytes):
         return TarShardWriter.finished_size(record_bytes)
 
-    def iter_samples(self, location, start, stop, stream=None, label_offset=0):
+    def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
         return iter_tar_samples(location, offset=start, stop_at=stop, stream=stream)
 
     def read_payloads(self, run):

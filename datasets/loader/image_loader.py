@@ -34,6 +34,12 @@ and pad) the equal-batches guarantee is kept by filling the gap with repeats of 
 worker read successfully (re-read and re-augmented), listed in `report.substituted`. For validation
 ("spread") nothing is substituted: each sample must count once, so the epoch is shorter. With
 on_error="fail" the first bad sample raises SampleError naming the shard and the key.
+
+Integrity: with verify=True (the default) every payload read through a sample index is checked
+against the CRC32C the index records for it before it is decoded; a mismatch (a bit flipped at rest,
+even one that still decodes) makes it a bad sample as above. Samples without a recorded CRC32C
+(shards read without an index, an index of the earlier version that recorded sha256, image folders)
+are not checked (validate_dataset.py checks those sha256).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from datasets.index import payload_problem
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
@@ -331,7 +338,8 @@ class ImageStream(IterableDataset):
     def __init__(self, source: Source, split: str, batch_size: int, instance: Instance, *, train: bool,
                  policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
                  normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
-                 use_repartition: bool = True, use_bbox_info: bool = False):
+                 use_repartition: bool = True, use_bbox_info: bool = False,
+                 verify: bool = True):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if policy not in POLICIES:
@@ -346,6 +354,7 @@ class ImageStream(IterableDataset):
         self.normalization, self.dtype = normalization, dtype
         self.scale, self.bias = scale_and_bias(mean, std)
         self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
+        self.verify = verify
         self.own_share = None
         # Bounding boxes (from each sample's json) steer RandomResizedCrop: train pipelines only.
         self.use_bbox_info = use_bbox_info and source.kind == "webdataset" and RANDOM_RESIZED_CROP in pipeline.steps
@@ -518,8 +527,9 @@ class ImageStream(IterableDataset):
         return None
 
     def _raw_samples(self, items):
-        """(item, shard, label, payload, kind, error) per item, in order, without decoding."""
-        source = self.source
+        """(item, shard, label, payload, kind, error) per item, in order, without decoding; with
+        verify, a payload that differs from its recorded checksum comes with that error."""
+        source, verify = self.source, self.verify
         if source.kind == "webdataset":
             # Items are rows of the columnar index; each run's records are built as it is read.
             for rows, run in _row_runs(self.columns, items, source.locate):
@@ -528,11 +538,13 @@ class ImageStream(IterableDataset):
                 if payloads is not None:  # the format reads a local run straight from the index
                     for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
                         kind = _payload_kind(ext)
+                        if verify and error is None:
+                            error = payload_problem(record, payload)
                         if self.use_bbox_info and error is None:
                             payload = Boxed(payload, _bbox_of(read_member(run.location, record, "json")))
                         yield row, record.shard, record.label, payload, kind, error
                     continue
-                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt)):
+                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
                     if error is not None:
                         yield row, record.shard, record.label, None, None, error
                         continue
@@ -546,8 +558,11 @@ class ImageStream(IterableDataset):
                     except ValueError:
                         yield row, record.shard, record.label, None, None, "the class label is not an integer"
                         continue
-                    payload = Boxed(sample[ext], _bbox_of(sample.get("json"))) if self.use_bbox_info else sample[ext]
-                    yield row, record.shard, label, payload, _payload_kind(ext), None
+                    payload = sample[ext]
+                    error = payload_problem(record, payload) if verify else None
+                    if self.use_bbox_info and error is None:
+                        payload = Boxed(payload, _bbox_of(sample.get("json")))
+                    yield row, record.shard, label, payload, _payload_kind(ext), error
         elif source.kind == "folder":
             for item in items:
                 try:
@@ -694,7 +709,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
-             use_bbox_info: bool = False) -> ImageLoader:
+             use_bbox_info: bool = False, verify: bool = True) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -716,6 +731,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     default: detected from the labels (a warning says which), an error if they cannot tell.
     jpeg_decode     train JPEGs: "crop" (decode only the crop's region), "pil" (whole images); default:
                     "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
+    verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
+                    see on_error); False turns it off.
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -743,7 +760,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
                           shuffle_buffer=shuffle_buffer, channels_last=channels_last,
-                          use_repartition=use_repartition, use_bbox_info=use_bbox_info)
+                          use_repartition=use_repartition, use_bbox_info=use_bbox_info,
+                          verify=verify)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,

@@ -70,23 +70,38 @@ def _run(records, locate) -> Run:
     return Run(locate(first.shard), first.record_offset, last.record_offset + last.record_size, tuple(records))
 
 
-def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0, shard_format=None):
+def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0, shard_format=None,
+                 verify_crc: bool = True):
     """Sample dicts of a byte range, read by `shard_format` (by default the format that claims the
-    location's name, else tar; see datasets.formats.format_for_location)."""
+    location's name, else tar; see datasets.formats.format_for_location). verify_crc=False skips the
+    format's own record checksums (TFRecord's CRCs)."""
     fmt = shard_format or format_for_location(location)
-    return fmt.iter_samples(location, start, stop, stream, label_offset)
+    return fmt.iter_samples(location, start, stop, stream, label_offset, verify_crc=verify_crc)
 
 
-def iter_run(run: Run, label_offset: int = 0, shard_format=None) -> Iterator[tuple]:
+def iter_run(run: Run, label_offset: int = 0, shard_format=None, verify: bool = True) -> Iterator[tuple]:
     """Yield (record, sample dict, None) per record of `run`, or (record, None, reason) for each
     record that could not be read (a truncated or corrupt shard ends the run: every remaining
-    record is reported). `label_offset`: see `iter_samples` (TFRecord only)."""
+    record is reported, except after damage inside one record whose framing is intact, e.g. a TFRecord
+    data CRC: only that sample is bad and the run goes on at the next record).
+    `label_offset`: see `iter_samples`; verify=False skips the format's own record checksums."""
+    while run is not None:
+        run = yield from _iter_run_part(run, label_offset, shard_format, verify)
+
+
+def _record_local(error, record) -> bool:
+    """Whether `error` is damage inside `record`'s data alone (its framing intact)."""
+    return getattr(error, "record_offset", None) == record.record_offset
+
+
+def _iter_run_part(run: Run, label_offset: int, shard_format, verify: bool):
+    """`iter_run` up to the first record-local damage; returns the run after that record, or None."""
     position = 0
     stream = None
     try:
         if is_url(run.location):
             stream = open_byte_range(run.location, run.start, run.stop)
-        samples = iter_samples(run.location, run.start, run.stop, stream, label_offset, shard_format)
+        samples = iter_samples(run.location, run.start, run.stop, stream, label_offset, shard_format, verify)
         for sample in samples:
             if position >= len(run.records):
                 break
@@ -106,11 +121,16 @@ def iter_run(run: Run, label_offset: int = 0, shard_format=None) -> Iterator[tup
             raise ShardReadError(f"the shard ends before sample {run.records[position].key!r}")
     except (ShardDataError, ShardReadError, OSError) as error:
         reason = f"{type(error).__name__}: {error}"
+        if position < len(run.records) - 1 and _record_local(error, run.records[position]):
+            yield run.records[position], None, reason
+            rest = run.records[position + 1:]
+            return Run(run.location, rest[0].record_offset, run.stop, rest)
         for record in run.records[position:]:
             yield record, None, reason
     finally:
         if stream is not None:
             stream.close()
+    return None
 
 
 def read_member(location: str, record: SampleRecord, ext: str) -> Optional[bytes]:
@@ -192,4 +212,4 @@ def scan_shard(location: str, name: Optional[str] = None) -> list:
 
 def _scanned(name, fields) -> SampleRecord:
     key, start, end, members, label, payload_offset, payload_size, _ = fields
-    return SampleRecord(key, name, label, start, end - start, payload_offset, payload_size, "", ";".join(members))
+    return SampleRecord(key, name, label, start, end - start, payload_offset, payload_size, None, ";".join(members))
