@@ -92,7 +92,7 @@ def test_validator_accepts_lmdb_deeply_and_names_a_flipped_payload_byte(converte
     path.write_bytes(bytes(data))
     result = run_script("validate_dataset.py", target, "--no-progress")
     assert result.returncode == 1 and "Dataset is corrupted." in result.stdout, result.stdout + result.stderr
-    assert f"{record.shard} [{record.key}]: payload sha256 differs from the sample index" in result.stdout
+    assert f"{record.shard} [{record.key}]: payload CRC32C differs from the sample index" in result.stdout
 
 
 def test_repartition_copies_values_verbatim_and_the_loader_reads_each_instance(converted, tmp_path):
@@ -143,7 +143,8 @@ def test_host_benchmark_compare_has_the_lmdb_rows(converted, tmp_path):
                         "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out_json)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == ["baseline_lmdb_map", "lmdb/host", "lmdb/device", "lmdb/device-pil"]
+    assert [row["id"] for row in report["rows"]] == ["baseline_lmdb_map", "lmdb/host", "lmdb/device", "lmdb/device-pil",
+                                                     "lmdb/device-noverify"]
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["images"] == 8 and row["images_per_s"] > 0, row["id"]

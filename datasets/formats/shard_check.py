@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from datasets.fileio import hash_file
 from datasets.formats.npy import NpyFormatError, decode_npy
 from datasets.formats.pth import PthFormatError, decode_pth
 from datasets.index import ShardRecord, SampleRecord
@@ -221,7 +222,7 @@ class MappedShard:
     problems: list  # shard-level problems found so far (the size's)
 
 
-def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResult:
+def check_mapped_shard(task: ShardTask, unit: str, check_contents, when_intact=None) -> ShardResult:
     """The frame of every container's shard check: stat the shard, compare its size with
     metadata's, refuse an empty one, map it, and let `check_contents(task, shard, result)`
     (shard: a MappedShard) check what is in it.
@@ -229,6 +230,10 @@ def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResul
     `check_contents` sets result.sha256 and result.problems and returns its final walk, whose
     `found` keys and payload counts go into the result. `unit` ("samples", "records") names
     what an empty shard lacks.
+
+    Unless the task asks for every payload (deep, remainder shards), a shard whose size and sha256
+    equal metadata's is not walked at all (see `check_intact_shard`); `when_intact(task, ordered
+    records)` adds the format's checks of its companion files then.
     """
     name, record = task.name, task.record
     result = ShardResult(name, task.group, [])
@@ -242,6 +247,9 @@ def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResul
     if size_differs:
         size_problems.append(error(name, f"size {size:,} bytes, metadata says {record.bytes:,} "
                                          f"(truncated, extended or replaced)"))
+    if record is not None and not size_differs and size and not (task.hash_payloads or task.deep):
+        if check_intact_shard(task, result, size, unit, when_intact):
+            return result
     if size == 0:
         size_problems.append(error(name, f"empty file (zero bytes): no {unit} can be read"))
         result.problems = size_problems + [error(name, "listed in the sample index but not in the shard", r.key)
@@ -265,6 +273,38 @@ def check_mapped_shard(task: ShardTask, unit: str, check_contents) -> ShardResul
         mapped.close()
     result.bytes_read = size
     return result
+
+
+def check_intact_shard(task: ShardTask, result: ShardResult, size: int, unit: str, when_intact=None) -> bool:
+    """Hash the shard (one sequential read, at sha256's speed); if it equals metadata's sha256, fill
+    `result` and return True: the bytes are exactly those the converter wrote, published and indexed,
+    so walking its headers again would prove nothing. What is still checked is the index's own
+    account of the shard (count, byte ranges inside the file and in order, labels in the class
+    table), which costs no read. False (result untouched) when the hash differs: walk it."""
+    try:
+        (digest,), _ = hash_file(task.path)
+    except OSError:
+        return False  # the walk names the problem
+    if digest != task.record.sha256:
+        return False
+    ordered = sorted(task.samples, key=lambda r: r.record_offset)
+    problems = metadata_mismatches(task, digest, len(ordered), unit, "")
+    end = 0
+    for r in ordered:
+        if (r.record_offset < end or r.record_offset + r.record_size > size or r.payload_offset < r.record_offset
+                or r.payload_offset + r.payload_size > r.record_offset + r.record_size):
+            problems.append(error(task.name, f"the sample index places it at bytes {r.record_offset:,}+{r.record_size:,} "
+                                             f"(payload {r.payload_offset:,}+{r.payload_size:,}), which does not fit "
+                                             f"the shard's {size:,} bytes or overlaps the sample before", r.key))
+        if not 0 <= r.label < len(task.classes):
+            problems.append(error(task.name, f"label {r.label} is outside the class table ({len(task.classes)} classes: "
+                                             f"0..{len(task.classes) - 1}), as the sample index says", r.key))
+        end = max(end, r.record_offset + r.record_size)
+    if when_intact is not None:
+        problems += when_intact(task, ordered)
+    result.sha256, result.bytes_read, result.problems = digest, size, problems
+    result.keys = [r.key for r in ordered]
+    return True
 
 
 def metadata_mismatches(task: ShardTask, sha256: str, count: int, unit: str, unchanged_detail: str) -> list:

@@ -52,7 +52,12 @@ CHECKED_FEATURES = frozenset({FEATURE_ENCODED, FEATURE_LABEL, FEATURE_SYNSET, FE
 
 
 def check_tfrecord_shard(task: ShardTask) -> ShardResult:
-    return check_mapped_shard(task, "records", _check_tfrecord_contents)
+    return check_mapped_shard(task, "records", _check_tfrecord_contents, _check_companion_of_intact_shard)
+
+
+def _check_companion_of_intact_shard(task, ordered):
+    """The .tfindex of a shard whose bytes are as written: it must list the index's records."""
+    return _check_companion_index(task, [(r.record_offset, r.record_size) for r in ordered], True)
 
 
 def _check_tfrecord_contents(task: ShardTask, shard: MappedShard, result: ShardResult):
