@@ -14,11 +14,12 @@ import pytest
 
 from conftest import PYTHON, REPO, run_script
 
-EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside the default crop decode
+EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside the default crop decode;
+    # the -noverify rows: the device row without the per-sample CRC32C check (converted formats)
     "bare_decode_augment",
     "baseline_imagefolder", "folder/host", "folder/device", "folder/device-pil",
-    "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil",
-    "baseline_webdataset_npy", "tensor/host", "tensor/device",
+    "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
+    "baseline_webdataset_npy", "tensor/host", "tensor/device", "tensor/device-noverify",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -266,7 +267,8 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
     # MB/s counts the stored bytes per image: the tensor shards hold more per image than the JPEGs.
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
     assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder",
-                                                          "tensor_vs_stock_npy"]
+                                                          "tensor_vs_stock_npy", "img_verify_cost", "tensor_verify_cost"]
+    assert by_id["img/device-noverify"]["label"].endswith("verify off") and by_id["img/device-noverify"]["decode"] == "crop"
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"])
     assert report["config"]["formats"] == ["folder", "img", "tensor"]
     data = out_png.read_bytes()
@@ -288,8 +290,10 @@ def test_compare_with_a_format_filter(tmp_path, compare_dir):
                         "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 0, "--json", out_json)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device", "img/device-pil"]
-    assert {goal["status"] for goal in report["goals"]} == {"not measured"}
+    assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device", "img/device-pil",
+                                                     "img/device-noverify"]
+    assert {goal["status"] for goal in report["goals"] if goal["goal"] != "img_verify_cost"} == {"not measured"}
+    assert {goal["goal"]: goal["status"] for goal in report["goals"]}["img_verify_cost"] in ("met", "not met")
     bad = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "tfrecord", "--batches", 1)
     assert bad.returncode == 1 and "tfrecord not found" in bad.stderr
 

@@ -89,6 +89,8 @@ def measure_source(args, instance, collective) -> None:
     notes = []
     source = select_webdataset_shards(args, source, notes)
     options = {"use_bbox_info": True} if getattr(args, "use_bbox_info", False) else {}
+    if getattr(args, "no_verify", False):
+        options["verify"] = False
     loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
                             args.normalization_location, instance, seed=args.seed,
                             image_size=args.image_size,
@@ -181,7 +183,8 @@ def compare_formats(args, instance, collective) -> list:
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
-                     size=args.image_size)
+                     size=args.image_size,
+                     loader_options={"verify": False} if getattr(args, "no_verify", False) else None)
     if collective.is_reporter:
         print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
               f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
