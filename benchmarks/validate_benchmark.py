@@ -3,7 +3,7 @@
     python benchmarks/validate_benchmark.py [--out benchmark-output/validate] [--size-mb 1000] [--repeats 3]
 
 Builds (once, reused if present) two synthetic datasets written with the formats' own writers,
-1024 samples a shard: a tensor dataset shaped like the converter's default output (train
+--samples-per-shard 256 (enough shards for two workers to share evenly): a tensor dataset shaped like the converter's default output (train
 256x256x3 uint8, ~197 KB a sample) and an img dataset of ImageNet-sized JPEGs (~110 KB a sample).
 Warms the page cache, then measures per dataset, each the best of --repeats, interleaved:
 
@@ -143,7 +143,7 @@ def imagenet_sized_jpegs(count=8, seed=0):
     return out
 
 
-def dataset_of(out, fmt, size_mb):
+def dataset_of(out, fmt, size_mb, samples_per_shard=256):
     """The benchmark's dataset of format `fmt` (built when missing or of another size): (path, shards)."""
     data = Path(out) / f"dataset-{fmt}"
     if fmt == "tensor":
@@ -156,11 +156,12 @@ def dataset_of(out, fmt, size_mb):
         def payload(rng, split, number):
             return jpegs[number % len(jpegs)]
     train = max(1, size_mb * 1_000_000 // sample_bytes)
-    if not (data / "metadata.json").is_file() or json.loads((data / "metadata.json").read_text())["train_length"] != train:
+    built = json.loads((data / "metadata.json").read_text()) if (data / "metadata.json").is_file() else None
+    if not built or built["train_length"] != train or built["splits"]["train"]["shards"][0]["samples"] != min(train, samples_per_shard):
         print(f"building a synthetic {fmt} dataset of {train:,} train samples in {data} ...", file=sys.stderr)
         if data.exists():
             shutil.rmtree(data)
-        build_synthetic_dataset(data, fmt, {"train": train, "validation": 256}, payload=payload)
+        build_synthetic_dataset(data, fmt, {"train": train, "validation": 256}, samples_per_shard, payload=payload)
     return data, sorted(data.glob("*.tar"))
 
 
@@ -170,13 +171,15 @@ def main(argv=None):
     parser.add_argument("--size-mb", type=int, default=1000, help="size of each synthetic dataset (default 1000 MB)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--formats", default="tensor,img")
+    # Enough shards that two workers get equal work (ImageNet at 1,024 a shard has 1,252 train shards).
+    parser.add_argument("--samples-per-shard", type=int, default=256)
     args = parser.parse_args(argv)
 
     buffer = os.urandom(256 << 20)
     cases = [("sha256 (memory)", "-", 1, lambda: hashlib.sha256(buffer).hexdigest(), len(buffer))]
     datasets = {}
     for fmt in args.formats.split(","):
-        data, shards = dataset_of(args.out, fmt, args.size_mb)
+        data, shards = dataset_of(args.out, fmt, args.size_mb, args.samples_per_shard)
         total = sum(path.stat().st_size for path in shards)
         datasets[fmt] = {"path": str(data), "shards": len(shards), "bytes": total,
                          "samples": json.loads((data / "metadata.json").read_text())["train_length"] + 256}

@@ -8,7 +8,7 @@ Two kinds of folder are checked (`validate`):
   - the tar structure: header checksums, member names (no absolute paths, no `..`),
     complete samples (`.cls`, `.json` and exactly one payload per key), nothing after the
     end-of-archive marker;
-  - every sample against the split's sample index: key, label, byte offsets, payload sha256;
+  - every sample against the split's sample index: key, label, byte offsets, payload CRC32C;
   - labels inside the class table and equal to the class the sample's `.json` names;
   - keys unique within a split;
   - repartitions under `distributed/<N>-instances/` against their manifest.json: the union
@@ -28,17 +28,17 @@ datasets.validate.raw_checksum. How a folder that is not ImageNet is reported:
   - a manifest: it is the reference; added, missing and changed files are corruption,
     and the ImageNet comparison is only informational (report notes).
 
-One pass per shard. A shard is read once, sequentially, through one mmap: the walk over its
-tar headers feeds the whole-shard sha256 as it goes (1 MiB steps), and every sample is
-compared with the index (key, members, offsets, sizes, label; each label's class name once
-per shard). A shard whose size and sha256 match metadata.json is byte-identical to what the
-converter wrote and published, so that one hash also proves every header checksum and
-every payload: hashing each payload again would double the cost (the bound is sha256 at
-~1.8 GB/s per core). When the size or sha256 differs, the shard is walked a second time,
-strictly, from the pages already mapped (page cache): header checksums, every payload's
-sha256 against the index, every json, so that each damaged sample is named. Remainder
-shards of repartitions (small: about one shard per instance) and, with `deep`, all shards
-are always walked strictly.
+At file-hashing speed. A shard is first hashed alone (one sequential read, at sha256's speed:
+what `openssl dgst -sha256` does). When its size and sha256 match metadata.json it is
+byte-identical to what the converter wrote, indexed and published, so walking its headers again
+would prove nothing: only the index's own account of it is checked (sample count, byte ranges,
+labels within the class table; a TFRecord shard's .tfindex). When the size or sha256 differs, the
+shard is walked (mapped, page cache) to name the damage: header checksums, structure, every sample
+against the index, every payload's CRC32C (sha256 for an index of the earlier version), every
+json. Remainder shards of repartitions (small: about one shard per instance) and, with `deep`,
+all shards are always walked, `deep` also decoding every payload. Consequence: with the default
+check, contents that match a resealed metadata.json (an edited shard whose new sha256 was written
+into metadata.json) are trusted; `deep` reads them.
 What this costs is measured by benchmarks/validate_benchmark.py (README, "Design figures").
 
 Functional core: checks return `Problem` records and nothing here prints;
