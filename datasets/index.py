@@ -45,11 +45,10 @@ from typing import NamedTuple, Optional
 
 import crc32c
 
+from datasets.layout import METADATA_FILE, SPLITS  # noqa: F401  (re-exported: the records' readers use them)
 from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 
-METADATA_FILE = "metadata.json"
 FORMAT_VERSION = 1
-SPLITS = ("train", "validation")
 
 
 class DatasetError(Exception):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.fileio import hash_file
+from datasets.layout import DISTRIBUTED_DIR
 from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
 from datasets.index import (
     FORMAT_VERSION,
@@ -56,7 +57,6 @@ from datasets.validate.raw_checksum import list_files, reference_checksum
 REFERENCE_KEYS = ("train_length", "validation_length", "format", "shuffle", "train_transform_pipeline",
                   "validation_transform_pipeline", "seed", "image_quality", "checksum")
 REFERENCE_PAYLOAD = {"img": "jpg", "tensor": "pth"}
-DISTRIBUTED_DIR = "distributed"
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar$")
 NOTICE = ("{root}: a dataset made by the reference harness (Graphcore's create_webdataset.py): read by scanning "
           "its tar headers; `validate_dataset.py --adopt {root}` indexes it once for checked, faster reads")

@@ -84,12 +84,11 @@ from datasets.index import (
     payload_problem,
     write_sample_index,
 )
+from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
 
 POLICIES = ("spread", "pad", "drop")
-MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
-DISTRIBUTED_DIR = "distributed"
 
 
 class RepartitionUsageError(ValueError):
@@ -552,7 +551,7 @@ def _read_json_or_none(path: Path):
 
 def read_manifest(target, num_instances: int) -> Optional[dict]:
     """The complete repartition manifest for N instances, or None if there is none (yet)."""
-    manifest = _read_json_or_none(output_dir(target, num_instances) / MANIFEST_FILE)
+    manifest = _read_json_or_none(output_dir(target, num_instances) / REPARTITION_MANIFEST)
     return manifest if isinstance(manifest, dict) else None
 
 
@@ -767,7 +766,7 @@ def repartition(
     if decision.conflicts and not overwrite and not dry_run:
         details = "; ".join(f"{s}: made with {old!r}, asked for {new!r}" for s, old, new in decision.conflicts)
         raise RepartitionUsageError(
-            f"{out / MANIFEST_FILE} already repartitions these splits with other policies ({details}); "
+            f"{out / REPARTITION_MANIFEST} already repartitions these splits with other policies ({details}); "
             f"pass --overwrite to replace them"
         )
     kept = [split for split in request.policies if split in decision.keep]
@@ -807,7 +806,7 @@ def repartition(
             return RepartitionResult(out, [], kept, False, True, False, len(to_verify),
                                      sum(shard.bytes for _, shard in to_verify), time.perf_counter() - started,
                                      existing, dataset.format)
-        manifest_path = out / MANIFEST_FILE
+        manifest_path = out / REPARTITION_MANIFEST
         if decision.stale:
             manifest_path.unlink(missing_ok=True)
             for split in set(existing.get("splits") or {}) - set(decision.build):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from datasets.layout import REPARTITION_MANIFEST
 from datasets.fileio import PARTIAL_SUFFIX
 from datasets.index import METADATA_FILE, DatasetError
 from datasets.storage import (
@@ -42,7 +43,6 @@ from datasets.storage import (
     split_s3,
 )
 
-MANIFEST_NAME = "manifest.json"
 CHUNK = 1 << 20
 
 
@@ -122,7 +122,7 @@ def local_files(root: Path) -> list:
     def order(item: LocalFile):
         if item.name == METADATA_FILE:
             return 2
-        return 1 if item.name.rsplit("/", 1)[-1] == MANIFEST_NAME else 0
+        return 1 if item.name.rsplit("/", 1)[-1] == REPARTITION_MANIFEST else 0
 
     files.sort(key=order)  # stable: sorted names within each group
     return files
@@ -209,8 +209,8 @@ def upload_dataset(local, target: str, workers: int = 4, resume: bool = False, o
     try:
         body_files = [i for i in todo if i.name != METADATA_FILE]
         # Manifests after the files they name, so they go in a second wave.
-        waves = [[i for i in body_files if not i.name.endswith(MANIFEST_NAME)],
-                 [i for i in body_files if i.name.endswith(MANIFEST_NAME)]]
+        waves = [[i for i in body_files if not i.name.endswith(REPARTITION_MANIFEST)],
+                 [i for i in body_files if i.name.endswith(REPARTITION_MANIFEST)]]
         with ThreadPoolExecutor(max_workers=workers) as pool:
             for wave in waves:
                 for item, reason in zip(wave, pool.map(lambda i: _upload_one(target, i, report, bar, lock), wave)):

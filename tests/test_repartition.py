@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from datasets.formats import get_format
+from datasets.layout import REPARTITION_MANIFEST
 
 from conftest import PYTHON, REPO, run_script
 from datasets.fileio import hash_file, sha256_file
@@ -42,7 +43,6 @@ from datasets.index import (
 )
 from datasets.formats.npy import encode_npy
 from datasets.repartition import (
-    MANIFEST_FILE,
     Request,
     RepartitionUsageError,
     assign_whole_shards,
@@ -358,7 +358,7 @@ def check_output(target, num_instances, expected_policies=None):
     """Everything the issue asks of a finished repartition, checked against the bytes on disk."""
     target = Path(target)
     out = output_dir(target, num_instances)
-    manifest = json.loads((out / MANIFEST_FILE).read_text())
+    manifest = json.loads((out / REPARTITION_MANIFEST).read_text())
     metadata_bytes = (target / METADATA_FILE).read_bytes()
     metadata = json.loads(metadata_bytes)
     assert manifest["num_instances"] == num_instances
@@ -367,7 +367,7 @@ def check_output(target, num_instances, expected_policies=None):
     assert not list(out.glob("*.partial")) and not list(out.glob("*.plan.json"))
     fmt = metadata["format"]
     # Nothing else in the folder: no partial, stamp or lock file, no leftover of another plan.
-    expected_files = {MANIFEST_FILE} | {
+    expected_files = {REPARTITION_MANIFEST} | {
         Path(item[key]).name for entry in manifest["splits"].values() for item in entry["instances"]
         for key in ("index", "shard_list", "remainder") if item[key]}
     if fmt == "tfrecord":  # each TFRecord shard has its tfrecord2idx index beside it
@@ -608,7 +608,7 @@ def sigkill_then_rerun(target, reference, event, after):
     killed = kill_during(target, 4, event, after, "validation=pad")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     out = output_dir(target, 4)
-    assert not (out / MANIFEST_FILE).exists()
+    assert not (out / REPARTITION_MANIFEST).exists()
     # The kill happened where intended: mid-shard leaves a partial, between shards finished remainders.
     if event == "verified":
         assert not (target / "distributed").exists()
@@ -819,7 +819,7 @@ def test_remainder_shards_are_standard_tar(real_dataset):
 
     target = real_dataset("img", 8)
     assert run_cli(target, "--num-instances", 3, "--quiet").returncode == 0
-    manifest = json.loads((output_dir(target, 3) / MANIFEST_FILE).read_text())
+    manifest = json.loads((output_dir(target, 3) / REPARTITION_MANIFEST).read_text())
     instance = next(i for i in manifest["splits"]["validation"]["instances"] if i["remainder"])
     urls = [str(target / name) for name in (target / instance["shard_list"]).read_text().split()]
     index = read_sample_index(target / instance["index"])
@@ -903,7 +903,7 @@ def test_full_disk_names_the_file_and_a_rerun_finishes(tmp_path):
         assert result.returncode == 1, result.stdout + result.stderr
         assert "No space left on device" in result.stderr and "train-remainder-" in result.stderr
         out = output_dir(target, 8)
-        assert not (out / MANIFEST_FILE).exists() and not list(out.glob("*.partial"))
+        assert not (out / REPARTITION_MANIFEST).exists() and not list(out.glob("*.partial"))
         assert {k: v for k, v in snapshot(target).items() if not k.startswith("distributed/")} == before
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)
         again = run_cli(target, "--num-instances", 8)

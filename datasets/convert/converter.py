@@ -109,6 +109,7 @@ from datasets.launcher import Instance
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.imagenet_source import ImageNetSourceError, open_source
 from datasets.validate.raw_checksum import folder_checksum
+from datasets.layout import DISTRIBUTED_DIR
 from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
 from datasets.formats.tar import BLOCK, RECORD, padding
 
@@ -117,7 +118,6 @@ DEFAULT_IMAGE_QUALITY = 95
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
 ON_ERROR = ("skip", "fail")
 STATE_DIR = ".convert-state"
-DISTRIBUTED_DIR = "distributed"  # where distributed_webdataset.py writes repartitions of a dataset
 PLAN_FILE = "plan.json"
 EXIF_ORIENTATION = 0x0112
 JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame

@@ -51,10 +51,11 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from datasets.layout import is_image_name, split_folder_names
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
 TRAIN_DIR = "train"
-VALIDATION_DIRS = ("validation", "val")
+VALIDATION_DIRS = split_folder_names("validation")
 TRAIN_TAR = "ILSVRC2012_img_train.tar"
 VALIDATION_TAR = "ILSVRC2012_img_val.tar"
 GROUND_TRUTH_NAMES = (
@@ -63,8 +64,6 @@ GROUND_TRUTH_NAMES = (
 )
 SYNSETS_NAMES = ("synsets.txt", "ILSVRC2012_devkit_t12/data/synsets.txt")
 VALIDATION_NUMBER = re.compile(r"ILSVRC2012_val_(\d+)$")
-# torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 LAYOUTS = ("auto", "folder", "archive")
 
 
@@ -149,10 +148,6 @@ def make_key(name: str) -> str:
     base = name.rsplit("/", 1)[-1]
     stem = base.rsplit(".", 1)[0] if "." in base[1:] else base
     return stem.replace(".", "_")
-
-
-def is_image_name(name: str) -> bool:
-    return name.lower().endswith(IMAGE_EXTENSIONS)
 
 
 def detect_layout(root: Path) -> str:

@@ -29,13 +29,12 @@ from typing import Callable
 import numpy as np
 
 from datasets import formats as registry
+from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
 from datasets.hostbench.sources import BenchmarkSource, folder_split_dir
 
 IMAGE_SIZE = 224
 RESIZE_SIZE = 256
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 BARE_PRELOAD_LIMIT = 512  # images held in memory by the bare decode+augment loop (cycled)
 
 

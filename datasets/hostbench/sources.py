@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import formats as registry
+from datasets.layout import find_split_folder, is_image_name
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE, DatasetError, read_metadata
 from datasets.reference_layout import read_reference_metadata, split_shard_names
 
-IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 
 
 @dataclass(frozen=True)
@@ -58,16 +58,13 @@ def list_folder_images(folder: Path) -> list:
     items = []
     for label, name in enumerate(classes):
         for path in sorted((folder / name).iterdir()):
-            if path.suffix.lower() in IMAGE_SUFFIXES and path.is_file():
+            if is_image_name(path.name) and path.is_file():
                 items.append((path, label))
     return items
 
 
 def folder_split_dir(root: Path, split: str) -> Path | None:
-    names = (split, "val") if split == "validation" else (split,)
-    for name in names:
-        if (root / name).is_dir():
-            return root / name
+    return find_split_folder(root, split)
     return None
 
 

@@ -31,6 +31,7 @@ from typing import Optional
 import numpy as np
 
 from datasets.fileio import sha256_bytes
+from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.formats.tar import TarFormatError
@@ -43,8 +44,6 @@ from datasets.loader.shard_reader import exists, expand_locations, is_url, join_
 log = logging.getLogger(__name__)
 SYNTHETIC_NAMES = ("synthetic", "generated")
 SYNTHETIC_LENGTH = {"train": 1_281_167, "validation": 50_000}
-REPARTITION_DIR = "distributed"
-MANIFEST_FILE = "manifest.json"
 
 
 class SourceError(DatasetError):
@@ -224,7 +223,7 @@ def _reference(base: str, split: str, metadata: dict) -> Source:
 
 def _repartition(base: str, split: str, count: int, metadata_sha256: str):
     """{instance: OwnShare loader} for a repartition made for `count` instances, or None."""
-    relative = f"{REPARTITION_DIR}/{count}-instances/{MANIFEST_FILE}"
+    relative = f"{DISTRIBUTED_DIR}/{count}-instances/{REPARTITION_MANIFEST}"
     location = join_location(base, relative)
     manifest = _read_json(location, "the repartition manifest")
     if manifest is None:
@@ -347,10 +346,7 @@ def _columns_of_groups(groups) -> SampleColumns:
 
 
 def _split_folder(root: Path, split: str) -> Optional[Path]:
-    names = [split] + (["val"] if split == "validation" else [])
-    for name in names:
-        if (root / name).is_dir():
-            return root / name
+    return find_split_folder(root, split)
     return None
 
 

@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datasets import fileio
+from datasets.layout import SPLITS
 from datasets.fileio import atomic_write_bytes
 
 MANIFEST_FILE = "dataset_manifest.tsv"
 _MANIFEST_HEADER = "path\tsize\tsha256"
-RAW_SPLITS = ("train", "validation")
-SPLIT_ALIASES = {"validation": ("validation", "val")}  # the extracted layout is often called val/
+RAW_SPLITS = SPLITS
 READ_CHUNK = 1 << 20  # a buffer per file: smaller than fileio's default, as most images are ~100 KB
 
 
@@ -81,13 +81,6 @@ def folder_checksum(folder, known_md5=None, excluded=("metadata.json",)) -> str:
     return reference_checksum(digests)
 
 
-def find_split_folder(root, split):
-    """The folder holding `split` under `root` (validation/ or val/), or None."""
-    for name in SPLIT_ALIASES.get(split, (split,)):
-        folder = Path(root) / name
-        if folder.is_dir():
-            return folder
-    return None
 
 
 def list_files(folder):

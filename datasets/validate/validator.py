@@ -59,6 +59,7 @@ from pathlib import Path
 
 from datasets import reference_layout
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
+from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
 from datasets.formats.shard_check import (
     ERROR,
@@ -81,8 +82,6 @@ from datasets.index import (
 )
 from datasets.validate import raw_checksum
 
-DISTRIBUTED_DIR = "distributed"
-REPARTITION_MANIFEST = "manifest.json"
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
 TOOL_FOLDERS = {".convert-state"}  # create_webdataset.py's resume records (datasets.convert.converter.STATE_DIR)
 RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
@@ -820,7 +819,7 @@ def _run_raw_jobs(root, files, want_sha256, deep, workers, progress):
 def _raw_split_of(path):
     """The split a root-relative path of a raw folder belongs to (val/ is validation), or None."""
     top = path.split("/", 1)[0]
-    return {"train": "train", "validation": "validation", "val": "validation"}.get(top)
+    return split_of_folder(top)
 
 
 def _split_label(split):
@@ -842,7 +841,7 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
             if not write_manifest:
                 problems.append(error(raw_checksum.MANIFEST_FILE, str(exc).removeprefix(f"{manifest_path}: ")))
     have_manifest = recorded is not None and not write_manifest
-    folders = {split: raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS}
+    folders = {split: find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS}
 
     files = []  # (path relative to root, size)
     split_of = {}
@@ -1032,7 +1031,7 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None, a
     if adopt:
         raise ValidationUsageError(f"{root}: --adopt needs a dataset made by the reference harness "
                                    f"(shards and its {METADATA_FILE})")
-    if any(raw_checksum.find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
+    if any(find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS):
         return validate_raw(root, workers, deep, write_manifest, progress)
     leftovers = sorted(p.name for p in root.iterdir() if p.name in TOOL_FOLDERS or is_any_shard_file(p.name)
                        or p.name.endswith(SAMPLE_INDEX_SUFFIX))

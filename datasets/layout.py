@@ -1,0 +1,56 @@
+"""The folder contract every tool shares: what a dataset folder's files and sub-folders are called.
+
+A converted dataset (see datasets.index for the records and datasets.formats for shard names):
+
+    metadata.json                         METADATA_FILE, written last
+    samples-<split>.index.tsv             the sample index (datasets.index.sample_index_name)
+    distributed/<N>-instances/            DISTRIBUTED_DIR: a repartition for N instances
+        manifest.json                     REPARTITION_MANIFEST, written last
+
+An extracted ImageNet folder: `train/<class>/*`, and `validation/<class>/*` or `val/<class>/*`
+(SPLIT_FOLDER_NAMES). IMAGE_EXTENSIONS is what counts as an image there, as in torchvision's
+ImageFolder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+METADATA_FILE = "metadata.json"
+SPLITS = ("train", "validation")
+DISTRIBUTED_DIR = "distributed"
+REPARTITION_MANIFEST = "manifest.json"
+SPLIT_FOLDER_NAMES = {"train": ("train",), "validation": ("validation", "val")}
+# torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def repartition_dir(root, num_instances: int) -> Path:
+    return Path(root) / DISTRIBUTED_DIR / f"{num_instances}-instances"
+
+
+def split_folder_names(split: str) -> tuple:
+    """The folder names a split may have in an extracted layout (validation: validation/ or val/)."""
+    return SPLIT_FOLDER_NAMES.get(split, (split,))
+
+
+def split_of_folder(name: str) -> Optional[str]:
+    """The split a top-level folder name holds (val -> validation), or None."""
+    for split, names in SPLIT_FOLDER_NAMES.items():
+        if name in names:
+            return split
+    return None
+
+
+def find_split_folder(root, split: str) -> Optional[Path]:
+    """The folder holding `split` under `root`, or None."""
+    for name in split_folder_names(split):
+        folder = Path(root) / name
+        if folder.is_dir():
+            return folder
+    return None
+
+
+def is_image_name(name: str) -> bool:
+    return name.lower().endswith(IMAGE_EXTENSIONS)
