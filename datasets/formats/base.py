@@ -81,7 +81,6 @@ class ShardFormat:
     label_offset: int = 0  # stored label - label_offset = class index
     record_alignment: int = 1  # a copied record must start at a multiple of this (tar: 512)
     remainder_suffix: str = ""  # a repartition's remainder shard: <split>-remainder-NNNN<suffix>
-    writes_companions: bool = False  # the writer publishes companion files beside each shard
     default_steps: dict = {}  # split -> conversion steps when none are given (tensor: a fixed size)
     records_are_byte_ranges: bool = True  # a SampleRecord's record range is a byte range of the shard file
 

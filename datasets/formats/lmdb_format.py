@@ -357,8 +357,6 @@ def lmdb_map_dataset(shard_paths, transform, instance, metadata=None):
 class LMDBFormat(ShardFormat):
     name = "lmdb"
     description = "LMDB environments of JPEG, one per shard (cursor reads)"
-    payload_extension = "jpg"
-    stores_jpeg = True
     remainder_suffix = ".lmdb"
     records_are_byte_ranges = False
     stock_baseline = StockBaseline(

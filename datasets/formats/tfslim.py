@@ -90,11 +90,8 @@ def tfrecord_torch_dataset(shard_paths, transform, instance, metadata=None):
 class TFRecordFormat(ShardFormat):
     name = "tfrecord"
     description = "TFRecord shards of JPEG (tf.train.Example)"
-    payload_extension = "jpg"
-    stores_jpeg = True
     label_offset = LABEL_OFFSET
     remainder_suffix = ".tfrecord"
-    writes_companions = True
     stock_baseline = StockBaseline(
         "tfrecord_torch", "tfrecord TFRecordDataset + PIL (baseline)",
         "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
