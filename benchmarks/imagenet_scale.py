@@ -18,8 +18,8 @@ the same counts) and converted to DIR/img. Stages, each a subprocess run as a us
 
 Per stage: wall and CPU seconds (all processes: wait4's rusage), per-sample cost, and per
 process (main, workers, ranks) the peak RSS (VmHWM) and the largest private memory seen
-(Private_Clean + Private_Dirty of /proc/PID/smaps_rollup, sampled every 0.25 s; the stage's peak RSS
-also takes wait4's largest RSS, which a process that lived less than a sample interval escapes). The disk used by
+(Private_Clean + Private_Dirty of /proc/PID/smaps_rollup, sampled: see ProcessWatch; the stage's peak
+RSS also takes wait4's largest RSS, which a process that lived less than a sample interval escapes). The disk used by
 DIR and the whole run's wall time are recorded too. --baseline FILE (the JSON of a run at another
 fraction) prints the per-sample cost ratio of every stage (linearity: the goal is <= 1.2x).
 Writes JSON (--json, default DIR/imagenet_scale.json) and prints a table.
@@ -167,21 +167,29 @@ def _private_kb(pid):
 
 
 class ProcessWatch(threading.Thread):
-    """Samples a process tree every `interval` s: per process its peak RSS (VmHWM, kept by the
-    kernel), the largest private memory seen and its CPU seconds when last seen."""
+    """Samples a process tree: per process its peak RSS (VmHWM, kept by the kernel), the largest
+    private memory seen and its CPU seconds when last seen. Every 0.25 s for the first 5 s (short
+    stages), then every second; private memory (smaps_rollup: the kernel walks the page tables, ~10 ms
+    for a 1 GB process) every 4th sample after that. The watch's own CPU time is kept (`cpu_s`)."""
 
-    def __init__(self, root_pid: int, interval: float = 0.25):
+    def __init__(self, root_pid: int):
         super().__init__(daemon=True)
-        self.root, self.interval = root_pid, interval
-        self.processes = {}  # pid -> {"depth", "command", "peak_rss_mb", "peak_private_mb"}
+        self.root = root_pid
+        self.processes = {}  # pid -> {"depth", "command", "peak_rss_mb", "peak_private_mb", "cpu_s"}
+        self.cpu_s = 0.0
         self._done = threading.Event()
 
     def run(self):
+        started = time.perf_counter()
+        samples = 0
         while not self._done.is_set():
-            self.sample()
-            self._done.wait(self.interval)
+            early = time.perf_counter() - started < 5
+            self.sample(private=early or samples % 4 == 0)
+            samples += 1
+            self._done.wait(0.25 if early else 1.0)
+        self.cpu_s = time.thread_time()
 
-    def sample(self):
+    def sample(self, private: bool = True):
         children, cpu = _process_table()
         frontier = [(self.root, 0)]
         while frontier:
@@ -189,7 +197,6 @@ class ProcessWatch(threading.Thread):
             frontier.extend((child, depth + 1) for child in children.get(pid, ()))
             try:
                 status = _status_kb(pid, ("VmHWM",))
-                private = _private_kb(pid)
                 entry = self.processes.get(pid)
                 if entry is None:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -198,7 +205,8 @@ class ProcessWatch(threading.Thread):
                                                    "peak_rss_mb": 0.0, "peak_private_mb": 0.0, "cpu_s": 0.0}
                 entry["cpu_s"] = max(entry["cpu_s"], cpu.get(pid, 0.0))  # as last seen: a lower bound
                 entry["peak_rss_mb"] = max(entry["peak_rss_mb"], status.get("VmHWM", 0) / 1024)
-                entry["peak_private_mb"] = max(entry["peak_private_mb"], private / 1024)
+                if private or not entry["peak_private_mb"]:
+                    entry["peak_private_mb"] = max(entry["peak_private_mb"], _private_kb(pid) / 1024)
             except (OSError, ValueError):
                 continue
 
@@ -225,7 +233,7 @@ def run_stage(name: str, command: list, samples: int, env=None) -> dict:
     if process.returncode != 0:
         sys.exit(f"{name} failed (exit {process.returncode}):\n{output[-4000:]}")
     processes = sorted(watch.processes.values(), key=lambda p: (p["depth"], p["pid"]))
-    return {"stage": name, "samples": samples, "wall_s": wall, "cpu_s": cpu,
+    return {"stage": name, "samples": samples, "wall_s": wall, "cpu_s": cpu, "watch_cpu_s": watch.cpu_s,
             "wall_us_per_sample": 1e6 * wall / samples, "cpu_us_per_sample": 1e6 * cpu / samples,
             "peak_rss_mb": max([p["peak_rss_mb"] for p in processes] + [usage.ru_maxrss / 1024]),
             "peak_private_mb": max((p["peak_private_mb"] for p in processes), default=0.0),
