@@ -320,7 +320,7 @@ def print_table(report: dict, baseline: dict = None) -> None:
     print()
     print("per process: peak RSS / largest private MB (CPU s as last seen)")
     for stage in report["stages"]:
-        parts = [f"{'main' if p['depth'] == 0 else 'child' + str(p['depth'])} {p['peak_rss_mb']:.0f}/"
+        parts = [f"{role(stage, p)} {p['peak_rss_mb']:.0f}/"
                  f"{p['peak_private_mb']:.0f} ({p.get('cpu_s', 0):.0f} s)" for p in stage["processes"]]
         print(f"  {stage['stage']:<22}" + ", ".join(parts))
     print()
@@ -329,12 +329,35 @@ def print_table(report: dict, baseline: dict = None) -> None:
           f"loader processes peak RSS {report['loader_peak_rss_mb']:.0f} MB; exactly once: {report['exactly_once']}")
 
 
+def role(stage: dict, process: dict) -> str:
+    """What a watched process is: torchrun's agent, a rank, a (DataLoader or pool) worker, the command."""
+    names = ("torchrun", "rank", "worker") if stage["stage"] == "validation epoch" else ("main", "worker")
+    return names[min(process["depth"], len(names) - 1)]
+
+
+def markdown_table(report: dict, baseline: dict = None) -> str:
+    """The README's table: per stage wall, CPU (= wall on one free core), cost per sample, ratio, memory."""
+    base = {s["stage"]: s for s in (baseline or {}).get("stages", [])}
+    lines = ["| stage | samples | wall s | CPU s (one core) | CPU us / sample | ratio to 1/16 | "
+             "memory per process: peak RSS / private MB |", "|---|---:|---:|---:|---:|---:|---|"]
+    for stage in report["stages"]:
+        other = base.get(stage["stage"])
+        ratio = f"{stage['cpu_us_per_sample'] / other['cpu_us_per_sample']:.2f}" if other else ""
+        memory = ", ".join(f"{role(stage, p)} {p['peak_rss_mb']:.0f} / {p['peak_private_mb']:.0f}"
+                           for p in stage["processes"])
+        lines.append(f"| {stage['stage']} | {stage['samples']:,} | {stage['wall_s']:.1f} | {stage['cpu_s']:.1f} | "
+                     f"{stage['cpu_us_per_sample']:.1f} | {ratio} | {memory} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--fraction", type=float, default=1.0, help="of ImageNet's sample counts (default 1)")
     parser.add_argument("--json", type=Path, help="default OUT/imagenet_scale.json")
     parser.add_argument("--baseline", type=Path, help="the JSON of a run at another fraction: print cost ratios")
+    parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the README table of a run's JSON "
+                        "(with --baseline: the ratios) and exit")
     parser.add_argument("--epoch-run", nargs=2, metavar=("DATASET", "KEYS_DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--train-run", nargs=2, metavar=("DATASET", "BATCHES"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -343,6 +366,10 @@ def main(argv=None) -> int:
         return 0
     if args.train_run:
         train_run(args.train_run[0], int(args.train_run[1]))
+        return 0
+    if args.markdown:
+        baseline = json.loads(args.baseline.read_text()) if args.baseline else None
+        print(markdown_table(json.loads(args.markdown.read_text()), baseline))
         return 0
     if args.out is None:
         parser.error("--out is required")
