@@ -197,3 +197,17 @@ def test_a_flipped_bit_in_a_dataset_of_the_earlier_format_is_caught_by_its_paylo
         handle.write(bytes([last ^ 1]))
     result = run_script("validate_dataset.py", target, "--workers", 1)
     assert result.returncode == 1 and f"error: {bad.shard} [{bad.key}]: payload sha256 differs" in result.stdout
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_index_crc32c_is_the_crc32c_of_each_payload(converted, fmt):
+    import crc32c
+
+    target = converted(fmt)
+    for split in ("train", "validation"):
+        records = read_sample_index(target / f"samples-{split}.index.tsv")
+        assert records and all(isinstance(r.payload_crc32c, int) and not r.payload_sha256 for r in records)
+        for r in records:
+            with open(target / r.shard, "rb") as handle:
+                handle.seek(r.payload_offset)
+                assert crc32c.crc32c(handle.read(r.payload_size)) == r.payload_crc32c, r.key
