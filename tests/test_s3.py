@@ -399,3 +399,32 @@ def test_overwrite_replaces_the_dataset_and_deletes_what_it_does_not_have(s3_ser
     assert checked.returncode == 0 and checked.stdout.startswith("Dataset OK.") and "warning:" not in checked.stdout
     stored = client.get_object(Bucket=s3_bucket, Key=f"ds/{METADATA_FILE}")["Body"].read()
     assert stored == (converted("img") / METADATA_FILE).read_bytes()
+
+
+def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
+    """A payload byte changed in the stored object (the object's own checksum recomputed, as a silent
+    disk or copy error would leave it): the loader's per-sample CRC32C names the shard and key."""
+    import base64
+    import hashlib
+
+    from datasets.index import read_metadata, read_sample_index
+
+    local = converted("img")
+    target = f"s3://{s3_bucket}/ds"
+    assert upload_cli(s3_env, local, target).returncode == 0
+    metadata = read_metadata(local)
+    record = read_sample_index(local / metadata["splits"]["validation"]["index"]["name"])[2]
+    data = bytearray((local / record.shard).read_bytes())
+    data[record.payload_offset + record.payload_size - 100] ^= 0x01  # a low bit in the scan data: still decodes
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    s3_env.client().put_object(Bucket=s3_bucket, Key=f"ds/{record.shard}", Body=bytes(data), ChecksumSHA256=checksum)
+
+    with pytest.raises(Exception, match=rf"{record.shard}.*{record.key}|{record.key}.*{record.shard}"):
+        read_all(get_data(target, "validation", 4, 0, normalization="device", with_keys=True, instance=SINGLE,
+                          on_error="fail"))
+    loader = get_data(target, "validation", 4, 0, normalization="device", with_keys=True, instance=SINGLE,
+                      on_error="skip")
+    keys, _, _ = read_all(loader)
+    assert record.key not in keys and len(keys) == metadata["splits"]["validation"]["length"] - 1
+    assert [s.key for s in loader.report.skipped] == [record.key]
+    assert "CRC32C" in loader.report.skipped[0].reason or "crc32c" in loader.report.skipped[0].reason.lower()
