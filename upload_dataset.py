@@ -41,10 +41,7 @@ def main(argv=None):
     try:
         report = upload_dataset(args.local, args.target, workers=args.workers, resume=args.resume,
                                 overwrite=args.overwrite, progress=not args.no_progress)
-    except UploadError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except StorageUnavailable as error:
+    except (UploadError, StorageUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(describe(report))
