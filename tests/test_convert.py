@@ -646,3 +646,25 @@ def test_fast_tar_member_header_is_byte_identical_to_tarfiles():
         name = "".join(rng.choice("abz_019./é") for _ in range(rng.randint(1, 110))) + rng.choice([".jpg", ".cls"])
         size = rng.choice([0, 1, 511, 512, rng.randint(0, 10**10), 8**11 - 1, 8**11, 8**12])
         assert member_header(name, size) == _tarfile_member_header(name, size), (name, size)
+
+
+def test_a_shard_whose_record_failed_is_not_recorded_again_while_stopping(tmp_path):
+    """run_in_pool: when recording one finished shard fails (its state record hit a full disk), the
+    shards still running are recorded while stopping - but not the failed one a second time: a retry
+    that succeeds once space is freed would leave the error naming a file that is there, complete."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from datasets.convert.converter import EncodeOptions, ShardToWrite, WriteFailure, run_in_pool
+
+    encode = EncodeOptions("img", (), 95, 10**8, "fail")
+    tasks = [ShardToWrite("train", n, f"train-{n:06d}.tar", (), encode) for n in range(4)]
+    calls = []
+
+    def record(result):
+        calls.append(result.number)
+        if len(calls) == 1:
+            raise WriteFailure(tmp_path / f"{result.shard.name}.json", "cannot write the state record: disk full")
+
+    with ProcessPoolExecutor(max_workers=2) as executor, pytest.raises(WriteFailure):
+        run_in_pool(executor, str(tmp_path), tasks, record)
+    assert len(calls) == len(set(calls)), calls

@@ -931,17 +931,16 @@ def run_in_pool(executor, target: str, tasks, record) -> None:
     --resume keeps them), then the failure is raised.
     """
     futures = {executor.submit(write_shard, target, task): task for task in tasks}
-    recorded = set()
+    handled = set()  # recorded, or tried once: a record that failed is not written again in the cleanup
     try:
         for future in as_completed(futures):
-            result = future.result()  # raises the worker's exception
-            record(result)
-            recorded.add(future)
+            handled.add(future)
+            record(future.result())  # raises the worker's exception
     except BaseException:
         for future in futures:
             future.cancel()
         for future in futures:
-            if future in recorded or future.cancelled():
+            if future in handled or future.cancelled():
                 continue
             try:
                 record(future.result())
