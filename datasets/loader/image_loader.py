@@ -367,11 +367,11 @@ class ImageStream(IterableDataset):
     def _choose_repartition(self, repartition):
         manifest, their_policy, counts = repartition["location"], repartition["policy"], repartition["counts"]
         if their_policy != self.policy:
-            log.warning("%s: made with policy %s, this loader uses %s; dealing samples at run time",
-                        manifest, their_policy, self.policy)
+            warnings.warn(f"{manifest}: made with policy {their_policy}, this loader uses {self.policy}; dealing "
+                          f"samples at run time", stacklevel=3)
             return None
         if self.policy != "spread" and len(set(counts)) != 1:
-            log.warning("%s: instance counts %s differ; dealing samples at run time", manifest, counts)
+            warnings.warn(f"{manifest}: instance counts {counts} differ; dealing samples at run time", stacklevel=3)
             return None
         share = load_own_share(repartition, self.instance.index)
         log.info("%s: instance %d reads its %d samples from the repartition", manifest, self.instance.index,
@@ -754,7 +754,6 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                                  pipeline.decode_path)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
-        log.warning("%s: %s", resolved.description, note)
     skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
     dataset = ImageStream(resolved, split, batch_size, instance, train=train, policy=policy, seed=seed,
                           epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,

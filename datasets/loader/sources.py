@@ -213,7 +213,6 @@ def _reference(base: str, split: str, metadata: dict) -> Source:
         raise SourceError(f"{base}: a dataset made by the reference harness with no {split}-NNNNNN.tar shards")
     message = NOTICE.format(root=base.rstrip("/"))
     warnings.warn(message, stacklevel=4)
-    log.warning(message)
     groups = [list(group) for _, group in itertools.groupby(records, key=lambda r: r.shard)]
     return Source("webdataset", f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
                                 f"{len(groups)} shards, scanned)", [], REFERENCE_PAYLOAD[fmt],
@@ -234,7 +233,6 @@ def _repartition(base: str, split: str, count: int, metadata_sha256: str):
         message = (f"{location}: made for another version of this dataset (metadata.json changed since); "
                    f"ignoring it and dealing samples at run time. Re-run distributed_webdataset.py "
                    f"--num-instances {count} to refresh it")
-        log.warning(message)
         warnings.warn(message, stacklevel=4)
         return None
     try:
@@ -310,7 +308,6 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     if reference is not None:
         message = f"{len(locations)} shards of {NOTICE.format(root=base)}"
     warnings.warn(message, stacklevel=3)
-    log.warning(message)
     groups = []
     for location in locations:
         records = scan_shard(location)
@@ -334,7 +331,6 @@ def _foreign_files(fmt, locations, split: str, label_offset: Optional[int]) -> S
     except ForeignShardsError as error:
         raise SourceError(f"{split}: {error}") from None
     warnings.warn(reason, stacklevel=3)
-    log.warning(reason)
     return Source("webdataset", f"{len(locations)} {fmt.name} shards ({split}, no metadata, label offset {offset})",
                   [], fmt.payload_extension, locations={loc: loc for loc in locations}, label_offset=offset,
                   shard_format=fmt, columns=_columns_of_groups(groups))
