@@ -13,14 +13,13 @@ Written from the layout's description (issue #11), not from the reference code:
 Keys are the sample's position in its split ("0", "1", ...), as the reference numbers them.
 """
 
-import hashlib
 import io
 import json
-import os
 import tarfile
 from pathlib import Path
 
 import torch
+from checksumdir import dirhash
 from PIL import Image
 
 
@@ -28,16 +27,11 @@ SPLITS = ("train", "validation")
 
 
 def folder_dirhash(folder, excluded=("metadata.json",)) -> str:
-    """checksumdir.dirhash(folder, "md5", excluded_files=excluded), written here independently of
-    the project's code: every file, hidden included, excluded names skipped wherever they are; md5
-    of the concatenated sorted md5 hex digests."""
-    digests = []
-    for root, dirs, names in os.walk(folder):
-        for name in names:
-            if name not in excluded:
-                with open(os.path.join(root, name), "rb") as handle:
-                    digests.append(hashlib.md5(handle.read()).hexdigest())
-    return hashlib.md5("".join(sorted(digests)).encode()).hexdigest()
+    """The reference harness's folder checksum, by checksumdir itself: dirhash(folder, "md5",
+    excluded_files=...) - every file, hidden included, excluded names skipped wherever they are; md5 of
+    the concatenated sorted md5 hex digests. (1.3.0: the same dirhash as the reference's 1.2.0, without
+    1.2.0's import of pkg_resources, which setuptools >= 81 no longer ships.)"""
+    return dirhash(str(folder), "md5", excluded_files=list(excluded))
 
 
 def list_images(split_folder):
