@@ -12,6 +12,12 @@ bare decode+augment ceiling and the ImageFolder and stock webdataset baselines:
 
     python host_benchmark.py --compare DIR --seconds 5 --json results.json --plot results.png
 
+The same dataset read locally and from copies of it over http(s) and s3 (GETs per epoch, time to
+first byte, and the transport ceiling: raw ranged GETs with no decode):
+
+    python host_benchmark.py --compare DIR --formats img --split validation \\
+        --compare-transport http://host:8000/img s3://bucket/img --s3-endpoint http://host:8333
+
 Under torchrun (or poprun/SLURM/OpenMPI with MASTER_ADDR/MASTER_PORT or --rendezvous) every
 instance reads its own share; rank 0 prints each instance's figures and the aggregate.
 See datasets/benchmark.py for how every figure is counted.
@@ -67,6 +73,11 @@ def build_parser():
                              "bare decode+augment ceiling and the ImageFolder and stock webdataset baselines")
     source.add_argument("--formats", metavar="LIST",
                         help="with --compare: only these formats, comma-separated (e.g. folder,img)")
+    source.add_argument("--compare-transport", metavar="URL", nargs="+", action="extend", default=None,
+                        help="with --compare: other copies of a dataset in DIR (http(s):// or s3://, with "
+                             "--s3-endpoint), checked to hold the same shards (names, sizes, sha256 in "
+                             "metadata.json): adds that format's device row read from each copy, one untimed "
+                             "epoch counting its GETs, and transport-ceiling rows (raw ranged GETs, no decode)")
 
     loading = parser.add_argument_group("how to load")
     loading.add_argument("--batch-size", type=positive_int, default=64, help="images per batch per instance "
@@ -157,9 +168,13 @@ def parse_args(argv=None):
             parser.error(f"--compare {args.compare}: no such directory")
         if args.batches is None and args.seconds is None:
             args.seconds = 5.0
+        for location in args.compare_transport or ():
+            if not location.startswith(("http://", "https://", "s3://")):
+                parser.error(f"--compare-transport {location}: not an http(s):// or s3:// location (the local "
+                             f"copy is the one in --compare DIR)")
     else:
-        if args.formats or args.rounds != 1:
-            parser.error("--formats and --rounds apply to --compare only")
+        if args.formats or args.rounds != 1 or args.compare_transport:
+            parser.error("--formats, --rounds and --compare-transport apply to --compare only")
         if args.data == "synthetic":
             args.data = "generated"  # the reference's name for the same images made in memory
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:

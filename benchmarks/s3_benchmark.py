@@ -1,23 +1,22 @@
 """The same converted dataset read locally, over http and over s3 (a real SeaweedFS on loopback), and uploaded.
 
-    python benchmarks/s3_benchmark.py [--out benchmark-output/s3] [--val-per-class 50] [--repeats 2]
+    python benchmarks/s3_benchmark.py [--out benchmark-output/s3] [--val-per-class 50] [--seconds 2] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (tests/s3_server.py), and measures, each the best of --repeats epochs:
+starts `weed mini` (tests/s3_server.py) and a Range-honouring http file server
+(tests/http_range_server.py, another process), and measures:
 
-  loader rows   get_data(validation, batch 64, workers 0, device normalisation) over local files,
-                http (a Range-honouring file server in another process) and s3: images/s, images per
-                CPU-second of the loading process, shard MB/s, GETs per epoch, time to first byte
-                p50/p99 (s3: from the request to the response headers);
-  transport     raw ranged GETs of every shard (datasets.storage, 1 MiB reads, no decode): MB/s,
-                beside reading the local files;
   upload        upload_dataset with 1 and 4 workers against a single-stream PUT of one 64 MB object
-                (boto3 put_object with ChecksumSHA256, the same path): MB/s.
+                (boto3 put_object with ChecksumSHA256, the same path): MB/s, the best of --rounds;
+  transports    `host_benchmark.py --compare OUT --formats img --split validation --compare-transport
+                HTTP S3` (datasets/hostbench/transports.py: the one implementation): the img device row
+                over local files, http and s3 (images/s, images per CPU-second, MB/s, GETs per epoch,
+                time to first byte p50/p99) and the transport ceilings (raw ranged GETs, no decode).
 
-Writes OUT/s3_benchmark.json and prints a table. The server runs on this machine: loopback hides
-network latency (TTFB here is ~ms; on a real network multiply GETs per epoch by the RTT), and the
-server's own CPU competes with the loader for the same cores. Timings on a shared machine are
-noisy: compare the ratios of one run.
+Writes OUT/s3_benchmark.json (OUT/compare.json: host_benchmark's report) and prints the tables and
+the goals. The server runs on this machine: loopback hides network latency, and the server's own
+CPU competes with the loader for the same cores. Timings on a shared machine are noisy: compare
+the ratios of one run.
 """
 
 import argparse
@@ -25,7 +24,6 @@ import base64
 import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -38,45 +36,6 @@ sys.path.insert(0, str(REPO / "tests"))  # the test server (tests/s3_server.py):
 from datasets import storage  # noqa: E402
 from datasets.index import METADATA_FILE  # noqa: E402
 from s3_server import SeaweedServer  # noqa: E402
-
-RANGE_SERVER = r"""
-import http.server, io, sys
-from pathlib import Path
-
-class Handler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def send_head(self):
-        header = self.headers.get("Range")
-        path = Path(self.translate_path(self.path))
-        if not header or not path.is_file():
-            return super().send_head()
-        start, _, stop = header.removeprefix("bytes=").partition("-")
-        size = path.stat().st_size
-        start, stop = int(start), min(int(stop) + 1 if stop else size, size)
-        with open(path, "rb") as handle:
-            handle.seek(start)
-            data = handle.read(stop - start)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        return io.BytesIO(data)
-
-import functools
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=sys.argv[1]))
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""
-
-
-def percentile(values, q):
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
 
 def build_dataset(out: Path, val_per_class: int) -> Path:
     converted = out / "img"
@@ -92,57 +51,6 @@ def build_dataset(out: Path, val_per_class: int) -> Path:
     if result.returncode != 0:
         sys.exit(result.stdout + result.stderr)
     return converted
-
-
-def shard_bytes(local: Path) -> int:
-    metadata = json.loads((local / METADATA_FILE).read_text())
-    return sum(s["bytes"] for s in metadata["splits"]["validation"]["shards"])
-
-
-def loader_row(name, source, local, repeats, gets=None):
-    from datasets.launcher import Instance
-    from datasets.loader import get_data
-
-    best = None
-    for _ in range(repeats):
-        storage.STATS.ttfb.clear()
-        storage.STATS.requests.clear()
-        before = gets() if gets else 0
-        wall, cpu = time.perf_counter(), time.process_time()
-        images = 0
-        for batch, _ in get_data(source, "validation", 64, 0, normalization="device", instance=Instance(0, 1, "bench")):
-            images += batch.shape[0]
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        row = {"row": name, "images": images, "seconds": wall, "images_per_s": images / wall,
-               "images_per_cpu_s": images / cpu, "mb_per_s": shard_bytes(local) / 1e6 / wall,
-               "gets_per_epoch": (gets() - before) if gets else storage.STATS.requests.get("get_object"),
-               "ttfb_ms_p50": None, "ttfb_ms_p99": None}
-        if storage.STATS.ttfb:
-            row["ttfb_ms_p50"] = percentile(storage.STATS.ttfb, 50) * 1e3
-            row["ttfb_ms_p99"] = percentile(storage.STATS.ttfb, 99) * 1e3
-        if best is None or row["images_per_s"] > best["images_per_s"]:
-            best = row
-    return best
-
-
-def transport_rows(local: Path, remote: str, repeats):
-    metadata = json.loads((local / METADATA_FILE).read_text())
-    names = [s["name"] for s in metadata["splits"]["validation"]["shards"]]
-    total = sum(s["bytes"] for s in metadata["splits"]["validation"]["shards"])
-    rows = []
-    for label, open_shard in (("transport: local read", lambda n: open(local / n, "rb")),
-                              ("transport: s3 ranged GET", lambda n: storage.open_byte_range(f"{remote}/{n}", 0, None))):
-        best = None
-        for _ in range(repeats):
-            began = time.perf_counter()
-            for name in names:
-                with open_shard(name) as stream:
-                    while stream.read(1 << 20):
-                        pass
-            seconds = time.perf_counter() - began
-            best = seconds if best is None else min(best, seconds)
-        rows.append({"row": label, "seconds": best, "mb_per_s": total / 1e6 / best})
-    return rows
 
 
 def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
@@ -169,53 +77,62 @@ def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
     return rows
 
 
+def transport_rows(out: Path, http_base: str, remote: str, endpoint: str, args) -> dict:
+    """host_benchmark --compare with the http and s3 copies: its JSON report."""
+    import host_benchmark
+
+    report = out / "compare.json"
+    code = host_benchmark.main(["--compare", str(out), "--formats", "img", "--split", "validation",
+                                "--batch-size", "64", "--dataloader-worker", str(args.workers),
+                                "--normalization-location", "device", "--seconds", str(args.seconds),
+                                "--rounds", str(args.rounds), "--compare-transport", http_base, remote,
+                                "--s3-endpoint", endpoint, "--json", str(report)])
+    if code != 0:
+        sys.exit(f"host_benchmark --compare failed (exit {code})")
+    return json.loads(report.read_text())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "benchmark-output" / "s3")
     parser.add_argument("--val-per-class", type=int, default=50)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="upload: best of; loader rows: median of")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measured per loader row and round")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers of the loader rows")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
     local = build_dataset(args.out, args.val_per_class)
     server = SeaweedServer(args.out / f"seaweedfs-{os.getpid()}").start()
-    http_server = subprocess.Popen([sys.executable, "-c", RANGE_SERVER, str(local)], stdout=subprocess.PIPE, text=True)
+    http_server = subprocess.Popen([sys.executable, str(REPO / "tests" / "http_range_server.py"), str(local)],
+                                   stdout=subprocess.PIPE, text=True)
     try:
         os.environ.update(server.env())
         storage.configure_s3(endpoint=server.endpoint)
         server.create_bucket("bench")
         remote = "s3://bench/img"
-        rows = upload_rows(server, local, "bench", args.repeats)
+        uploads = upload_rows(server, local, "bench", args.rounds)
         from datasets.upload import upload_dataset
 
         assert upload_dataset(local, remote, progress=False).ok
         http_base = f"http://127.0.0.1:{http_server.stdout.readline().strip()}/"
-        rows += [loader_row("loader: local", str(local), local, args.repeats),
-                 loader_row("loader: http", http_base, local, args.repeats),
-                 loader_row("loader: s3", remote, local, args.repeats)]
-        rows += transport_rows(local, remote, args.repeats)
+        compared = transport_rows(args.out, http_base, remote, server.endpoint, args)
     finally:
         http_server.terminate()
         http_server.wait()
         server.stop()
-    result = {"dataset": str(local), "validation_images": rows[3]["images"], "shard_mb": shard_bytes(local) / 1e6,
-              "cpus": len(os.sched_getaffinity(0)), "note": "loopback hides network latency; the server shares "
-              "the cores", "rows": rows}
+    ceiling = next(r for r in compared["rows"] if r["id"] == "transport_ceiling/img@s3")
+    result = {"dataset": str(local), "cpus": len(os.sched_getaffinity(0)), "load_before": load_before,
+              "note": "loopback hides network latency; the server shares the cores", "upload": uploads,
+              "transports": compared["rows"], "goals": compared["goals"]}
     (args.out / "s3_benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{result['validation_images']} validation images, {result['shard_mb']:.1f} MB of shards; "
-          f"SeaweedFS on loopback (hides network latency; it shares the {result['cpus']} cores)")
-    print(f"{'row':<36}{'img/s':>9}{'img/CPU-s':>11}{'MB/s':>9}{'GETs':>6}{'TTFB p50':>10}{'p99 ms':>8}")
-    for row in rows:
-        def cell(key, width, fmt):
-            value = row.get(key)
-            return f"{'' if value is None else format(value, fmt):>{width}}"
-
-        print(f"{row['row']:<36}{cell('images_per_s', 9, ',.0f')}{cell('images_per_cpu_s', 11, ',.0f')}"
-              f"{cell('mb_per_s', 9, ',.1f')}{cell('gets_per_epoch', 6, 'd')}{cell('ttfb_ms_p50', 10, '.1f')}"
-              f"{cell('ttfb_ms_p99', 8, '.1f')}")
-    local_row, s3_row = rows[3], rows[5]
-    print(f"s3 / local images per CPU-second: {s3_row['images_per_cpu_s'] / local_row['images_per_cpu_s']:.2f} "
-          f"(goal >= 0.9); upload w4 / single-stream PUT: {rows[2]['mb_per_s'] / rows[0]['mb_per_s']:.2f} (goal >= 0.8); "
-          f"transport ceiling {rows[-1]['mb_per_s']:,.0f} MB/s (goal >= 500)")
+    print(f"\n{'upload':<36}{'MB/s':>9}")
+    for row in uploads:
+        print(f"{row['row']:<36}{row['mb_per_s']:>9,.1f}")
+    s3_goal = next(g for g in compared["goals"] if g["goal"] == "s3_vs_local@s3")
+    print(f"s3 / local images per CPU-second: {s3_goal.get('ratio', float('nan')):.2f} (goal >= 0.9); "
+          f"upload w4 / single-stream PUT: {uploads[2]['mb_per_s'] / uploads[0]['mb_per_s']:.2f} (goal >= 0.8); "
+          f"transport ceiling {ceiling.get('mb_per_s', float('nan')):,.0f} MB/s (goal >= 500)")
 
 
 if __name__ == "__main__":

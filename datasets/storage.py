@@ -48,6 +48,9 @@ S3_DEFAULT_RETRIES = 5
 # in the environment (a client never travels: each process makes its own).
 ENDPOINT_VARIABLE = "DATASETS_S3_ENDPOINT"
 RETRIES_VARIABLE = "DATASETS_S3_RETRIES"
+# A file every process (DataLoader workers included) appends one line per remote request to, when
+# set: how the host benchmark counts GETs and time to first byte across processes (see TransferStats).
+REQUEST_LOG_VARIABLE = "DATASETS_REQUEST_LOG"
 _AUTH_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
                 "InvalidToken", "AuthorizationHeaderMalformed", "InvalidSecurity", "403"}
 _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
@@ -117,7 +120,7 @@ def read_bytes(location: str) -> bytes:
             return stream.read()
     if is_url(location):
         try:
-            with urllib.request.urlopen(location, timeout=HTTP_TIMEOUT) as response:
+            with _urlopen(urllib.request.Request(location)) as response:
                 return response.read()
         except urllib.error.HTTPError as error:
             raise FileNotFoundError(f"{location}: HTTP {error.code} {error.reason}") from None
@@ -133,7 +136,7 @@ def exists(location: str) -> bool:
     if is_url(location):
         request = urllib.request.Request(location, method="HEAD")
         try:
-            with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT):
+            with _urlopen(request):
                 return True
         except urllib.error.HTTPError:
             return False
@@ -162,7 +165,7 @@ def open_byte_range(location: str, start: int, stop: Optional[int]):
     if start or stop is not None:
         headers["Range"] = f"bytes={start}-{'' if stop is None else stop - 1}"
     try:
-        response = urllib.request.urlopen(urllib.request.Request(location, headers=headers), timeout=HTTP_TIMEOUT)
+        response = _urlopen(urllib.request.Request(location, headers=headers))
     except urllib.error.HTTPError as error:
         raise ShardReadError(f"{location}: HTTP {error.code} {error.reason}") from None
     except urllib.error.URLError as error:
@@ -176,6 +179,15 @@ def open_byte_range(location: str, start: int, stop: Optional[int]):
     _note_no_range(location, start)
     _discard(response, start, location)
     return response
+
+
+def _urlopen(request: urllib.request.Request):
+    """One http(s) request, recorded (STATS, the request log) with its time to the response headers."""
+    began = time.perf_counter()
+    try:
+        return urllib.request.urlopen(request, timeout=HTTP_TIMEOUT)
+    finally:
+        record_request(f"http_{request.get_method().lower()}", time.perf_counter() - began)
 
 
 def _note_no_range(location: str, start: int) -> None:
@@ -201,7 +213,10 @@ def configure_s3(endpoint: Optional[str] = None, retries: Optional[int] = None) 
 
 @dataclass
 class TransferStats:
-    """What this process asked of S3: requests by kind, bytes received, time to first byte."""
+    """What this process asked of remote stores: requests by kind (S3 operation names, e.g.
+    "get_object"; "http_get", "http_head"), bytes received from S3, time to first byte of each GET
+    (from the request to the response headers). Per process: a DataLoader worker's stay in the
+    worker; set REQUEST_LOG_VARIABLE to gather every process's requests in one file."""
 
     requests: dict = field(default_factory=dict)
     bytes: int = 0
@@ -213,6 +228,32 @@ class TransferStats:
 
 
 STATS = TransferStats()
+GET_KINDS = ("get_object", "http_get")  # the requests that fetch bytes
+
+
+def record_request(kind: str, ttfb: Optional[float] = None) -> None:
+    """Count one request in STATS and, when REQUEST_LOG_VARIABLE names a file, append
+    "kind<TAB>ttfb seconds (or -)" to it (one short O_APPEND write: lines of processes do not mix)."""
+    STATS.count(kind)
+    if ttfb is not None:
+        STATS.ttfb.append(ttfb)
+    path = os.environ.get(REQUEST_LOG_VARIABLE)
+    if path:
+        with open(path, "a") as handle:
+            handle.write(f"{kind}\t{'-' if ttfb is None else f'{ttfb:.6f}'}\n")
+
+
+def read_request_log(path) -> list:
+    """[(kind, ttfb seconds or None)] of a request log (see record_request); [] if there is none."""
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in text.splitlines():
+        kind, _, ttfb = line.partition("\t")
+        entries.append((kind, None if ttfb in ("", "-") else float(ttfb)))
+    return entries
 
 
 @dataclass
@@ -296,7 +337,8 @@ def _call(operation: str, bucket: str, key: Optional[str], **kwargs):
     from botocore.exceptions import BotoCoreError, ClientError
 
     s3 = s3_client()
-    STATS.count(operation)
+    if operation != "get_object":  # a GET is recorded with its time to first byte (S3RangeReader)
+        record_request(operation)
     try:
         return getattr(s3.client, operation)(Bucket=bucket, **({"Key": key} if key is not None else {}), **kwargs)
     except (ClientError, BotoCoreError) as error:
@@ -390,8 +432,10 @@ class S3RangeReader(io.RawIOBase):
         if self.position or self.stop is not None:  # no Range for a whole object: `bytes=0-` of an empty one is 416
             extra["Range"] = wanted
         began = time.perf_counter()
-        answer = _call("get_object", self.bucket, self.key, **extra)
-        STATS.ttfb.append(time.perf_counter() - began)
+        try:
+            answer = _call("get_object", self.bucket, self.key, **extra)
+        finally:
+            record_request("get_object", time.perf_counter() - began)
         if self.etag is None:
             self.etag = answer.get("ETag")
         elif answer.get("ETag") and answer["ETag"] != self.etag:

@@ -4,14 +4,11 @@ Real stack throughout: real shards from create_webdataset.py, real DataLoader wo
 servers (`python -m http.server`, and a Range-capable one), torchvision as the reference.
 """
 
-import functools
-import http.server
 import io
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 import warnings
@@ -32,6 +29,7 @@ from datasets.formats.npy import decode_npy
 from datasets.loader.pipeline import parse_stored_steps, plan_steps
 from datasets.formats.tar import iter_tar_samples
 from datasets.torchvision_cpu import transforms
+from http_range_server import RangeHandler, serve as serve_with_ranges
 
 SINGLE = Instance(0, 1, "explicit")
 
@@ -381,32 +379,6 @@ def http_base(img):
         process.wait(timeout=10)
 
 
-class _RangeHandler(http.server.SimpleHTTPRequestHandler):
-    """A file server that honours single byte ranges (206), as nginx, S3 and most CDNs do."""
-
-    ranges_served = 0
-
-    def log_message(self, *args):
-        pass
-
-    def send_head(self):
-        header = self.headers.get("Range")
-        path = Path(self.translate_path(self.path))
-        if not header or not path.is_file():
-            return super().send_head()
-        start, _, stop = header.removeprefix("bytes=").partition("-")
-        size = path.stat().st_size
-        start, stop = int(start), min(int(stop) + 1 if stop else size, size)
-        handle = open(path, "rb")
-        handle.seek(start)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-        self.send_header("Content-Length", str(stop - start))
-        self.end_headers()
-        type(self).ranges_served += 1
-        return io.BytesIO(handle.read(stop - start))
-
-
 def test_http_reads_equal_local_reads(img, http_base):
     local = get_data(img, "train", 4, 2, instance=Instance(1, 2, "explicit"), with_keys=True,
                      normalization="device")
@@ -423,18 +395,15 @@ def test_http_reads_equal_local_reads(img, http_base):
 
 
 def test_http_range_requests(img):
-    handler = functools.partial(_RangeHandler, directory=str(img))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server, base = serve_with_ranges(img)
+    served_before = RangeHandler.ranges_served
     try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/"
         expected = read_all(get_data(img, "validation", 3, 0, instance=Instance(1, 3, "explicit"),
                                      with_keys=True, normalization="device"))
         got = read_all(get_data(base, "validation", 3, 0, instance=Instance(1, 3, "explicit"),
                                 with_keys=True, normalization="device"))
         assert got[2] == expected[2] and torch.equal(got[0], expected[0])
-        assert _RangeHandler.ranges_served >= 1
+        assert RangeHandler.ranges_served > served_before
     finally:
         server.shutdown()
         server.server_close()

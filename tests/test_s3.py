@@ -428,3 +428,59 @@ def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
     assert record.key not in keys and len(keys) == metadata["splits"]["validation"]["length"] - 1
     assert [s.key for s in loader.report.skipped] == [record.key]
     assert "CRC32C" in loader.report.skipped[0].reason or "crc32c" in loader.report.skipped[0].reason.lower()
+
+
+def test_host_benchmark_compares_the_same_dataset_locally_over_http_and_over_s3(s3_server, converted, uploaded,
+                                                                               tmp_path):
+    """--compare-transport: the img device row over each copy, GETs per epoch, TTFB and the transport ceilings;
+    every GET the report counts is one the servers saw (a proxy in front of SeaweedFS, a counting http server)."""
+    from fault_proxy import FaultProxy
+    from http_range_server import RangeHandler, serve
+
+    local, remote = converted("img"), uploaded("img")
+    shards = len(json.loads((local / METADATA_FILE).read_text())["splits"]["validation"]["shards"])
+    http_server, http_base = serve(local)
+    proxy = FaultProxy(s3_server.endpoint)
+    ranges_before = RangeHandler.ranges_served
+    out = tmp_path / "compare.json"
+    try:
+        result = run_script("host_benchmark.py", "--compare", local, "--split", "validation", "--batch-size", 4,
+                            "--dataloader-worker", 0, "--batches", 1, "--warmup-batches", 1, "--compare-transport",
+                            http_base, remote, "--s3-endpoint", proxy.endpoint, "--json", out, env=s3_server.env())
+        http_ranges = RangeHandler.ranges_served - ranges_before
+        s3_gets = len(proxy.gets(".tar"))
+    finally:
+        http_server.shutdown()
+        http_server.server_close()
+        proxy.close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Loopback hides network latency" in result.stdout and "Transports (validation split" in result.stdout
+    rows = {row["id"]: row for row in json.loads(out.read_text())["rows"]}
+    for copy, seen in (("http", http_ranges), ("s3", s3_gets)):
+        row = rows[f"img/device@{copy}"]
+        assert row["transport"] == copy and row["images"] == 4 and row["images_per_cpu_s"] > 0
+        assert row["mb_per_s"] > 0 and 0 < row["ttfb_ms_p50"] <= row["ttfb_ms_p99"]
+        # validation is read in order: one GET per shard per epoch
+        assert row["gets_per_epoch"] == shards
+        ceiling = rows[f"transport_ceiling/img@{copy}"]
+        assert ceiling["gets"] == shards and ceiling["mb_per_s"] > 0 and ceiling["ttfb_ms_p99"] > 0
+        assert ceiling["bytes"] == sum(s["bytes"] for s in json.loads((local / METADATA_FILE).read_text())
+                                       ["splits"]["validation"]["shards"])
+        assert seen == row["gets_per_epoch"] + row["gets"] + ceiling["gets"]  # nothing uncounted, nothing invented
+    assert rows["transport_ceiling/img@local"]["mb_per_s"] > 0 and "gets_per_epoch" not in rows["img/device"]
+    goals = {g["goal"]: g for g in json.loads(out.read_text())["goals"]}
+    assert goals["s3_vs_local@s3"]["status"] in ("met", "not met") and "transport_ceiling@s3" in goals
+
+
+def test_host_benchmark_refuses_a_copy_of_another_dataset(s3_server, converted, uploaded):
+    result = run_script("host_benchmark.py", "--compare", converted("img"), "--split", "validation", "--batches", 1,
+                        "--compare-transport", uploaded("tensor"), "--s3-endpoint", s3_server.endpoint,
+                        env=s3_server.env())
+    assert result.returncode == 1 and uploaded("tensor") in result.stderr and "'tensor'" in result.stderr
+    other = converted("img", "--samples-per-shard", 5)
+    result = run_script("host_benchmark.py", "--compare", other, "--split", "validation", "--batches", 1,
+                        "--compare-transport", uploaded("img"), "--s3-endpoint", s3_server.endpoint,
+                        env=s3_server.env())
+    assert result.returncode == 1 and f"not a copy of {other}" in result.stderr, result.stderr
+    bad = run_script("host_benchmark.py", "--compare", other, "--compare-transport", str(other))
+    assert bad.returncode == 2 and "not an http(s):// or s3://" in bad.stderr

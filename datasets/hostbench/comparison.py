@@ -14,6 +14,7 @@ torch runs one thread per process (as DataLoader workers do), set by benchmark_r
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass
 from typing import Callable
@@ -40,6 +41,9 @@ class RowPlan:
     build: Callable  # () -> iterable of batches
     note: str = ""
     decode: str = ""  # JPEG decode: "pil" (whole image) or "crop" (the crop's region only); "" for tensors
+    # () -> a context manager around the measurement yielding a dict it fills with more figures on
+    # exit (e.g. the row's remote requests: hostbench.transports.observe_requests)
+    observe: Callable | None = None
 
 
 def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
@@ -115,9 +119,12 @@ def run_comparison(rows: list, *, warmup_batches: int, max_batches=None, max_sec
             if progress:
                 progress(f"round {round_number + 1}/{rounds}: {row.label}")
             try:
-                figures = measure_batches(row.build(), warmup_batches=warmup_batches, max_batches=max_batches,
-                                          max_seconds=max_seconds, bytes_per_image=row.bytes_per_image,
-                                          workers=row.workers)
+                batches = row.build()  # outside `observe`: a loader's set-up reads (metadata, index) are not the row's
+                with (row.observe() if row.observe else contextlib.nullcontext({})) as observed:
+                    figures = measure_batches(batches, warmup_batches=warmup_batches, max_batches=max_batches,
+                                              max_seconds=max_seconds, bytes_per_image=row.bytes_per_image,
+                                              workers=row.workers)
+                figures.update(observed)
                 error = None
             except Exception as exc:  # one broken row must not hide the others' figures
                 figures, error = None, f"{type(exc).__name__}: {exc}"
@@ -169,7 +176,8 @@ class Goal:
     also: str  # a second ratio, printed for context
 
 
-METRIC_UNITS = {"images_per_s": "img/s", "images_per_cpu_s": "img/CPU-s", "images_per_s_per_worker": "img/s/worker"}
+METRIC_UNITS = {"images_per_s": "img/s", "images_per_cpu_s": "img/CPU-s", "images_per_s_per_worker": "img/s/worker",
+                "mb_per_s": "MB/s"}
 
 # "Per worker" and "per core" are both measured as images per CPU-second of every process
 # involved (main + workers): that is the rate of one worker that has a core to itself, and

@@ -57,6 +57,35 @@ def format_table(results: list) -> str:
     return "\n".join(lines)
 
 
+TRANSPORT_COLUMNS = (
+    ("row", 44, lambda r: r["label"]),
+    ("via", 5, lambda r: r.get("transport", "")),
+    ("img/s", 8, lambda r: _num(r.get("images_per_s"))),
+    ("img/CPU-s", 9, lambda r: _num(r.get("images_per_cpu_s"))),
+    ("MB/s", 8, lambda r: _num(r.get("mb_per_s"), 1)),
+    ("GETs/epoch", 10, lambda r: _num(r.get("gets_per_epoch"))),
+    ("GETs", 5, lambda r: _num(r.get("gets"))),
+    ("TTFB p50 ms", 11, lambda r: _num(r.get("ttfb_ms_p50"), 1)),
+    ("p99 ms", 7, lambda r: _num(r.get("ttfb_ms_p99"), 1)),
+)
+
+
+def format_transport_table(rows: list) -> str:
+    """The same dataset locally and over each transport: loader rows, then the read-only ceilings.
+    GETs: those the row made while measured (warm-up included)."""
+    def line(cells):
+        return "  ".join(cell.ljust(width) if name in ("row", "via") else cell.rjust(width)
+                         for (name, width, _), cell in zip(TRANSPORT_COLUMNS, cells)).rstrip()
+
+    lines = [line([c[0] for c in TRANSPORT_COLUMNS]), line(["-" * max(c[1], 5) for c in TRANSPORT_COLUMNS])]
+    for row in rows:
+        if "error" in row:
+            lines.append(f"{row['label']:<44}  FAILED: {row['error']}")
+        else:
+            lines.append(line([c[2](row) for c in TRANSPORT_COLUMNS]))
+    return "\n".join(lines)
+
+
 def format_goals(goals: list) -> str:
     lines = []
     for goal in goals:
@@ -64,6 +93,10 @@ def format_goals(goals: list) -> str:
             lines.append(f"  [not measured] {goal['text']}: {goal['why']}")
             continue
         unit = METRIC_UNITS.get(goal["metric"], goal["metric"])
+        if goal.get("reference") is None:  # an absolute threshold
+            lines.append(f"  [{goal['status']}] {goal['text']}: {goal['row']} {goal['value']:,.0f} {unit} "
+                         f"(needs {goal['threshold']:,.0f})")
+            continue
         line = (f"  [{goal['status']}] {goal['text']}: {goal['row']} {goal['value']:,.0f} vs {goal['reference']} "
                 f"{goal['reference_value']:,.0f} {unit} = {goal['ratio']:.2f}x (needs {goal['threshold']:.2f}x)")
         if "also_ratio" in goal:
@@ -152,6 +185,7 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
 
     from datasets.fileio import atomic_open
 
+    results = [r for r in results if r["kind"] != "transport_ceiling"]  # MB/s only: in the table, not the chart
     if not results:
         raise BenchmarkError("no rows: nothing to plot")
     measured = [r for r in results if "error" not in r]
@@ -212,7 +246,7 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
     title = (f"Host data loading, {config.get('split')} split: batch {config.get('batch_size')}, {workers} DataLoader "
              f"worker(s)" + (f" x {instances} instances" if instances > 1 else "")
              + f", {config.get('cpus')} CPUs ({config.get('created', '')})")
-    measured_goals = [g for g in goals or () if g["status"] != "not measured"]
+    measured_goals = [g for g in goals or () if g["status"] != "not measured" and "ratio" in g]
     if measured_goals:
         title += "\n" + "   ".join(f"{g['row']} {GOAL_SHORT.get(g['goal'], g['goal'])}: {g['ratio']:.2f}x "
                                    f"(goal {g['threshold']:.2g}x, {g['status']})" for g in measured_goals)

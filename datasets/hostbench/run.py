@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from datasets.hostbench import report
+from datasets.hostbench import report, transports
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
@@ -182,9 +182,12 @@ def compare_formats(args, instance, collective) -> list:
                 f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
+    loader_options = {"verify": False} if getattr(args, "no_verify", False) else None
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
-                     size=args.image_size,
-                     loader_options={"verify": False} if getattr(args, "no_verify", False) else None)
+                     size=args.image_size, loader_options=loader_options)
+    copies = transports.remote_copies(getattr(args, "compare_transport", None) or [], sources)
+    rows += transports.plan_transport_rows(copies, args.split, args.batch_size, args.dataloader_worker, instance,
+                                           seed=args.seed, loader_options=loader_options, size=args.image_size)
     if collective.is_reporter:
         print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
               f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
@@ -193,28 +196,59 @@ def compare_formats(args, instance, collective) -> list:
         for source in sources:
             print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
                   f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
+        for copy in copies:
+            print(f"  {copy.source.name}@{copy.name:<4} {copy.location}  (the same shards as {copy.source.path})")
         print(f"measuring {len(rows)} rows ...", flush=True)
 
     def progress(text):
         if collective.is_reporter:
             print(f"  {text}", file=sys.stderr, flush=True)
 
+    gets_per_epoch = {}
+    for copy in copies:  # untimed, before the timed rows (it also warms the server up)
+        progress(f"GETs of one epoch from {copy.location}")
+        try:
+            counted, error = transports.count_epoch_gets(copy, args.split, args.batch_size, args.dataloader_worker,
+                                                         instance, seed=args.seed, loader_options=loader_options,
+                                                         size=args.image_size), None
+        except Exception as exc:  # gathered first, so no instance waits forever for a failed one
+            counted, error = None, f"{type(exc).__name__}: {exc}"
+        gathered = collective.gather({"gets": counted, "error": error})
+        failed = [g["error"] for g in gathered if g["error"]]
+        gets_per_epoch[copy.name] = None if failed else sum(g["gets"] for g in gathered)
+        if failed:
+            progress(f"  failed: {failed[0]}")
     results = run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
                              max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
                              progress=progress)
+    if copies:
+        progress("transport ceilings")
+        results += transports.measure_ceilings(copies, args.split, instance, rounds=args.rounds,
+                                               max_seconds=args.seconds, gather=collective.gather)
+        for copy in copies:
+            for result in results:
+                if result["id"] == f"{copy.source.name}/device@{copy.name}":
+                    result["transport"], result["gets_per_epoch"] = copy.transport, gets_per_epoch[copy.name]
     if not collective.is_reporter:
         return []
-    goals = evaluate_goals(results, args.split)
+    goals = evaluate_goals(results, args.split) + transports.evaluate_transport_goals(results, copies)
     if instance.count > 1:
         for result in results:
             if "error" not in result:
                 print(report.format_instances(result["label"], result["instances"], result))
     print()
-    print(report.format_table(results))
+    print(report.format_table([r for r in results if r["kind"] != "transport_ceiling"]))
+    if copies:
+        print(f"\nTransports ({args.split} split; GETs per epoch: every instance's, over one untimed epoch; "
+              f"TTFB: request to response headers):")
+        print(report.format_transport_table(transports.transport_rows(results, copies)))
+        print(transports.latency_note(copies))
     print("\nGoals (ratios measured in this run):")
     print(report.format_goals(goals))
     config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
-                       formats=[s.format for s in sources])
+                       formats=[s.format for s in sources],
+                       compare_transport=[{"location": c.location, "transport": c.transport, "copy_of": str(c.source.path)}
+                                          for c in copies])
     write_outputs(args, results, goals, config)
     return [r["id"] for r in results if "error" in r]
 
