@@ -2,7 +2,8 @@
 
 Written from the layout's description (issue #11), not from the reference code:
 
-    <split>-000000.tar ...  one sample = members sorted by extension:
+    <split>-000000.tar ...  PAX tar (a pax header with the float mtime before every member; see write_tar);
+                            one sample = members sorted by extension:
                               img:    <key>.cls  <key>.jpg  <key>.json
                               tensor: <key>.cls  <key>.json <key>.pth  (torch.save of a CHW uint8 tensor)
                             .cls: ASCII decimal; .json: {"bbox": [x1, y1, x2, y2]} or {"bbox": null}
@@ -55,12 +56,20 @@ def encode_reference_sample(key, label, payload: bytes, payload_ext: str, bbox=N
     return [(f"{key}.{ext}", members[ext]) for ext in sorted(members)]
 
 
+# What a real reference shard's headers hold (its TarWriter under Python 3.8+, where tarfile's
+# default format is PAX): a float mtime (the time of writing), so every member is preceded by a pax
+# extended header carrying it ("NN mtime=1795401552.2119973"); mode 0444; owner bigdata/bigdata.
+REFERENCE_MTIME = 1795401552.2119973
+
+
 def write_tar(path, members) -> None:
-    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in members:
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for number, (name, data) in enumerate(members):
             info = tarfile.TarInfo(name)
             info.size = len(data)
-            info.mtime = 0
+            info.mtime = REFERENCE_MTIME + number / 1000
+            info.mode = 0o444
+            info.uname = info.gname = "bigdata"
             tar.addfile(info, io.BytesIO(data))
 
 

@@ -85,6 +85,10 @@ class _TarWalk:
         offset = 0
         end_of_members = None
         group = None
+        # A sample's range starts where the previous one ended (where the walk starts, for the first),
+        # as the indexers count it: pax and GNU long-name headers before its first member are its own.
+        # (Every member of a reference shard has a pax header, written for its float mtime.)
+        sample_start = offset
         next_hash_at = HASH_STEP if hasher is not None else float("inf")
         while True:
             last = None
@@ -108,8 +112,9 @@ class _TarWalk:
                     if group is None or key != group[0] or ext in group[2]:
                         if group is not None:
                             self.finish(*group)
-                        group = (key, member.header_offset, {})
+                        group = (key, sample_start, {})
                     group[2][ext] = member
+                    sample_start = member_end + (-len(member.data) % BLOCK)
                     last = member
                 if last is not None:
                     end_of_members = last.data_offset + len(last.data) + (-len(last.data) % BLOCK)
@@ -130,7 +135,7 @@ class _TarWalk:
                 resume = index.next_start_after(exc.offset)
                 if exc.problem.startswith("truncated") or resume is None or resume >= self.size:
                     break
-                offset = resume  # resynchronise on the next sample the index knows, to check the rest
+                offset = sample_start = resume  # resynchronise on the next sample the index knows
         if end_of_members is not None:
             self.check_tail(end_of_members)
         for entry in task.samples:
