@@ -45,6 +45,7 @@ from datasets.index import (
     DatasetError,
     SampleRecord,
     ShardRecord,
+    bbox_text,
     is_reference_metadata,
     payload_crc32c,
     sample_index_name,
@@ -205,13 +206,17 @@ def scan_reference_shard(path, name: str, split: str, fmt: str, deep: bool = Fal
                 label = int(text)
             else:
                 scan.problems.append((key, f".cls {text[:20]!r} is not a decimal class index"))
+        bbox = ""  # none found: a missing or bad json is an error of its own, and adopt refuses the dataset
         if "json" in members:
             try:
-                problem = _bbox_problem(json.loads(bytes(members["json"].data)))
+                info = json.loads(bytes(members["json"].data))
+                problem = _bbox_problem(info)
             except ValueError as error:
                 problem = f"the .json member is not valid JSON: {error}"
             if problem:
                 scan.problems.append((key, problem))
+            else:
+                bbox = bbox_text(info["bbox"])  # adopted: the index carries it, the loader reads no json
         payload = members.get(payload_ext)
         if payload is None:
             continue
@@ -222,7 +227,7 @@ def scan_reference_shard(path, name: str, split: str, fmt: str, deep: bool = Fal
                 scan.problems.append((key, problem))
         offsets = ";".join(f"{ext}:{member.header_offset}" for ext, member in members.items())
         scan.records.append(SampleRecord(key, name, label, start, end - start, payload.data_offset, len(payload.data),
-                                         payload_crc32c(payload.data), offsets))
+                                         payload_crc32c(payload.data), offsets, bbox=bbox))
     return scan
 
 

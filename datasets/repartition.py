@@ -359,6 +359,7 @@ def remainder_records(copied, remainder_shard: str):
                 payload_crc32c=record.payload_crc32c,
                 payload_sha256=record.payload_sha256,
                 members=members,
+                bbox=record.bbox,
             )
         )
         offset += record.record_size

@@ -18,6 +18,10 @@ Columns (row i = sample i):
     payload_exts            uint8 into `exts` ("jpg", "npy", ...; 0 = "" when there are no members)
     checksums               uint32 crc32c of the payload when the index carries one (`has_checksums`);
                             an index with payload_sha256 loads too (the loader never checks payloads)
+    box_ids, boxes          when the index has the bbox column (`has_boxes`): int32 row into `boxes`
+                            (float64 [n, 4], normalised x1, y1, x2, y2), -1 for a sample without a box.
+                            Sparse (4 bytes a sample + 32 a box) and float64, so a box is the very
+                            float its json holds; an index without the column leaves box_ids all -1
 
 Rows are in shard order (shards in order of first appearance, samples by offset inside a shard), so
 every shard is one contiguous row range: `group_ranges()` gives them for the planner.
@@ -31,7 +35,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from datasets.index import DatasetError, SampleRecord
+from datasets.index import BBOX_COLUMN, DatasetError, SampleRecord, parse_bbox
 
 REQUIRED = ("key", "shard", "label", "record_offset", "record_size", "payload_offset", "payload_size", "members")
 CHECKSUM_COLUMNS = ("payload_crc32c", "payload_sha256")  # the first is kept; the second is read past
@@ -54,6 +58,15 @@ class SampleColumns:
     exts: list
     checksums: np.ndarray
     has_checksums: bool = False
+    box_ids: Optional[np.ndarray] = None
+    boxes: Optional[np.ndarray] = None
+    has_boxes: bool = False
+
+    def __post_init__(self):
+        if self.box_ids is None:
+            self.box_ids = np.full(len(self.labels), -1, dtype=np.int32)
+        if self.boxes is None:
+            self.boxes = np.zeros((0, 4), dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -68,6 +81,12 @@ class SampleColumns:
 
     def shard(self, row) -> str:
         return self.shard_names[self.shard_ids[row]]
+
+    def box(self, row) -> Optional[list]:
+        """Row `row`'s bounding box [x1, y1, x2, y2] (floats) from the index, or None (no box, or an
+        index without the bbox column: `has_boxes` tells which)."""
+        box_id = int(self.box_ids[row])
+        return None if box_id < 0 else self.boxes[box_id].tolist()
 
     def record(self, row) -> SampleRecord:
         """Row `row` as the SampleRecord the shard readers take (built on demand, never kept)."""
@@ -95,7 +114,8 @@ class SampleColumns:
         return SampleColumns(keys, key_offsets, self.shard_ids[rows], self.shard_names, self.labels[rows],
                              self.record_offsets[rows], self.record_sizes[rows], self.payload_offsets[rows],
                              self.payload_sizes[rows], self.payload_headers[rows], self.payload_exts[rows],
-                             self.exts, self.checksums[rows], self.has_checksums)
+                             self.exts, self.checksums[rows], self.has_checksums, self.box_ids[rows], self.boxes,
+                             self.has_boxes)
 
     def in_shard_order(self) -> "SampleColumns":
         """Rows grouped per shard (shards in order of first appearance), by offset inside a shard:
@@ -139,7 +159,7 @@ class SampleColumns:
 
 
 _ARRAYS = ("keys", "key_offsets", "shard_ids", "labels", "record_offsets", "record_sizes", "payload_offsets",
-           "payload_sizes", "payload_headers", "payload_exts", "checksums")
+           "payload_sizes", "payload_headers", "payload_exts", "checksums", "box_ids", "boxes")
 
 
 def _payload_member(members: str, payload_offset: int):
@@ -155,7 +175,7 @@ def _payload_member(members: str, payload_offset: int):
 class _Builder:
     """Appends parsed rows to compact growable arrays (array.array: 8 bytes an int, no objects)."""
 
-    def __init__(self, has_checksums: bool):
+    def __init__(self, has_checksums: bool, has_boxes: bool = False):
         self.keys = array("B")
         self.key_offsets = array("q", [0])
         self.shard_ids = array("i")
@@ -167,12 +187,15 @@ class _Builder:
         self.payload_headers = array("q")
         self.payload_exts = array("B")
         self.checksums = array("I")
+        self.box_ids = array("i")
+        self.boxes = array("d")
         self.shards = {}
         self.exts = {"": 0}
         self.has_checksums = has_checksums
+        self.has_boxes = has_boxes
 
     def add(self, key: bytes, shard: str, label: int, record_offset: int, record_size: int, payload_offset: int,
-            payload_size: int, checksum: int, members: str) -> None:
+            payload_size: int, checksum: int, members: str, box: Optional[list] = None) -> None:
         self.keys.frombytes(key)
         self.key_offsets.append(len(self.keys))
         shard_id = self.shards.get(shard)
@@ -191,6 +214,11 @@ class _Builder:
         self.payload_headers.append(header)
         self.payload_exts.append(ext_id)
         self.checksums.append(checksum)
+        if box is None:
+            self.box_ids.append(-1)
+        else:
+            self.box_ids.append(len(self.boxes) // 4)
+            self.boxes.extend(box)
 
     def columns(self) -> SampleColumns:
         # Zero-copy views of the arrays (no second copy of the index at its peak).
@@ -203,19 +231,22 @@ class _Builder:
             view(self.keys), view(self.key_offsets), view(self.shard_ids), list(self.shards), view(self.labels),
             view(self.record_offsets), view(self.record_sizes), view(self.payload_offsets), view(self.payload_sizes),
             view(self.payload_headers), view(self.payload_exts), list(self.exts), view(self.checksums),
-            self.has_checksums)
+            self.has_checksums, view(self.box_ids), view(self.boxes).reshape(-1, 4), self.has_boxes)
 
 
-_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8}
+_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8, "d": np.float64}
 assert all(array(code).itemsize == np.dtype(dtype).itemsize for code, dtype in _TYPECODES.items())
 
 
 def columns_from_records(records: Iterable[SampleRecord]) -> SampleColumns:
-    """Columns of SampleRecords (shards scanned without an index, TFRecord shards indexed by their framing)."""
-    builder = _Builder(False)
+    """Columns of SampleRecords (shards scanned without an index, TFRecord shards indexed by their framing).
+    `has_boxes` when every record carries its bbox (records of an index with the column)."""
+    builder = _Builder(False, True)
     for r in records:
+        builder.has_boxes = builder.has_boxes and r.bbox is not None
         builder.add(r.key.encode(), r.shard, int(r.label), r.record_offset, r.record_size, r.payload_offset,
-                    r.payload_size, 0, r.members)
+                    r.payload_size, 0, r.members, parse_bbox(r.bbox))
+    builder.has_boxes = builder.has_boxes and len(builder.labels) > 0
     return builder.columns()
 
 
@@ -233,7 +264,9 @@ def parse_sample_columns(lines: Iterable[bytes], source="<index>") -> SampleColu
     at = {name: header.index(name) for name in REQUIRED}
     has_checksums = "payload_crc32c" in header
     checksum_at = header.index("payload_crc32c") if has_checksums else None
-    builder = _Builder(has_checksums)
+    has_boxes = BBOX_COLUMN in header
+    box_at = header.index(BBOX_COLUMN) if has_boxes else None
+    builder = _Builder(has_checksums, has_boxes)
     key_at, shard_at, label_at = at["key"], at["shard"], at["label"]
     ro_at, rs_at, po_at, ps_at, members_at = (at["record_offset"], at["record_size"], at["payload_offset"],
                                               at["payload_size"], at["members"])
@@ -247,11 +280,13 @@ def parse_sample_columns(lines: Iterable[bytes], source="<index>") -> SampleColu
             raise DatasetError(f"{source}: line {number} has {len(fields)} fields, expected {width}")
         try:
             checksum = int(fields[checksum_at], 16) if has_checksums else 0
+            box = parse_bbox(fields[box_at].decode()) if has_boxes and fields[box_at] else None
             add(fields[key_at], fields[shard_at].decode(), int(fields[label_at]), int(fields[ro_at]),
                 int(fields[rs_at]), int(fields[po_at]), int(fields[ps_at]), checksum,
-                fields[members_at].decode())
+                fields[members_at].decode(), box)
         except (ValueError, OverflowError):
-            raise DatasetError(f"{source}: line {number} has a non-integer offset, size, label or checksum") from None
+            raise DatasetError(f"{source}: line {number} has a non-integer offset, size, label or checksum, "
+                               f"or a bbox that is not 4 numbers") from None
     return builder.columns()
 
 
@@ -278,7 +313,8 @@ def check_columns_match(columns: SampleColumns, records, source="<index>") -> Op
                 got.payload_size) == (record.key, record.shard, record.label, record.record_offset,
                                       record.record_size, record.payload_offset, record.payload_size)
         member = (columns.exts[columns.payload_exts[row]], int(columns.payload_headers[row]))
-        if not same or member != expected_member:
+        box = (columns.has_boxes, columns.box(row)) == (record.bbox is not None, parse_bbox(record.bbox))
+        if not same or member != expected_member or not box:
             return f"{source}: row {row} ({record.key!r}) differs between the columns and the text index"
     return None
 

@@ -122,7 +122,8 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
     for number in range(real * (instances - 1)):
         offset = (number % 1000) * 3072
         extra.append(f"fake/n{number:09d}\tvalidation-{number // 1000 + 100:06d}.tar\t{number % 1000}\t{offset}\t"
-                     f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}")
+                     f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}"
+                     f"\t{'0.0625,0.125,0.75,0.9375' if number % 5 < 2 else ''}")  # a box on 40%, as in ImageNet
     (large / "samples-validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
 
     small_keys, small_private = _epoch_worker_private(small, (0, 1))

@@ -28,10 +28,11 @@ Samples (tar members, in this order):  <key>.cls  class index as ASCII digits
                                        <key>.json what the sample is and what was done to it
                                        <key>.jpg (img) | <key>.npy (tensor: uint8 HWC, no pickle)
   json: {"source", "class", "bbox" (the union of the image's rows in imagenet_2012_bounding_boxes.csv
-  beside train/, normalised [x1, y1, x2, y2], or null), "width", "height" (as stored in the source), "source_format",
-  "source_mode" (PIL's), "converted": "passthrough" | "reencoded" | "tensor", "steps",
-  and when they apply "output_width"/"output_height", "quirks" (png_as_jpeg, cmyk,
-  grayscale, exif_rotated, mode_<MODE>) and "exif_orientation"}.
+  beside train/, normalised [x1, y1, x2, y2], or null; the sample index's bbox column holds it too),
+  "width", "height" (as stored in the source), "source_format", "source_mode" (PIL's),
+  "converted": "passthrough" | "reencoded" | "tensor", "steps", and when they apply
+  "output_width"/"output_height", "quirks" (png_as_jpeg, cmyk, grayscale, exif_rotated, mode_<MODE>)
+  and "exif_orientation"}.
   img: an RGB JPEG with no steps is stored byte for byte ("passthrough"; checked for a
   complete scan, not decoded: fast, and what is stored is exactly the source). Anything
   else is decoded, converted to RGB, passed through the steps and encoded as JPEG at
@@ -99,6 +100,7 @@ from datasets.index import (
     SPLITS,
     SampleRecord,
     ShardRecord,
+    bbox_text,
     payload_crc32c,
     sample_index_name,
     split_of_index_name,
@@ -670,7 +672,12 @@ def finalize(options: ConvertOptions, plan: Plan):
             (target / entry).unlink(missing_ok=True)
     for split, records in records_by_split.items():
         split_plan = plan.splits[split]
-        samples = [r for record in records for r in records_from_json(record)]
+        # Each sample's box as its json holds it (the plan's, which the fingerprint covers), "" for none:
+        # the index always has the bbox column, so the loader never reads a json member for it.
+        samples = []
+        for record, shard_samples in zip(records, split_plan.shards):  # both in shard number order
+            boxes = {sample.key: sample.bbox for sample in shard_samples}
+            samples += [r._replace(bbox=bbox_text(boxes[r.key])) for r in records_from_json(record)]
         skipped = [s for record in records for s in record["skipped"]]
         index_path = target / sample_index_name(split)
         with writing(index_path, f"{split} sample index"):

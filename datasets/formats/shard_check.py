@@ -20,7 +20,7 @@ from typing import Optional
 from datasets.fileio import hash_file
 from datasets.formats.npy import NpyFormatError, decode_npy
 from datasets.formats.pth import PthFormatError, decode_pth
-from datasets.index import ShardRecord, SampleRecord
+from datasets.index import ShardRecord, SampleRecord, parse_bbox
 
 ERROR = "error"
 WARNING = "warning"
@@ -106,7 +106,8 @@ def sample_field_problems(label_text: bytes, info_json: Optional[bytes], classes
     """Problems of one sample's label and json, as strings: (label or None, [problems]).
 
     The label must be an integer inside the class table, equal to the index's label, and the
-    class the sample's json names (if it names one) must be the class table's entry for it.
+    class the sample's json names (if it names one) must be the class table's entry for it. An index
+    that records the sample's bbox must record the json's (null or no "bbox": no box).
     """
     problems = []
     text = bytes(label_text).strip()
@@ -124,6 +125,10 @@ def sample_field_problems(label_text: bytes, info_json: Optional[bytes], classes
         except ValueError as exc:
             problems.append(f".json member is not valid JSON: {exc}")
             info = None
+        if isinstance(info, dict) and record is not None and record.bbox is not None:
+            indexed, stored = parse_bbox(record.bbox), info.get("bbox")
+            if indexed != stored:
+                problems.append(f"bbox {indexed} in the sample index, but the sample's json says {stored}")
         if isinstance(info, dict) and 0 <= label < len(classes):
             for name in _CLASS_NAME_FIELDS:
                 value = info.get(name)

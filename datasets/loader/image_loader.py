@@ -356,7 +356,7 @@ class ImageStream(IterableDataset):
         self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
         self.verify = verify
         self.own_share = None
-        # Bounding boxes (from each sample's json) steer RandomResizedCrop: train pipelines only.
+        # Bounding boxes (from the sample index, else each sample's json) steer RandomResizedCrop: train only.
         self.use_bbox_info = use_bbox_info and source.kind == "webdataset" and RANDOM_RESIZED_CROP in pipeline.steps
         if source.repartition is not None and use_repartition:
             self.own_share = self._choose_repartition(source.repartition)
@@ -531,8 +531,12 @@ class ImageStream(IterableDataset):
         verify, a payload that differs from its recorded checksum comes with that error."""
         source, verify = self.source, self.verify
         if source.kind == "webdataset":
+            columns = self.columns
+            # use_bbox_info: the box from the index when it has the column (no json member to read);
+            # otherwise (old indexes, shards scanned without one) from each sample's json.
+            boxes_indexed = self.use_bbox_info and columns.has_boxes
             # Items are rows of the columnar index; each run's records are built as it is read.
-            for rows, run in _row_runs(self.columns, items, source.locate):
+            for rows, run in _row_runs(columns, items, source.locate):
                 fmt = source.shard_format or format_for_location(run.location)
                 payloads = None if is_url(run.location) else fmt.read_payloads(run)
                 if payloads is not None:  # the format reads a local run straight from the index
@@ -541,7 +545,9 @@ class ImageStream(IterableDataset):
                         if verify and error is None:
                             error = payload_problem(record, payload)
                         if self.use_bbox_info and error is None:
-                            payload = Boxed(payload, _bbox_of(read_member(run.location, record, "json")))
+                            bbox = (_usable_bbox(columns.box(row)) if boxes_indexed
+                                    else _bbox_of(read_member(run.location, record, "json")))
+                            payload = Boxed(payload, bbox)
                         yield row, record.shard, record.label, payload, kind, error
                     continue
                 for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
@@ -561,7 +567,8 @@ class ImageStream(IterableDataset):
                     payload = sample[ext]
                     error = payload_problem(record, payload) if verify else None
                     if self.use_bbox_info and error is None:
-                        payload = Boxed(payload, _bbox_of(sample.get("json")))
+                        bbox = _usable_bbox(columns.box(row)) if boxes_indexed else _bbox_of(sample.get("json"))
+                        payload = Boxed(payload, bbox)
                     yield row, record.shard, label, payload, _payload_kind(ext), error
         elif source.kind == "folder":
             for item in items:
@@ -594,6 +601,11 @@ def _bbox_of(info_json) -> Optional[list]:
         bbox = json.loads(bytes(info_json)).get("bbox")
     except (ValueError, AttributeError):
         return None
+    return _usable_bbox(bbox)
+
+
+def _usable_bbox(bbox) -> Optional[list]:
+    """`bbox` (from the index or a json) if it is a non-empty box inside the image, else None."""
     if (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
             and 0 <= bbox[0] < bbox[2] <= 1 and 0 <= bbox[1] < bbox[3] <= 1):
         return bbox
@@ -725,8 +737,10 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     use_bbox_info   train: RandomResizedCrop prefers a crop whose overlap with the sample's bounding box
-                    (its json's "bbox") is at least 0.1 of the crop's area, up to 10 draws (the reference
-                    harness's option); samples without a box are cropped as usual.
+                    is at least 0.1 of the crop's area, up to 10 draws (the reference harness's option);
+                    samples without a box are cropped as usual. The box comes from the sample index
+                    (its bbox column); for indexes without it (older datasets, reference datasets not
+                    adopted) from each sample's json "bbox", one extra member read a sample.
     label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
                     default: detected from the labels (a warning says which), an error if they cannot tell.
     jpeg_decode     train JPEGs: "crop" (decode only the crop's region), "pil" (whole images); default:

@@ -669,10 +669,10 @@ def _check_repartition(root, plan, states, problems):
                 source = original.get(record.key)
                 if source is None:
                     problems.append(error(remainder, f"{label}: copied sample is not in the {split} split", record.key))
-                elif ((source.payload_crc32c, source.payload_sha256, source.label)
-                      != (record.payload_crc32c, record.payload_sha256, record.label)):
+                elif ((source.payload_crc32c, source.payload_sha256, source.label, source.bbox)
+                      != (record.payload_crc32c, record.payload_sha256, record.label, record.bbox)):
                     problems.append(error(remainder, f"{label}: copied sample differs from the original in "
-                                                     f"{source.shard} (payload checksum or label)", record.key))
+                                                     f"{source.shard} (payload checksum, label or bbox)", record.key))
             for record in records:
                 readers[record.key].append(number)
         for name, instance_keys in (("padded_keys", list(padded.elements())), ("dropped_keys", sorted(dropped))):
