@@ -134,6 +134,11 @@ def comparison_report(results, goals, config) -> dict:
             "latency_ms": "time the consumer waits in next() per measured batch",
             "main_cpu_ms_per_image": "CPU of the consuming process alone (with workers: receiving batches)",
             "worker_cpu_ms_per_image": "CPU of the DataLoader worker processes",
+            "gets_per_epoch": "--compare-transport rows: GETs of one whole untimed epoch, every process and instance",
+            "gets": "GETs a remote row made while measured (warm-up included; not the loader's set-up reads)",
+            "ttfb_ms": "time from a GET's request to its response headers, over the row's GETs",
+            "transport_ceiling": "each shard of the split read once by one ranged GET (1 MiB reads, no decode) in "
+                                 "one process: bytes / wall time",
         },
         "rows": results,
         "goals": goals,
