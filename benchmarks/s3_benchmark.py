@@ -24,6 +24,8 @@ import base64
 import hashlib
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -77,6 +79,43 @@ def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
     return rows
 
 
+def floor_rows(bucket: str, local: Path, repeats) -> list:
+    """What the server gives one stream, to hold the transport ceiling against: the 64 MB object of the
+    PUT row read by datasets.storage (one ranged GET, no decode) and by curl on a presigned URL, and
+    every validation shard by curl (one process, one connection). Best of `repeats`; MB/s over each
+    transfer's own time (curl's start-up excluded); TTFB: curl's time_starttransfer."""
+    from datasets.hostbench.transports import read_ceiling
+
+    client = storage.s3_client().client
+    size = client.head_object(Bucket=bucket, Key="single/0")["ContentLength"]
+    shards = json.loads((local / METADATA_FILE).read_text())["splits"]["validation"]["shards"]
+    remote_shards = [f"img/{s['name']}" for s in shards]
+    best = {}
+
+    def keep(name, figures):
+        if name not in best or figures["mb_per_s"] > best[name]["mb_per_s"]:
+            best[name] = {"row": name, **figures}
+
+    for _ in range(repeats):
+        figures = read_ceiling([f"s3://{bucket}/single/0"], [size])
+        keep("GET 64 MB object: datasets.storage", {k: figures[k] for k in ("seconds", "mb_per_s", "ttfb_ms_p50")})
+        if not shutil.which("curl"):
+            continue
+        for name, keys, sizes in (("GET 64 MB object: curl, presigned URL", ["single/0"], [size]),
+                                  ("GET every shard: curl, presigned URLs", remote_shards, [s["bytes"] for s in shards])):
+            command = ["curl", "--silent", "--show-error", "--fail"]
+            for key in keys:
+                url = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key})
+                command += ["--output", "/dev/null", "--header", "Range: bytes=0-", "--write-out",
+                            "%{time_starttransfer} %{time_total}\n", url]
+            timed = [tuple(map(float, line.split())) for line in
+                     subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()]
+            seconds = sum(total for _, total in timed)
+            keep(name, {"seconds": seconds, "mb_per_s": sum(sizes) / 1e6 / seconds,
+                        "ttfb_ms_p50": statistics.median(first for first, _ in timed) * 1e3})
+    return list(best.values())
+
+
 def transport_rows(out: Path, http_base: str, remote: str, endpoint: str, args) -> dict:
     """host_benchmark --compare with the http and s3 copies: its JSON report."""
     import host_benchmark
@@ -117,18 +156,22 @@ def main():
         assert upload_dataset(local, remote, progress=False).ok
         http_base = f"http://127.0.0.1:{http_server.stdout.readline().strip()}/"
         compared = transport_rows(args.out, http_base, remote, server.endpoint, args)
+        floors = floor_rows("bench", local, args.rounds)
     finally:
         http_server.terminate()
         http_server.wait()
         server.stop()
     ceiling = next(r for r in compared["rows"] if r["id"] == "transport_ceiling/img@s3")
     result = {"dataset": str(local), "cpus": len(os.sched_getaffinity(0)), "load_before": load_before,
-              "note": "loopback hides network latency; the server shares the cores", "upload": uploads,
+              "note": "loopback hides network latency; the server shares the cores", "upload": uploads, "floor": floors,
               "transports": compared["rows"], "goals": compared["goals"]}
     (args.out / "s3_benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"\n{'upload':<36}{'MB/s':>9}")
     for row in uploads:
         print(f"{row['row']:<36}{row['mb_per_s']:>9,.1f}")
+    print(f"\n{'the server, one stream (floor)':<44}{'MB/s':>9}{'TTFB p50 ms':>13}")
+    for row in floors + [{"row": "GET every shard: datasets.storage (ceiling)", **ceiling}]:
+        print(f"{row['row']:<44}{row['mb_per_s']:>9,.1f}{row['ttfb_ms_p50']:>13.1f}")
     s3_goal = next(g for g in compared["goals"] if g["goal"] == "s3_vs_local@s3")
     print(f"s3 / local images per CPU-second: {s3_goal.get('ratio', float('nan')):.2f} (goal >= 0.9); "
           f"upload w4 / single-stream PUT: {uploads[2]['mb_per_s'] / uploads[0]['mb_per_s']:.2f} (goal >= 0.8); "
