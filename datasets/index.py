@@ -184,13 +184,13 @@ def bbox_text(box) -> str:
     return ",".join(map(repr, values))
 
 
-def parse_bbox(text: Optional[str]) -> Optional[list]:
-    """[x1, y1, x2, y2] (floats) of a record's bbox text; None for "" (no box) or None (not recorded).
-    Raises ValueError when the text is not 4 finite numbers."""
+def parse_bbox(text) -> Optional[list]:
+    """[x1, y1, x2, y2] (floats) of a record's bbox text (str, or bytes as the columnar parser has it);
+    None for "" (no box) or None (not recorded). Raises ValueError when it is not 4 finite numbers."""
     if not text:
         return None
-    values = [float(v) for v in text.split(",")]
-    if len(values) != 4 or not all(math.isfinite(v) for v in values):
+    values = [float(v) for v in text.split(b"," if isinstance(text, bytes) else ",")]
+    if len(values) != 4 or not all(map(math.isfinite, values)):
         raise ValueError(f"bbox {text[:60]!r} is not 4 finite numbers")
     return values
 

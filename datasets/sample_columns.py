@@ -21,7 +21,7 @@ Columns (row i = sample i):
     box_ids, boxes          when the index has the bbox column (`has_boxes`): int32 row into `boxes`
                             (float64 [n, 4], normalised x1, y1, x2, y2), -1 for a sample without a box.
                             Sparse (4 bytes a sample + 32 a box) and float64, so a box is the very
-                            float its json holds; an index without the column leaves box_ids all -1
+                            float its json holds. Without the column both are None (no memory)
 
 Rows are in shard order (shards in order of first appearance, samples by offset inside a shard), so
 every shard is one contiguous row range: `group_ranges()` gives them for the planner.
@@ -58,22 +58,20 @@ class SampleColumns:
     exts: list
     checksums: np.ndarray
     has_checksums: bool = False
-    box_ids: Optional[np.ndarray] = None
+    box_ids: Optional[np.ndarray] = None  # None when the index has no bbox column
     boxes: Optional[np.ndarray] = None
-    has_boxes: bool = False
 
-    def __post_init__(self):
-        if self.box_ids is None:
-            self.box_ids = np.full(len(self.labels), -1, dtype=np.int32)
-        if self.boxes is None:
-            self.boxes = np.zeros((0, 4), dtype=np.float64)
+    @property
+    def has_boxes(self) -> bool:
+        """Whether the index records every sample's box (its bbox column), an empty one included."""
+        return self.box_ids is not None
 
     def __len__(self) -> int:
         return len(self.labels)
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _ARRAYS)
+        return sum(getattr(self, name).nbytes for name in _ARRAYS if getattr(self, name) is not None)
 
     def key(self, row) -> str:
         row = int(row)
@@ -85,7 +83,7 @@ class SampleColumns:
     def box(self, row) -> Optional[list]:
         """Row `row`'s bounding box [x1, y1, x2, y2] (floats) from the index, or None (no box, or an
         index without the bbox column: `has_boxes` tells which)."""
-        box_id = int(self.box_ids[row])
+        box_id = -1 if self.box_ids is None else int(self.box_ids[row])
         return None if box_id < 0 else self.boxes[box_id].tolist()
 
     def record(self, row) -> SampleRecord:
@@ -114,8 +112,8 @@ class SampleColumns:
         return SampleColumns(keys, key_offsets, self.shard_ids[rows], self.shard_names, self.labels[rows],
                              self.record_offsets[rows], self.record_sizes[rows], self.payload_offsets[rows],
                              self.payload_sizes[rows], self.payload_headers[rows], self.payload_exts[rows],
-                             self.exts, self.checksums[rows], self.has_checksums, self.box_ids[rows], self.boxes,
-                             self.has_boxes)
+                             self.exts, self.checksums[rows], self.has_checksums,
+                             None if self.box_ids is None else self.box_ids[rows], self.boxes)
 
     def in_shard_order(self) -> "SampleColumns":
         """Rows grouped per shard (shards in order of first appearance), by offset inside a shard:
@@ -214,11 +212,12 @@ class _Builder:
         self.payload_headers.append(header)
         self.payload_exts.append(ext_id)
         self.checksums.append(checksum)
-        if box is None:
-            self.box_ids.append(-1)
-        else:
-            self.box_ids.append(len(self.boxes) // 4)
-            self.boxes.extend(box)
+        if self.has_boxes:
+            if box is None:
+                self.box_ids.append(-1)
+            else:
+                self.box_ids.append(len(self.boxes) // 4)
+                self.boxes.extend(box)
 
     def columns(self) -> SampleColumns:
         # Zero-copy views of the arrays (no second copy of the index at its peak).
@@ -231,7 +230,8 @@ class _Builder:
             view(self.keys), view(self.key_offsets), view(self.shard_ids), list(self.shards), view(self.labels),
             view(self.record_offsets), view(self.record_sizes), view(self.payload_offsets), view(self.payload_sizes),
             view(self.payload_headers), view(self.payload_exts), list(self.exts), view(self.checksums),
-            self.has_checksums, view(self.box_ids), view(self.boxes).reshape(-1, 4), self.has_boxes)
+            self.has_checksums, view(self.box_ids) if self.has_boxes else None,
+            view(self.boxes).reshape(-1, 4) if self.has_boxes else None)
 
 
 _TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8, "d": np.float64}
@@ -241,12 +241,11 @@ assert all(array(code).itemsize == np.dtype(dtype).itemsize for code, dtype in _
 def columns_from_records(records: Iterable[SampleRecord]) -> SampleColumns:
     """Columns of SampleRecords (shards scanned without an index, TFRecord shards indexed by their framing).
     `has_boxes` when every record carries its bbox (records of an index with the column)."""
-    builder = _Builder(False, True)
+    records = list(records)
+    builder = _Builder(False, bool(records) and all(r.bbox is not None for r in records))
     for r in records:
-        builder.has_boxes = builder.has_boxes and r.bbox is not None
         builder.add(r.key.encode(), r.shard, int(r.label), r.record_offset, r.record_size, r.payload_offset,
                     r.payload_size, 0, r.members, parse_bbox(r.bbox))
-    builder.has_boxes = builder.has_boxes and len(builder.labels) > 0
     return builder.columns()
 
 
@@ -280,7 +279,7 @@ def parse_sample_columns(lines: Iterable[bytes], source="<index>") -> SampleColu
             raise DatasetError(f"{source}: line {number} has {len(fields)} fields, expected {width}")
         try:
             checksum = int(fields[checksum_at], 16) if has_checksums else 0
-            box = parse_bbox(fields[box_at].decode()) if has_boxes and fields[box_at] else None
+            box = parse_bbox(fields[box_at]) if has_boxes else None
             add(fields[key_at], fields[shard_at].decode(), int(fields[label_at]), int(fields[ro_at]),
                 int(fields[rs_at]), int(fields[po_at]), int(fields[ps_at]), checksum,
                 fields[members_at].decode(), box)
