@@ -157,6 +157,13 @@ def main(argv=None) -> int:
         f"({copied / 1e6:.1f} MB), {result.verified_shards} shards sha256-verified "
         f"({result.verified_bytes / 1e6:.1f} MB), {result.elapsed:.1f} s"
     )
+    reference = {split: entry["reference_loader"] for split, entry in (result.manifest or {}).get("splits", {}).items()
+                 if split in {plan.split for plan in result.plans} and "reference_loader" in entry}
+    if reference:
+        last = result.manifest["num_instances"] - 1
+        print("also for the reference harness's loader (Graphcore's webdataset_format.py): " + ", ".join(
+            f"{split}-{{000000..{last:06d}}}.tar ({sum(r['samples'] for r in entry['remainders'])} samples)"
+            for split, entry in reference.items()))
     return 0
 
 

@@ -9,6 +9,8 @@ of N, or the last shard is partial. This module plans and writes a repartition:
         <split>-instance-0000.txt ...       per instance, the shards it reads, one path (relative to DIR) a line
         <split>-instance-0000.index.tsv     per instance, a sample index (datasets.index format) of exactly
                                             its samples in read order, `shard` relative to DIR
+        <split>-000000.tar ...              img only, N > 1: what the reference harness's loader reads
+        <split>-reference.index.tsv           (see `reference_remainders`); their sample index
 
 Planning (pure functions, `plan_split`):
   1. Targets. `spread`: T//N each, the first T%N instances one more (every sample kept, counts differ
@@ -67,6 +69,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -366,6 +369,29 @@ def remainder_records(copied, remainder_shard: str):
     return out
 
 
+def reference_remainders(shards, records_by_shard, num_instances: int):
+    """What the reference harness's loader (Graphcore's webdataset_format.py, its DistributeNode)
+    reads of a split under N > 1 instances, beside the shards: it takes the shards in name order,
+    deals all but the last r of them out whole (r = S mod N, or N when that is 0), and gives
+    instance i the file distributed/<N>-instances/<split>-<i:06d>.tar, which must hold the i-th
+    contiguous slice of the last r shards' samples (count // N each, one more for the first
+    count mod N, as its distributed_webdataset.py writes them). Returns [[SampleRecord]] per instance."""
+    names = sorted(shard.name for shard in shards)
+    last = len(names) % num_instances or num_instances
+    pool = [record for name in names[-last:] for record in records_by_shard[name]]
+    slices, start = [], 0
+    for instance in range(num_instances):
+        count = len(pool) // num_instances + (1 if instance < len(pool) % num_instances else 0)
+        slices.append(pool[start:start + count])
+        start += count
+    return slices
+
+
+def reference_remainder_names(split: str, num_instances: int):
+    """(file names of the reference loader's remainder shards, their sample index), in the repartition folder."""
+    return [f"{split}-{instance:06d}.tar" for instance in range(num_instances)], f"{split}-reference.index.tsv"
+
+
 # ------------------------------------------------------------------------------------------ loading
 
 
@@ -607,6 +633,10 @@ def shards_to_verify(dataset: SourceDataset, plans, verify: str):
             wanted = {shard.name for shard in shards}
         else:
             wanted = {record.shard for instance in plan.instances for record in instance.copied}
+            if remainder_format(dataset.format).reference_loader_reads and plan.num_instances > 1:
+                _, by_shard = dataset.splits[plan.split]
+                wanted |= {record.shard for share in reference_remainders(shards, by_shard, plan.num_instances)
+                           for record in share}
         out += [(plan.split, shard) for shard in shards if shard.name in wanted]
     return out
 
@@ -632,7 +662,8 @@ def verify_shards(dataset: SourceDataset, pairs, progress=None):
 def _remove_split_files(out: Path, split: str):
     for path in out.iterdir():
         name = path.name
-        if name.startswith((f"{split}-remainder-", f"{split}-instance-")) or name.startswith(f"{split}.plan.json"):
+        if (name.startswith((f"{split}-remainder-", f"{split}-instance-", f"{split}-reference."))
+                or name.startswith(f"{split}.plan.json") or re.fullmatch(rf"{re.escape(split)}-\d{{6}}\.tar", name)):
             path.unlink(missing_ok=True)
 
 
@@ -661,7 +692,7 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
     for path in out.glob(f"{plan.split}-*{PARTIAL_SUFFIX}"):
         path.unlink(missing_ok=True)  # left by a killed run
 
-    _, records_by_shard = dataset.splits[plan.split]
+    shards, records_by_shard = dataset.splits[plan.split]
     reader = _SourceReader(dataset.target, fmt)
     entries = []
     try:
@@ -712,9 +743,12 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
                     "shard_list": _relative(n, list_name),
                 }
             )
+        reference = None
+        if fmt.reference_loader_reads and n > 1:
+            reference = _write_reference_remainders(plan, shards, records_by_shard, out, fmt, reader, progress)
     finally:
         reader.close()
-    return {
+    entry = {
         "policy": plan.policy,
         "total_samples": plan.total_samples,
         "samples_per_instance": plan.samples_per_instance,
@@ -724,6 +758,38 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
         "dropped_keys": list(plan.dropped_keys),
         "instances": entries,
     }
+    if reference is not None:
+        entry["reference_loader"] = reference
+    return entry
+
+
+def _write_reference_remainders(plan: SplitRepartition, shards, records_by_shard, out: Path, fmt, reader,
+                                progress) -> dict:
+    """Copy, byte for byte, the files the reference harness's loader reads (`reference_remainders`);
+    return their manifest entry. The samples are also in this repartition's own shares: a dataset
+    repartitioned here reads under both loaders."""
+    n = plan.num_instances
+    names, index_name = reference_remainder_names(plan.split, n)
+    slices = reference_remainders(shards, records_by_shard, n)
+    records, remainders = [], []
+    for name, copied in zip(names, slices):
+        path = out / name
+        placed = remainder_records(copied, _relative(n, name))
+        with _writing(path), fmt.open_writer(path) as writer:
+            for record, where in zip(copied, placed):
+                if writer.add_raw_record(reader.read(record)) != where.record_offset:
+                    raise AssertionError("reference remainder offsets disagree with the plan")
+                if progress:
+                    progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
+        if progress:
+            progress("written_reference", split=plan.split, name=name, bytes=writer.bytes_written)
+        remainders.append(ShardRecord(_relative(n, name), len(copied), writer.bytes_written, writer.sha256,
+                                      writer.md5).to_json())
+        records += placed
+    with _writing(out / index_name):
+        write_sample_index(out / index_name, records)
+    whole = sorted(shard.name for shard in shards)[: len(shards) - (len(shards) % n or n)]
+    return {"shards": whole, "remainders": remainders, "index": _relative(n, index_name)}
 
 
 @dataclass
@@ -756,7 +822,7 @@ def repartition(
 
     Raises RepartitionUsageError for wrong arguments and DatasetError for bad data; in both cases
     before anything is written. `progress(event, **info)` is called as work is done (events:
-    "verified", "copied", "written", "kept"), e.g. to drive a progress bar.
+    "verified", "copied", "written", "kept", "written_reference"), e.g. to drive a progress bar.
     """
     started = time.perf_counter()
     dataset = load_dataset(target)

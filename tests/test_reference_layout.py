@@ -367,6 +367,49 @@ def test_our_img_output_reads_the_way_the_reference_loader_reads_it(converted):
         assert all(info["bbox"] is None and image.size[0] > 0 for image, _, info in samples)
 
 
+@pytest.mark.parametrize("instances", [2, 3])
+def test_our_img_repartition_reads_the_way_the_reference_loader_reads_it(converted, tmp_path, instances):
+    """Under N > 1 instances the reference loader sorts the split's shards, deals all but the last r
+    out whole (r = S mod N, or N when 0) and gives instance i distributed/<N>-instances/<split>-<i:06d>.tar,
+    which must hold its share of the last r shards' samples: every instance then reads T//N samples
+    (one more for the first T mod N) and the split is read once over all instances."""
+    import shutil
+
+    import webdataset
+
+    dataset = tmp_path / "img"
+    shutil.copytree(converted("img"), dataset)
+    result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", instances)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    def keys(urls):
+        if not urls:
+            return []
+        return [key for key, info in webdataset.WebDataset([str(u) for u in urls], shardshuffle=False,
+                                                           empty_check=False).to_tuple("__key__", "json")
+                if "bbox" in json.loads(info)]
+
+    folder = dataset / "distributed" / f"{instances}-instances"
+    for split, length in (("train", 36), ("validation", 12)):
+        shards = sorted(p for p in dataset.iterdir() if p.name.startswith(split) and p.name.endswith(".tar"))
+        last = len(shards) % instances or instances
+        whole = shards[: len(shards) - last]
+        read = keys(whole)
+        for instance in range(instances):
+            remainder = keys([folder / f"{split}-{instance:06d}.tar"])
+            per_instance = len(whole) // instances * 8 + len(remainder)  # whole shards hold 8 samples each
+            assert per_instance == length // instances + (1 if instance < length % instances else 0)
+            read += remainder
+        assert sorted(read) == sorted(r.key for r in read_sample_index(dataset / sample_index_name(split)))
+
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 0 and "0 warnings" in result.stdout, result.stdout + result.stderr
+    remainder = folder / "validation-000001.tar"
+    flip_byte(remainder, shard_payload_offset(remainder, "jpg") + 100)
+    result = run_script("validate_dataset.py", dataset)
+    assert result.returncode == 1 and f"distributed/{instances}-instances/validation-000001.tar" in result.stdout
+
+
 def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(converted, tmp_path):
     from datasets.loader import get_data
 

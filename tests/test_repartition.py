@@ -373,6 +373,12 @@ def check_output(target, num_instances, expected_policies=None):
     if fmt == "tfrecord":  # each TFRecord shard has its tfrecord2idx index beside it
         expected_files |= {tfrecord_index_path(item["remainder"]).name for entry in manifest["splits"].values()
                            for item in entry["instances"] if item["remainder"]}
+    # img under N > 1: the files the reference harness's loader reads (tests/test_reference_layout.py checks them)
+    for entry in manifest["splits"].values():
+        assert ("reference_loader" in entry) == (fmt == "img" and num_instances > 1)
+        reference = entry.get("reference_loader") or {"index": None, "remainders": []}
+        expected_files |= {Path(name).name for name in [reference["index"], *(r["name"] for r in reference["remainders"])]
+                           if name}
     assert {path.name for path in out.iterdir()} == expected_files
     for split, entry in manifest["splits"].items():
         if expected_policies:

@@ -136,6 +136,7 @@ def webdataset_npy_dataset(shard_paths, transform, instance, metadata=None):
 class WebDatasetFormat(ShardFormat):
     record_alignment = BLOCK
     remainder_suffix = ".tar"
+    reference_loader_reads = True  # img: .cls, .jpg, .json with "bbox", as the reference writes them
 
     def __init__(self, name, payload_extension, description, stock_baseline):
         self.name = name
@@ -192,6 +193,7 @@ def tensor_npy(image) -> memoryview:
 
 
 class TensorFormat(WebDatasetFormat):
+    reference_loader_reads = False  # .npy HWC: the reference reads .pth (torch.save of CHW)
     # Train keeps 256x256 so the loader's RandomResizedCrop still has room.
     default_steps = {"train": ("Resize(256)", "CenterCrop(256)"), "validation": ("Resize(256)", "CenterCrop(224)")}
 

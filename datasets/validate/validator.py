@@ -80,6 +80,7 @@ from datasets.index import (
     parse_metadata,
     parse_sample_index,
 )
+from datasets.repartition import reference_remainders
 from datasets.validate import raw_checksum
 
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
@@ -585,6 +586,46 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
             plan.tasks.append(ShardTask(str(path), remainder, fmt, remainder_record, mine, payload_ext, classes,
                                         True, deep, layout, None, label_offset_of(metadata)))
             plan.expected_files.update(get_format(fmt).companions(remainder))
+        reference = entry.get("reference_loader")
+        if reference is not None:
+            _plan_reference_remainders(root, plan, split, reference, metadata, fmt, payload_ext, classes, deep,
+                                       layout, problems)
+
+
+def _plan_reference_remainders(root, plan, split, reference, metadata, fmt, payload_ext, classes, deep, layout,
+                               problems):
+    """The shards a repartition writes for the reference harness's loader (datasets.repartition.
+    reference_remainders): each checked as a shard against its record and their sample index."""
+    manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
+    index_name = reference.get("index")
+    unsafe = _relative_path_problem(index_name)
+    if unsafe:
+        problems.append(error(manifest_name, f"{split}: the reference loader's sample index {unsafe}"))
+        return
+    plan.expected_files.add(index_name)
+    try:
+        records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
+    except OSError as exc:
+        problems.append(error(index_name, f"cannot read the reference loader's sample index: {exc.strerror or exc}"))
+        records = None
+    except DatasetError as exc:
+        problems.append(error(index_name, str(exc).removeprefix(f"{index_name}: ")))
+        records = None
+    plan.instance_records[(split, "reference")] = records
+    for item in reference.get("remainders") or []:
+        shard = ShardRecord.from_json(item)
+        unsafe = _relative_path_problem(shard.name)
+        if unsafe:
+            problems.append(error(manifest_name, f"{split}: a reference loader's remainder shard {unsafe}"))
+            continue
+        plan.expected_files.add(shard.name)
+        path = Path(root) / shard.name
+        if not path.is_file():
+            problems.append(error(shard.name, f"missing: the reference harness's loader reads it ({split})"))
+            continue
+        mine = tuple(r for r in (records or []) if r.shard == shard.name)
+        plan.tasks.append(ShardTask(str(path), shard.name, fmt, shard, mine, payload_ext, classes, True, deep,
+                                    layout, None, label_offset_of(metadata)))
 
 
 def _expect_repartition_files(plan, manifest):
@@ -683,7 +724,44 @@ def _check_repartition(root, plan, states, problems):
                                          f"{len(state.records):,} samples"))
         _check_union(where, split, policy, state, readers, padded, dropped, problems)
         _check_counts(where, split, policy, actual_counts, len(state.records), problems)
+        if entry.get("reference_loader") is not None:
+            _check_reference_remainders(plan, split, entry["reference_loader"], n, state, by_shard, problems)
     _check_repartition_folder_files(root, plan, problems)
+
+
+def _check_reference_remainders(plan, split, reference, n, state, by_shard, problems):
+    """What the reference harness's loader reads under n instances: the split's shards but the last
+    r whole, and remainder i = the i-th slice of the last r shards' samples (repartition.
+    reference_remainders); each sample once, byte-identical to its original."""
+    records = plan.instance_records.get((split, "reference"))
+    if records is None:
+        return
+    where = reference.get("index")
+    if not isinstance(n, int) or n < 2:
+        problems.append(error(where, f"{split}: reference loader remainders for num_instances {n!r}"))
+        return
+    slices = reference_remainders(state.shards, by_shard, n)
+    from_slices = {record.shard for share in slices for record in share}
+    whole = [shard.name for shard in sorted(state.shards, key=lambda shard: shard.name) if shard.name not in from_slices]
+    if reference.get("shards") != whole:
+        problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}", f"{split}: the shards the reference loader "
+                                                                       f"reads whole are not those its layout implies"))
+    remainders = [item.get("name") for item in reference.get("remainders") or []]
+    listed = _records_by_shard(records)
+    for name, share in zip(remainders, slices):
+        have = [record.key for record in listed.get(name, [])]
+        if have != [record.key for record in share]:
+            problems.append(error(name, f"{split}: holds {len(have)} samples; the reference loader expects its "
+                                        f"{len(share)}-sample slice of the split's last shards, in order"))
+    original = {record.key: record for record in state.records}
+    for record in records:
+        source = original.get(record.key)
+        if source is None or ((source.payload_crc32c, source.payload_sha256, source.label)
+                              != (record.payload_crc32c, record.payload_sha256, record.label)):
+            problems.append(error(record.shard, f"{split}: copied sample is not in the split or differs from the "
+                                                f"original (payload checksum or label)", record.key))
+    if len(remainders) != n:
+        problems.append(error(where, f"{split}: {len(remainders)} reference loader remainders, num_instances is {n}"))
 
 
 def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
