@@ -59,7 +59,9 @@ only if a record of this plan exists and the file's sha256 matches it; everythin
 rewritten, stale .partial files are removed, and shards that are not in the plan are deleted
 before metadata.json is written. metadata.json is removed when a run starts and written last.
 .convert-state/ is kept after completion: a later --resume re-verifies every shard against
-it and repairs any that changed; it is safe to delete once metadata.json exists.
+it and repairs any that changed. Deleting it once metadata.json exists loses nothing this project
+reads, but its files are inside metadata.json's reference `checksum` (checksumdir counts hidden
+files): without them the reference harness's validate_dataset.py says "Dataset is corrupted.".
 A failed write (full disk, permissions) of any file - shard, state record, sample index,
 metadata.json - stops the run (exit 1) with "<that file>: cannot write the <what>: <why>";
 its .partial is removed, so every file under a final name is complete, and a shard whose
