@@ -55,13 +55,8 @@ from datasets.repartition import (
     repartition,
 )
 from datasets.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
-from datasets.formats.tfrecord import (
-    TFRecordShardWriter,
-    iter_tfrecord_samples,
-    read_tfrecord_index,
-    tfrecord_index_path,
-    tfrecord_shard_name,
-)
+from datasets.formats.tfrecord import read_tfrecord_index, tfrecord_index_path, tfrecord_shard_name
+from datasets.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples
 
 NS = (1, 2, 3, 4, 7, 8)
 POLICY_NAMES = ("spread", "drop", "pad")
@@ -314,14 +309,14 @@ def write_test_metadata(directory, fmt, counts, splits, seed=0):
 
 
 def build_tfrecord_dataset(directory, counts, per_shard, rng):
-    """The same, in TF-slim TFRecord shards written with the core TFRecord writer."""
+    """The same, in TF-slim TFRecord shards written with the core TF-slim writer."""
     splits = {}
     for split, total in counts.items():
         shards, records = [], []
         starts = range(0, total, per_shard)
         for n, start in enumerate(starts):
             name = tfrecord_shard_name(split, n, len(starts))
-            with TFRecordShardWriter(directory / name) as writer:
+            with TFSlimShardWriter(directory / name) as writer:
                 for number in range(start, min(start + per_shard, total)):
                     key, label = f"{split}_{number:05d}", number % 4
                     payload = rng.integers(0, 256, int(rng.integers(200, 3000)), dtype=np.uint8).tobytes()

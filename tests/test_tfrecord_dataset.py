@@ -18,18 +18,17 @@ import pytest
 
 from conftest import PYTHON, REPO, run_script
 from datasets.index import read_metadata, read_sample_index
+from datasets.formats.tf_example import parse_example, serialize_example
 from datasets.formats.tfrecord import (
     FRAMING_SIZE,
     HEADER_SIZE,
-    LABEL_OFFSET,
     frame_record,
     iter_tfrecord_records,
-    parse_example,
     parse_tfrecord_shard_name,
     read_tfrecord_index,
-    serialize_example,
     tfrecord_index_path,
 )
+from datasets.formats.tfslim_imagenet import LABEL_OFFSET
 
 
 def convert(source, target, *args):

@@ -14,24 +14,26 @@ import crc32c
 import pytest
 from PIL import Image
 
+from datasets.formats.tf_example import example_feature_spans, parse_example
 from datasets.formats.tfrecord import (
+    TFRecordFormatError,
+    TFRecordShardWriter,
+    find_tfrecord_shards,
+    iter_tfrecord_records,
+    parse_tfrecord_shard_name,
+    read_tfrecord_index,
+    tfrecord_index_path,
+    tfrecord_shard_name,
+)
+from datasets.formats.tfslim_imagenet import (
     FEATURE_ENCODED,
     FEATURE_LABEL,
     LABEL_OFFSET,
     LabelOffsetError,
-    TFRecordFormatError,
-    TFRecordShardWriter,
+    TFSlimShardWriter,
     decide_label_offset,
-    example_feature_spans,
-    find_tfrecord_shards,
-    iter_tfrecord_records,
     iter_tfrecord_samples,
-    parse_example,
-    parse_tfrecord_shard_name,
-    read_tfrecord_index,
     resolve_label_offset,
-    tfrecord_index_path,
-    tfrecord_shard_name,
 )
 
 
@@ -68,7 +70,7 @@ def source_images(sample_source):
 
 def write_shard(path, images):
     written = []
-    with TFRecordShardWriter(path) as writer:
+    with TFSlimShardWriter(path) as writer:
         for key, label, synset, source in images:
             data = source.read_bytes()
             with Image.open(io.BytesIO(data)) as image:
@@ -180,7 +182,7 @@ def test_our_example_parser_agrees_with_protobuf(shard):
 def test_our_example_encoding_is_protobufs_deterministic_serialization(features):
     from tfrecord import example_pb2
 
-    from datasets.formats.tfrecord import serialize_example
+    from datasets.formats.tf_example import serialize_example
 
     def feature(value, dtype):
         values = value if isinstance(value, list) else [value]
@@ -208,8 +210,8 @@ def test_writing_and_reading_do_not_import_torch(tmp_path):
     import sys
 
     code = (
-        "import sys; from datasets.formats.tfrecord import TFRecordShardWriter, iter_tfrecord_samples\n"
-        f"with TFRecordShardWriter({str(tmp_path / 'x')!r}) as w: w.add_image('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
+        "import sys; from datasets.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples\n"
+        f"with TFSlimShardWriter({str(tmp_path / 'x')!r}) as w: w.add_image('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
         f"assert [s['__key__'] for s in iter_tfrecord_samples({str(tmp_path / 'x')!r}, 1)] == ['k']\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfrecord', 'google')))"
     )
@@ -298,7 +300,7 @@ def test_raw_records_are_copied_byte_for_byte_and_a_corrupt_one_is_refused(shard
 def test_a_failed_write_leaves_nothing_under_either_name(tmp_path, source_images):
     path = tmp_path / tfrecord_shard_name("train", 0, 2)
     with pytest.raises(RuntimeError):
-        with TFRecordShardWriter(path) as writer:
+        with TFSlimShardWriter(path) as writer:
             key, label, synset, source = source_images[0]
             writer.add_image(key, label, synset, source.read_bytes(), 1, 1, source.name)
             raise RuntimeError("disk full")
@@ -402,13 +404,15 @@ def test_a_record_that_is_not_an_example_is_named(tmp_path):
 
 
 def open_example_bytes():
-    from datasets.formats.tfrecord import imagenet_example_features, serialize_example
+    from datasets.formats.tf_example import serialize_example
+    from datasets.formats.tfslim_imagenet import imagenet_example_features
 
     return serialize_example(imagenet_example_features("k", 0, "n0", tiny_jpeg(), 8, 8, "k.JPEG"))
 
 
 def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(shard, tmp_path):
-    from datasets.formats.tfrecord import check_tfrecord_framing, header_entries, index_entries, scan_tfrecord_shard
+    from datasets.formats.tfrecord import check_tfrecord_framing, header_entries, index_entries
+    from datasets.formats.tfslim_imagenet import scan_tfrecord_shard
 
     path, _, written = shard
     expected = [(w.record_offset, w.record_size) for w in written]
@@ -436,7 +440,7 @@ def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(
 @pytest.mark.parametrize("payload", [b"", b"k", b"n0", b"\x0a", bytes(200)])
 def test_payload_offset_is_exact_even_for_payloads_equal_to_other_fields(tmp_path, payload):
     path = tmp_path / "train-00000-of-00001"
-    with TFRecordShardWriter(path) as writer:
+    with TFSlimShardWriter(path) as writer:
         first = writer.add_image("k", 0, "n0", b"\xff\xd8" * 100, 1, 1, "k.JPEG")
         second = writer.add_image("k", 0, "n0", payload, 1, 1, "n0")
     raw = path.read_bytes()

@@ -19,23 +19,24 @@ from __future__ import annotations
 import hashlib
 
 from datasets.index import payload_problem
+from datasets.formats.tf_example import ExampleFormatError, example_feature_spans
 from datasets.formats.tfrecord import (
     CRC_SIZE,
+    FRAMING_SIZE,
+    HEADER_SIZE,
+    TFRecordFormatError,
+    _check_data,
+    _check_header,
+    read_tfrecord_index,
+    tfrecord_index_path,
+)
+from datasets.formats.tfslim_imagenet import (
     FEATURE_ENCODED,
     FEATURE_FILENAME,
     FEATURE_KEY,
     FEATURE_LABEL,
     FEATURE_SYNSET,
-    FRAMING_SIZE,
-    HEADER_SIZE,
-    ExampleFormatError,
-    TFRecordFormatError,
-    _check_data,
-    _check_header,
-    example_feature_spans,
     example_key,
-    read_tfrecord_index,
-    tfrecord_index_path,
 )
 from datasets.formats.shard_check import (
     MappedShard,

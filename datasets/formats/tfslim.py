@@ -1,9 +1,11 @@
 """The `tfrecord` format: TF-slim ImageNet TFRecords of JPEG payloads.
 
-Bytes: see datasets.formats.tfrecord (record framing with masked CRC32C, tf.train.Example with
-TF-slim's feature names, labels stored 1..N). Shards are named as TF-slim names them,
-`<split>-00000-of-01024`, each published with its `<shard>.tfindex` (the tfrecord package's
-index). metadata.json says `"label_offset": 1`; readers subtract it.
+Bytes: datasets.formats.tfrecord (record framing with masked CRC32C, shard names, `.tfindex`),
+datasets.formats.tf_example (the tf.train.Example wire format) and
+datasets.formats.tfslim_imagenet (TF-slim's feature names, labels stored 1..N, samples,
+label-offset detection). Shards are named as TF-slim names them, `<split>-00000-of-01024`, each
+published with its `<shard>.tfindex` (the tfrecord package's index). metadata.json says
+`"label_offset": 1`; readers subtract it.
 
 Shards without metadata (TF-slim's own ImageNet conversion) are recognised by name and indexed
 from their record headers.
@@ -16,29 +18,32 @@ import re
 from datasets.formats.base import EncodedSample, ForeignShardsError, ShardFormat, StockBaseline
 from datasets.formats.tfrecord import (
     INDEX_SUFFIX,
-    LABEL_OFFSET,
-    LabelOffsetError,
     TFRecordFormatError,
     TFRecordShardWriter,
     describe_damage,
     find_tfrecord_shards,
-    index_tfrecord_shard,
     is_tfrecord_location,
-    iter_tfrecord_samples,
-    resolve_label_offset,
-    scan_tfrecord_shard,
     tfrecord_index_path,
     tfrecord_shard_name,
 )
 from datasets.formats.tfrecord_check import check_tfrecord_shard
+from datasets.formats.tfslim_imagenet import (
+    LABEL_OFFSET,
+    LabelOffsetError,
+    TFSlimShardWriter,
+    index_tfrecord_shard,
+    iter_tfrecord_samples,
+    resolve_label_offset,
+    scan_tfrecord_shard,
+)
 from datasets.index import SampleRecord, payload_crc32c
 
 # TF-slim shard names, and each shard's index file
 SHARD_FILE = re.compile(r"^(?P<shard>[A-Za-z0-9_]+-\d{5}-of-\d{5})(?P<index>\.tfindex)?(?P<partial>\.partial)?$")
 
 
-class TFRecordSampleWriter(TFRecordShardWriter):
-    """A TFRecord shard writer that takes encoded samples (the format-level `add_sample`)."""
+class TFRecordSampleWriter(TFSlimShardWriter):
+    """A TF-slim shard writer that takes encoded samples (the format-level `add_sample`)."""
 
     def add_sample(self, sample: EncodedSample, shard_name: str) -> SampleRecord:
         info = sample.info
