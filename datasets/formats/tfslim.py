@@ -28,6 +28,8 @@ from datasets.formats.tfrecord import (
 )
 from datasets.formats.tfrecord_check import check_tfrecord_shard
 from datasets.formats.tfslim_imagenet import (
+    FEATURE_ENCODED,
+    FEATURE_LABEL,
     LABEL_OFFSET,
     LabelOffsetError,
     TFSlimShardWriter,
@@ -69,8 +71,8 @@ class TFRecordExampleTransform:
 
         from PIL import Image
 
-        image = Image.open(io.BytesIO(features["image/encoded"])).convert("RGB")
-        return self.transform(image), int(features["image/class/label"][0]) - self.label_offset
+        image = Image.open(io.BytesIO(features[FEATURE_ENCODED])).convert("RGB")
+        return self.transform(image), int(features[FEATURE_LABEL][0]) - self.label_offset
 
 
 def tfrecord_torch_dataset(shard_paths, transform, instance, metadata=None):
@@ -87,7 +89,7 @@ def tfrecord_torch_dataset(shard_paths, transform, instance, metadata=None):
     if not paths:
         raise ValueError("no shards for the stock tfrecord baseline")
     example = TFRecordExampleTransform(transform, int((metadata or {}).get("label_offset", 0)))
-    description = {"image/encoded": "byte", "image/class/label": "int"}
+    description = {FEATURE_ENCODED: "byte", FEATURE_LABEL: "int"}
     return ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=example)
                          for p in paths])
 
