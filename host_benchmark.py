@@ -20,7 +20,7 @@ first byte, and the transport ceiling: raw ranged GETs with no decode):
 
 Under torchrun (or poprun/SLURM/OpenMPI with MASTER_ADDR/MASTER_PORT or --rendezvous) every
 instance reads its own share; rank 0 prints each instance's figures and the aggregate.
-See datasets/benchmark.py for how every figure is counted.
+See datasets/hostbench/timing.py for how every figure is counted.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""The planning rules of datasets/partition.py, on plain integers."""
+"""The planning rules of datasets/loader/share_plan.py, on plain integers."""
 
 from collections import Counter
 

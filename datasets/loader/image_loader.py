@@ -11,7 +11,7 @@
             ...
         print(train.report.summary())         # samples, skipped (with reasons), padded/dropped keys
 
-How the work is shared (datasets/partition.py has the rules and their proofs in tests):
+How the work is shared (datasets/loader/share_plan.py has the rules and their proofs in tests):
   * every instance (poprun / torchrun / SLURM / OpenMPI process, see datasets/launcher.py) computes
     the same epoch order: shards permuted by (seed, epoch), samples in shard order;
   * instance i reads a contiguous range of it: "drop" (train default: floor(n/N) each), "pad"
