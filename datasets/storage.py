@@ -441,7 +441,7 @@ class S3RangeReader(io.RawIOBase):
         elif answer.get("ETag") and answer["ETag"] != self.etag:
             answer["Body"].close()
             raise ShardChangedError(f"{_where(s3_client(), self.bucket, self.key)}: shard changed while reading")
-        body = answer["Body"]._raw_stream  # urllib3 response: readinto without a copy
+        body = answer["Body"]._raw_stream  # the urllib3 response: readinto the caller's buffer (urllib3 2.x copies once inside)
         content_range = answer.get("ContentRange") or ""
         if content_range:  # trusted over the status code
             sent_start = int(content_range.split()[1].split("-")[0])
