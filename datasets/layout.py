@@ -6,6 +6,8 @@ A converted dataset (see datasets.index for the records and datasets.formats for
     samples-<split>.index.tsv             the sample index (datasets.index.sample_index_name)
     distributed/<N>-instances/            DISTRIBUTED_DIR: a repartition for N instances
         manifest.json                     REPARTITION_MANIFEST, written last
+    .convert-state/                       CONVERT_STATE_DIR: create_webdataset.py's resume records, only
+                                          while a conversion runs (removed once metadata.json is written)
 
 An extracted ImageNet folder: `train/<class>/*`, and `validation/<class>/*` or `val/<class>/*`
 (SPLIT_FOLDER_NAMES). IMAGE_EXTENSIONS is what counts as an image there, as in torchvision's
@@ -20,6 +22,8 @@ from typing import Optional
 METADATA_FILE = "metadata.json"
 SPLITS = ("train", "validation")
 DISTRIBUTED_DIR = "distributed"
+# create_webdataset.py's crash/resume records while a conversion runs; removed once metadata.json is written.
+CONVERT_STATE_DIR = ".convert-state"
 REPARTITION_MANIFEST = "manifest.json"
 SPLIT_FOLDER_NAMES = {"train": ("train",), "validation": ("validation", "val")}
 # torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.

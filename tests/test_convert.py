@@ -523,15 +523,44 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(path)], check=False)
 
 
+class ReferenceConversion:
+    """A conversion on a roomy disk: `folder` as it ends, and `written`, a folder holding a copy of every
+    .convert-state/ file as it was before the conversion removed the state."""
+
+    def __init__(self, folder: Path, written: Path):
+        self.folder, self.written = folder, written
+
+    def every_file(self) -> dict:
+        """sha256 by relative path of every file the conversion wrote (the removed state included)."""
+        return {**every_file(self.written), **every_file(self.folder)}
+
+    def size(self, name: str) -> int:
+        return (self.folder / name if (self.folder / name).exists() else self.written / name).stat().st_size
+
+
 @pytest.fixture(scope="module")
 def reference_conversion(sample_source, tmp_path_factory):
-    """reference_conversion(*args) -> a target converted with those arguments on a roomy disk (cached)."""
+    """reference_conversion(*args) -> the ReferenceConversion of those arguments (cached). Run in-process:
+    the library's on_published hook (called after each state record is written) copies the state."""
+    import create_webdataset
+    from datasets.convert.converter import ConvertOptions, convert as run_conversion
+
     cache = {}
 
     def reference(*args):
         if args not in cache:
-            cache[args] = tmp_path_factory.mktemp("full-disk-reference")
-            converted_ok(sample_source, cache[args], *args)
+            folder, written = tmp_path_factory.mktemp("full-disk-reference"), tmp_path_factory.mktemp("state-copy")
+            parsed = create_webdataset.build_parser().parse_args(
+                ["--source", str(sample_source), "--target", str(folder), *map(str, args)])
+
+            def copy_state(shard):
+                shutil.copytree(folder / ".convert-state", written / ".convert-state", dirs_exist_ok=True)
+
+            run_conversion(ConvertOptions(
+                source=parsed.source, target=folder, splits=tuple(parsed.splits), seed=parsed.seed,
+                samples_per_shard=parsed.samples_per_shard, workers=parsed.workers, progress=False,
+                on_published=copy_state))
+            cache[args] = ReferenceConversion(folder, written)
         return cache[args]
 
     return reference
@@ -543,7 +572,7 @@ def every_file(directory: Path) -> dict:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def assert_clean_full_disk_failure(result, target: Path, reference: Path) -> Path:
+def assert_clean_full_disk_failure(result, target: Path, reference: ReferenceConversion) -> Path:
     """Exit 1 naming the file being written and saying the disk is full; nothing incomplete left.
 
     Returns the file the message names (relative to the target).
@@ -555,7 +584,7 @@ def assert_clean_full_disk_failure(result, target: Path, reference: Path) -> Pat
     assert failed.is_relative_to(target), result.stderr
     failed = failed.relative_to(target)
     left = every_file(target)
-    expected = every_file(reference)
+    expected = reference.every_file()
     assert failed.as_posix() in expected, f"names a file the converter writes: {result.stderr}"
     assert not [name for name in left if name.endswith(".partial")], left
     # The run is deterministic: whatever has a final name is byte for byte the complete file.
@@ -590,7 +619,7 @@ def test_full_disk_fails_cleanly_naming_the_file(sample_source, small_disk, refe
     subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)  # free space
     resumed = converted_ok(sample_source, target, *args, "--resume")
     assert "dataset complete" in resumed.stdout
-    assert every_file(target) == every_file(reference)
+    assert every_file(target) == every_file(reference.folder)  # no .convert-state/ left
 
 
 def _pages(size: int, page: int) -> int:
@@ -614,13 +643,14 @@ def test_full_disk_during_each_kind_of_write(sample_source, small_disk, referenc
     (sizes from a reference run, in whole tmpfs pages) and, for a shard, for half of it."""
     args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 8, "--workers", 1)
     reference = reference_conversion(*args)
-    assert sorted(every_file(reference)) == sorted(WRITE_ORDER + [".convert-state/plan.json"])
+    assert sorted(reference.every_file()) == sorted(WRITE_ORDER + [".convert-state/plan.json"])
+    assert sorted(every_file(reference.folder)) == sorted(n for n in WRITE_ORDER if not n.startswith(".convert-state"))
     disk = small_disk("4m")
     page = os.statvfs(disk).f_frsize
     before = [".convert-state/plan.json"] + WRITE_ORDER[: WRITE_ORDER.index(fills_in)]
-    room = sum(_pages((reference / name).stat().st_size, page) for name in before)
+    room = sum(_pages(reference.size(name), page) for name in before)
     if fills_in.endswith(".tar"):  # fill in the middle of the shard, not at its first byte
-        room += _pages((reference / fills_in).stat().st_size // 2, page)
+        room += _pages(reference.size(fills_in) // 2, page)
     filler = fill_disk(disk, room)
     target = disk / "out"
     result = convert(sample_source, target, *args)
@@ -630,7 +660,7 @@ def test_full_disk_during_each_kind_of_write(sample_source, small_disk, referenc
 
     filler.unlink()  # free space
     resumed = converted_ok(sample_source, target, *args, "--resume")
-    assert every_file(target) == every_file(reference)
+    assert every_file(target) == every_file(reference.folder)  # the state is removed once metadata.json is written
     kept = WRITE_ORDER.index(fills_in) // 2  # shards whose file and record were both written
     assert (f"{kept} verified shards kept" in resumed.stdout) == (kept > 0), resumed.stdout
 

@@ -57,11 +57,22 @@ record, sample records, skipped samples, plan fingerprint). --resume recomputes 
 refuses a different one (different options or source), and for each shard keeps the file
 only if a record of this plan exists and the file's sha256 matches it; everything else is
 rewritten, stale .partial files are removed, and shards that are not in the plan are deleted
-before metadata.json is written. metadata.json is removed when a run starts and written last.
-.convert-state/ is kept after completion: a later --resume re-verifies every shard against
-it and repairs any that changed. Deleting it once metadata.json exists loses nothing this project
-reads, but its files are inside metadata.json's reference `checksum` (checksumdir counts hidden
-files): without them the reference harness's validate_dataset.py says "Dataset is corrupted.".
+before metadata.json is written. metadata.json is removed when a run starts and written last;
+its `checksum` (the reference folder checksum) leaves .convert-state/ out, and the state is
+removed right after it, so nothing hidden is left and a copy without hidden files (as
+upload_dataset.py makes) still matches. metadata.json keeps the plan: `plan_fingerprint`, the
+options, and `convert_state_removed: true`. So --resume of a complete dataset (this plan's
+metadata.json, every shard and index there at its recorded size) writes nothing and says
+"dataset complete"; other options are refused as above (--overwrite replaces). A crash between
+writing metadata.json and removing the state leaves a complete dataset with a stale
+.convert-state/: --resume removes it (validate_dataset.py names it as what breaks the reference
+checksum). A dataset of an earlier version (state kept, inside its checksum) is resumed as usual:
+every shard verified against its record, metadata.json rewritten without the state, state
+removed. --resume of a complete dataset reads every shard (with several instances, each its own)
+and the indexes against metadata.json's sha256 first: when one differs, the state records are
+rebuilt from metadata.json and the indexes, and the resume keeps every shard that verifies and
+rewrites the rest. A shard missing or resized is caught by its size; every shard is then written
+again.
 A failed write (full disk, permissions) of any file - shard, state record, sample index,
 metadata.json - stops the run (exit 1) with "<that file>: cannot write the <what>: <why>";
 its .partial is removed, so every file under a final name is complete, and a shard whose
@@ -72,8 +83,10 @@ repartition of the replaced dataset (distributed/, now stale); other files are k
 Several instances (torchrun, poprun, SLURM; datasets.launcher): instance i writes the shards
 whose number is i modulo the count. Every instance plans identically (--seed is required
 when there is more than one instance and none was recorded) and whichever instance finds
-every shard's record after finishing its own writes the indexes and metadata.json; if none
-does (an instance crashed), a later --resume run finishes the job.
+every shard's record after finishing its own writes the indexes and metadata.json (under an
+flock of the target folder, so two that finish together do it once; the other finds that
+metadata.json and reports the dataset complete); if none does (an instance crashed), a later
+--resume run finishes the job.
 """
 
 import errno
@@ -100,9 +113,11 @@ from datasets.index import (
     FORMAT_VERSION,
     METADATA_FILE,
     SPLITS,
+    DatasetError,
     SampleRecord,
     ShardRecord,
     bbox_text,
+    parse_sample_index,
     payload_crc32c,
     sample_index_name,
     split_of_index_name,
@@ -113,7 +128,7 @@ from datasets.launcher import Instance
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.imagenet_source import ImageNetSourceError, open_source
 from datasets.validate.raw_checksum import folder_checksum
-from datasets.layout import DISTRIBUTED_DIR
+from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR
 from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
 from datasets.formats.tar import BLOCK, RECORD, padding
 
@@ -121,8 +136,11 @@ DEFAULT_SAMPLES_PER_SHARD = 1024
 DEFAULT_IMAGE_QUALITY = 95
 DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
 ON_ERROR = ("skip", "fail")
-STATE_DIR = ".convert-state"
+STATE_DIR = CONVERT_STATE_DIR
 PLAN_FILE = "plan.json"
+# metadata.json key: true when .convert-state/ is outside `checksum` and was removed once metadata.json was
+# written (an earlier version kept it, inside the checksum).
+STATE_REMOVED_KEY = "convert_state_removed"
 EXIF_ORIENTATION = 0x0112
 JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "F")
@@ -559,7 +577,7 @@ def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     target, instance = options.target, options.instance
     target.mkdir(parents=True, exist_ok=True)
     state = state_dir(target)
-    recorded = read_json(state / PLAN_FILE)
+    recorded = recorded_plan(target)
     same_plan = recorded is not None and recorded.get("fingerprint") == plan.fingerprint
     own_names = {task_name for task_name in own_shards}
     if options.overwrite:
@@ -598,6 +616,136 @@ def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     (target / METADATA_FILE).unlink(missing_ok=True)  # written again, last, when every shard exists
     for name in own_names:
         (target / (name + PARTIAL_SUFFIX)).unlink(missing_ok=True)
+
+
+def recorded_plan(target: Path):
+    """{"fingerprint", "options"} of the conversion in `target`: its state's plan.json while it runs,
+    else what a complete metadata.json records (the state is removed then); None if neither."""
+    recorded = read_json(state_dir(target) / PLAN_FILE)
+    if isinstance(recorded, dict) and isinstance(recorded.get("options"), dict):
+        return recorded
+    return plan_of_metadata(read_json(target / METADATA_FILE))
+
+
+def plan_of_metadata(metadata):
+    """plan.json's {"fingerprint", "options"} as a complete metadata.json of this converter records
+    them (build_metadata), or None for any other metadata (the reference harness's, an adoption)."""
+    if (not isinstance(metadata, dict) or not isinstance(metadata.get("plan_fingerprint"), str)
+            or not isinstance(metadata.get("splits"), dict)):
+        return None
+    splits = metadata["splits"]
+    options = {key: metadata.get(key) for key in ("format", "shuffle", "seed", "samples_per_shard", "max_shard_bytes",
+                                                   "image_quality", "max_image_pixels")}
+    options.update(splits=list(splits), source_layout=metadata.get("source_layout"),
+                   steps={split: entry.get("transform_pipeline", []) if isinstance(entry, dict) else []
+                          for split, entry in splits.items()})
+    return {"fingerprint": metadata["plan_fingerprint"], "options": options}
+
+
+def complete_metadata(target: Path, plan: Plan):
+    """(metadata, None) when `target` holds this plan's complete dataset: a metadata.json with this plan's
+    fingerprint whose shards and indexes are all there with their recorded sizes (stat only: sha256
+    checks are validate_dataset.py's). Else (None, why not) - why is None when there is no such
+    metadata.json at all."""
+    metadata = read_json(target / METADATA_FILE)
+    if not isinstance(metadata, dict) or metadata.get("plan_fingerprint") != plan.fingerprint:
+        return None, None
+    try:
+        for entry in metadata["splits"].values():
+            for name, size in [(s["name"], s["bytes"]) for s in entry["shards"]] + [(entry["index"]["name"],
+                                                                                     entry["index"]["bytes"])]:
+                path = target / name
+                if not path.is_file():
+                    return None, f"{path}: missing"
+                if path.stat().st_size != size:
+                    return None, f"{path}: {path.stat().st_size:,} bytes, {METADATA_FILE} says {size:,}"
+    except (AttributeError, KeyError, TypeError) as error:
+        return None, f"{target / METADATA_FILE}: malformed ({type(error).__name__}: {error})"
+    return metadata, None
+
+
+def verify_complete(options: ConvertOptions, plan: Plan, metadata: dict):
+    """None if this instance's shards (all of them with one instance) and the indexes match metadata.json's
+    sha256; else what differs (the first one)."""
+    target, instance = options.target, options.instance
+    for entry in metadata["splits"].values():
+        checks = [(entry["index"]["name"], entry["index"]["sha256"])]
+        checks += [(shard["name"], shard["sha256"]) for number, shard in enumerate(entry["shards"])
+                   if number % instance.count == instance.index]
+        for name, expected in checks:
+            if sha256_file(target / name)[0] != expected:
+                return f"{target / name} differs from its sha256 in {METADATA_FILE}"
+    return None
+
+
+def restore_state(target: Path, plan: Plan, metadata: dict) -> None:
+    """Write .convert-state/ records of every shard from a complete metadata.json and its sample
+    indexes (sha256-checked first): a resume then keeps each shard whose file still verifies. An
+    index without CRC32Cs (the earlier version) restores nothing: its shards are written again."""
+    for split, entry in metadata["splits"].items():
+        index_path = target / entry["index"]["name"]
+        data = index_path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["index"]["sha256"]:
+            continue
+        try:
+            records = parse_sample_index(data, index_path)
+        except DatasetError:
+            continue
+        if any(r.payload_crc32c is None for r in records):
+            continue
+        by_shard = {}
+        for r in records:
+            by_shard.setdefault(r.shard, []).append(r)
+        split_plan = plan.splits[split]
+        shard_of_source = {}
+        for number, samples in enumerate(split_plan.shards):
+            name = get_format(plan.options["format"]).shard_name(split, number, len(split_plan.shards))
+            shard_of_source.update((sample.source, name) for sample in samples)
+        skipped = {}
+        for item in entry["skipped"]:
+            skipped.setdefault(shard_of_source.get(item["path"]), []).append(item)
+        state_dir(target).mkdir(exist_ok=True)
+        for shard in entry["shards"]:
+            shard_record = ShardRecord.from_json(shard)
+            save_record(target, WrittenShard(split, -1, shard_record, by_shard.get(shard_record.name, []),
+                                             skipped.get(shard_record.name, [])), plan.fingerprint)
+
+
+def remove_state(target: Path) -> None:
+    """Remove .convert-state/ (another instance may be removing it too). WriteFailure if it stays."""
+    def tolerate_gone(function, path, exc_info):
+        if not isinstance(exc_info[1], FileNotFoundError):
+            raise exc_info[1]
+
+    try:
+        shutil.rmtree(state_dir(target), onerror=tolerate_gone)
+    except OSError as error:
+        raise WriteFailure(state_dir(target), f"cannot remove the conversion state: {error.strerror or error}; the "
+                                              f"dataset is complete, but the reference validate_dataset.py counts "
+                                              f"these hidden files in its checksum: delete the folder, or run "
+                                              f"again with --resume") from None
+
+
+@contextmanager
+def finalize_lock(target: Path):
+    """An exclusive flock on the target folder while one instance finalizes: a peer that gets it next
+    finds metadata.json written and the state removed. Where the filesystem has no flock (some network
+    mounts), unlocked: finalize also tolerates a peer finishing under it."""
+    try:
+        import fcntl
+
+        descriptor = os.open(target, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def describe_plan_difference(old: dict, new: dict) -> str:
@@ -643,10 +791,27 @@ def records_from_json(record: dict):
 
 
 def finalize(options: ConvertOptions, plan: Plan):
-    """Write the indexes and metadata.json if every planned shard has a record and a file.
+    """Write the indexes and metadata.json if every planned shard has a record and a file, then
+    remove .convert-state/ (outside metadata.json's checksum). Another instance finalizing at the
+    same time (or before) finds metadata.json of this plan and reports the dataset complete.
 
     Returns the metadata, or None (with the number of missing shards) when not complete.
     """
+    target = options.target
+    with finalize_lock(target):
+        done, _ = complete_metadata(target, plan)  # a peer instance finished it
+        if done is None:
+            done, missing = write_indexes_and_metadata(options, plan)
+            if done is None:  # its records may be gone because a peer finished meanwhile (no lock)
+                done = complete_metadata(target, plan)[0]
+                if done is None:
+                    return None, missing
+        remove_state(target)  # a crash before this: --resume finds metadata.json complete and removes it
+    return done, 0
+
+
+def write_indexes_and_metadata(options: ConvertOptions, plan: Plan):
+    """finalize's writes: (metadata, 0), or (None, missing shards) when some shard has no record or file."""
     target = options.target
     split_entries, missing = {}, 0
     records_by_split = {}
@@ -695,10 +860,10 @@ def finalize(options: ConvertOptions, plan: Plan):
         }
     metadata = build_metadata(plan, split_entries)
     # The reference harness's folder checksum, from the md5s taken while shards and indexes were
-    # written; only the small files (state records, .tfindex) are read.
+    # written; only small files (.tfindex) are read. .convert-state/ is left out: it is removed next.
     known = {entry["index"]["name"]: entry["index"]["md5"] for entry in split_entries.values()}
     known.update((shard["name"], shard.get("md5")) for entry in split_entries.values() for shard in entry["shards"])
-    metadata["checksum"] = folder_checksum(target, known)
+    metadata["checksum"] = folder_checksum(target, known, skip_folders=(STATE_DIR,))
     with writing(target / METADATA_FILE, "metadata"):
         write_metadata(target, metadata)
     return metadata, 0
@@ -727,6 +892,7 @@ def build_metadata(plan: Plan, split_entries: dict) -> dict:
         "source_layout": o["source_layout"],
         "exif_orientation": "recorded in each sample's json, not applied (as PIL and torchvision's ImageFolder)",
         "plan_fingerprint": plan.fingerprint,
+        STATE_REMOVED_KEY: True,
         "splits": split_entries,
     }
 
@@ -756,6 +922,9 @@ class Summary:
     encode_cpu: float  # CPU seconds of that phase, main process and workers
     metadata: dict | None
     missing_shards: int
+    already_complete: bool = False  # --resume found this plan's complete dataset: nothing written
+    leftover_state_removed: bool = False  # ... and removed the .convert-state/ a crash had left
+    incomplete_reason: str | None = None  # why a dataset whose metadata.json has this plan was converted again
 
 
 def validate_options(options: ConvertOptions) -> None:
@@ -791,8 +960,8 @@ def choose_seed(options: ConvertOptions) -> int:
     if options.seed is not None:
         return options.seed
     if options.resume or options.instance.count > 1:
-        recorded = read_json(state_dir(options.target) / PLAN_FILE)
-        if isinstance(recorded, dict) and isinstance(recorded.get("options", {}).get("seed"), int):
+        recorded = recorded_plan(options.target)
+        if recorded is not None and isinstance(recorded["options"].get("seed"), int):
             return recorded["options"]["seed"]
     if options.instance.count > 1:
         raise UsageError(
@@ -814,6 +983,24 @@ def convert(options: ConvertOptions) -> Summary:
         raise (UsageError if error.usage else ConversionError)(str(error)) from None
     plan = make_plan(options, source, seed)
     instance = options.instance
+    incomplete = None
+    if (options.resume or instance.count > 1) and not options.overwrite:
+        done, incomplete = complete_metadata(options.target, plan)
+        if done is not None and (done.get(STATE_REMOVED_KEY) or not state_dir(options.target).exists()):
+            try:
+                incomplete = verify_complete(options, plan, done)
+                if incomplete is None:
+                    leftover = state_dir(options.target).exists()
+                    remove_state(options.target)  # left by a crash after metadata.json was written
+                    return Summary(options, plan, seed, {}, time.perf_counter() - started, 0.0, 0.0, done, 0,
+                                   already_complete=True, leftover_state_removed=leftover)
+                restore_state(options.target, plan, done)  # the verified shards are kept by the resume below
+            except WriteFailure as failure:
+                raise ConversionError(str(failure)) from None
+            except OSError as error:
+                raise ConversionError(f"{error.filename or options.target}: {write_problem(error)}") from None
+        # Else not complete; or made by an earlier version that kept .convert-state/ inside the checksum:
+        # resumed as usual (every shard verified against its record), metadata.json written without it.
     tasks = {split: [] for split in plan.splits}
     own_names = []
     for split, split_plan in plan.splits.items():
@@ -846,7 +1033,7 @@ def convert(options: ConvertOptions) -> Summary:
     except OSError as error:  # reading state, listing or removing stale files (writes are WriteFailures)
         raise ConversionError(f"{error.filename or options.target}: {write_problem(error)}") from None
     return Summary(options, plan, seed, reports, time.perf_counter() - started, encode_elapsed, encode_cpu,
-                   metadata, missing)
+                   metadata, missing, incomplete_reason=incomplete)
 
 
 def _cpu_seconds() -> float:
@@ -972,12 +1159,21 @@ def human_bytes(n: float) -> str:
 def format_summary(summary: Summary, max_listed: int = 20) -> str:
     options, plan = summary.options, summary.plan
     instance = options.instance
+    if summary.already_complete:
+        lengths = ", ".join(f"{split} {entry['length']}" for split, entry in summary.metadata["splits"].items())
+        removed = f"; removed the {STATE_DIR}/ left by an interrupted finish" if summary.leftover_state_removed else ""
+        return (f"{options.target}: dataset complete: {lengths} samples; its {METADATA_FILE} records this "
+                f"conversion (same options and source, plan {plan.fingerprint[:12]}), every shard and index is "
+                f"there with its recorded size: nothing written{removed} (validate_dataset.py checks every byte)")
     lines = [
         f"converted {options.source} ({plan.layout} layout) -> {options.target}: format {options.format}, "
         f"shuffle {'on' if options.shuffle else 'off'}, seed {summary.seed}, "
         f"{options.samples_per_shard} samples/shard, {options.workers} worker{'s' if options.workers > 1 else ''}"
         + (f", {instance.describe()}" if instance.count > 1 else ""),
     ]
+    if summary.incomplete_reason:
+        lines.append(f"  {METADATA_FILE} records this conversion, but {summary.incomplete_reason}: resumed "
+                     f"(shards that verify are kept)")
     processed = 0
     written_total = shards_total = bytes_total = skipped_total = 0
     for split, report in summary.reports.items():

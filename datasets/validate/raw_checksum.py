@@ -66,25 +66,30 @@ def reference_checksum(md5_hexdigests) -> str:
     return reduced.hexdigest()
 
 
-def folder_checksum(folder, known_md5=None, excluded=("metadata.json",)) -> str:
+def folder_checksum(folder, known_md5=None, excluded=("metadata.json",), skip_folders=()) -> str:
     """checksumdir.dirhash(folder, "md5", excluded_files=excluded): files named in `excluded` are
     left out wherever they are. `known_md5` ({path relative to folder: md5 hex}) gives digests
-    computed while the files were written; only the other files are read."""
+    computed while the files were written; only the other files are read. `skip_folders` (paths
+    relative to `folder`) are not walked: the checksum the folder will have once they are gone."""
+    return reference_checksum(file_md5s(folder, known_md5, excluded, skip_folders).values())
+
+
+def file_md5s(folder, known_md5=None, excluded=("metadata.json",), skip_folders=()) -> dict:
+    """{path relative to folder: md5 hex} of every file checksumdir hashes (see folder_checksum);
+    a name that cannot be stat'ed counts as an empty file, as checksumdir hashes it."""
     known_md5 = known_md5 or {}
-    files, broken, _ = list_files(folder)
-    digests = [hashlib.md5().hexdigest() for path, _ in broken if os.path.basename(path) not in excluded]
+    files, broken, _ = list_files(folder, skip_folders)
+    digests = {path: hashlib.md5().hexdigest() for path, _ in broken if os.path.basename(path) not in excluded}
     for path, _ in files:
         if os.path.basename(path) in excluded:
             continue
         digest = known_md5.get(path)
-        digests.append(digest if digest else md5_sha256_of_file(os.path.join(folder, path), want_sha256=False)[0])
-    return reference_checksum(digests)
+        digests[path] = digest if digest else md5_sha256_of_file(os.path.join(folder, path), want_sha256=False)[0]
+    return digests
 
 
-
-
-def list_files(folder):
-    """Every file under `folder` the way checksumdir walks it.
+def list_files(folder, skip_folders=()):
+    """Every file under `folder` the way checksumdir walks it (`skip_folders`, relative paths, left out).
 
     Returns (files, broken, unreadable_folders): `files` are (path relative to `folder`,
     size); `broken` are (path, reason) of names that cannot be stat'ed (a dangling
@@ -97,7 +102,10 @@ def list_files(folder):
     def on_error(error):
         unreadable.append((os.path.relpath(error.filename, folder), error.strerror or str(error)))
 
+    skipped = {os.path.normpath(path) for path in skip_folders}
     for root, dirs, names in os.walk(folder, onerror=on_error, followlinks=False):
+        if skipped:
+            dirs[:] = [d for d in dirs if os.path.relpath(os.path.join(root, d), folder) not in skipped]
         dirs.sort()
         for name in sorted(names):
             path = os.path.join(root, name)

@@ -59,7 +59,7 @@ from pathlib import Path
 
 from datasets import reference_layout
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
+from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
 from datasets.formats.shard_check import (
     ERROR,
@@ -84,7 +84,7 @@ from datasets.repartition import reference_remainders
 from datasets.validate import raw_checksum
 
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
-TOOL_FOLDERS = {".convert-state"}  # create_webdataset.py's resume records (datasets.convert.converter.STATE_DIR)
+TOOL_FOLDERS = {CONVERT_STATE_DIR}  # create_webdataset.py's resume records
 RAW_TASK_BYTES = 64 << 20  # raw mode: files per worker task, by total size
 RAW_TASK_FILES = 256
 
@@ -378,6 +378,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
             problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}",
                                   f"malformed repartition manifest: {type(exc).__name__}: {exc}"))
     _check_extra_files(root, expected_files, repartitions, problems)
+    _check_reference_checksum(root, metadata, states, results, problems, report.notes)
 
     report.problems = _sorted_problems(problems)
     report.verdicts["Dataset"] = report.ok
@@ -474,6 +475,64 @@ def _check_extra_files(root, expected, repartitions, problems):
                 problems.append(warning(relative, "partial file left by an interrupted write (safe to delete)"))
             else:
                 problems.append(warning(relative, "extra file not listed in metadata.json (loaders ignore it)"))
+
+
+def _check_reference_checksum(root, metadata, states, results, problems, notes):
+    """metadata.json's `checksum` (the reference harness's md5 folder checksum, datasets.validate.raw_checksum)
+    against the folder, from the md5s metadata.json records for the shards and indexes, which verified by
+    sha256 (only the other files are read); checked when nothing else is wrong. A mismatch is a warning
+    (every file here is checked by its own record), but the reference validate_dataset.py says "Dataset is
+    corrupted.": the warning names the likely cause, e.g. a .convert-state/ left by a crash."""
+    expected = metadata.get("checksum")
+    if not isinstance(expected, str) or any(p.severity == ERROR for p in problems):
+        return
+    known = {}
+    for split, state in states.items():
+        index = metadata["splits"][split].get("index") or {}
+        if not index.get("md5"):
+            return  # written before md5s were recorded: the check would read every shard
+        known[index["name"]] = index["md5"]
+        for shard in state.shards:
+            result = results.get(shard.name)
+            if not shard.md5 or result is None or result.sha256 != shard.sha256:
+                return
+            known[shard.name] = shard.md5
+    root = Path(root)
+    added_later = [folder for folder in (CONVERT_STATE_DIR, DISTRIBUTED_DIR) if (root / folder).is_dir()]
+    base = list(raw_checksum.file_md5s(root, known, skip_folders=added_later).values())
+    if raw_checksum.reference_checksum(base) == expected:
+        counted = []
+    else:
+        inside = {folder: list(raw_checksum.file_md5s(root / folder).values()) for folder in added_later}
+        candidates = [[CONVERT_STATE_DIR], [DISTRIBUTED_DIR], [CONVERT_STATE_DIR, DISTRIBUTED_DIR]]
+        counted = next((folders for folders in candidates if set(folders) <= set(added_later) and
+                        raw_checksum.reference_checksum(base + [md5 for f in folders for md5 in inside[f]]) == expected),
+                       None)
+    state = f"{CONVERT_STATE_DIR}/"
+    if counted is None:
+        extra = sorted({p.file for p in problems if p.severity == WARNING and p.file and p.file != METADATA_FILE})
+        causes = ([f"{state} left by create_webdataset.py (create_webdataset.py --resume with the same options "
+                   f"removes it)"] if CONVERT_STATE_DIR in added_later else [])
+        causes += [f"files added after the conversion ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})"] if extra else []
+        problems.append(warning("", f"the reference folder checksum (md5 dirhash) differs from metadata.json's "
+                                    f"checksum {expected}: the reference validate_dataset.py says \"Dataset is "
+                                    f"corrupted.\" though every file checked here is intact; likely cause: "
+                                    + ("; ".join(causes) if causes else "a file the reference counts changed (e.g. a "
+                                                                          ".tfindex), or the checksum was edited")))
+        return
+    if CONVERT_STATE_DIR in added_later and CONVERT_STATE_DIR not in counted:
+        problems.append(warning(state, "left by a conversion stopped after writing metadata.json, whose checksum "
+                                       "does not count it: the reference validate_dataset.py counts hidden files and "
+                                       "says \"Dataset is corrupted.\"; create_webdataset.py --resume with the same "
+                                       "options removes it (or delete the folder)"))
+    if CONVERT_STATE_DIR in counted:
+        notes.append(f"metadata.json's checksum counts {state} (written by an earlier create_webdataset.py): deleting "
+                     f"it, or a copy without hidden files (upload_dataset.py makes one), fails the reference "
+                     f"validator; create_webdataset.py --resume with the same options rewrites metadata.json "
+                     f"without it and removes it")
+    if DISTRIBUTED_DIR in added_later and DISTRIBUTED_DIR not in counted:
+        notes.append(f"the reference folder checksum matches without {DISTRIBUTED_DIR}/, added after metadata.json "
+                     f"was written (the reference validate_dataset.py counts it and says corrupted)")
 
 
 # ================================================================================ repartitions
