@@ -25,6 +25,7 @@ import pytest
 from PIL import Image
 
 from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, run_script
+from reference_layout import folder_dirhash
 from datasets.index import read_metadata, read_sample_index
 from datasets.preprocess import apply_steps, parse_steps
 
@@ -48,6 +49,38 @@ def output_hashes(directory: Path) -> dict:
     """sha256 of every shard, index and metadata.json."""
     names = sorted(p.name for p in directory.iterdir() if p.suffix in (".tar", ".tsv") or p.name == "metadata.json")
     return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
+
+
+def assert_nothing_hidden_and_the_reference_checksum_matches(target: Path):
+    """No hidden file or folder is left, and metadata.json's checksum is checksumdir's own dirhash of the folder
+    (what the reference validate_dataset.py compares), also for a copy that skips hidden files."""
+    assert [p.relative_to(target).as_posix() for p in target.rglob(".*")] == []
+    assert folder_dirhash(target) == read_metadata(target)["checksum"]
+
+
+def file_identities(directory: Path) -> dict:
+    """(inode, mtime ns, size) of the folder and everything under it: a rewrite (atomic rename), a new or a
+    removed file changes it."""
+    return {p.relative_to(directory).as_posix(): (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size)
+            for p in [directory, *directory.rglob("*")]}
+
+
+def convert_keeping_the_state(source: Path, folder: Path, copy: Path, *args) -> None:
+    """Convert in-process with the CLI's arguments; `copy` receives every .convert-state/ file as it was
+    before the conversion removed the state (the library's on_published hook runs after each record)."""
+    import create_webdataset
+    from datasets.convert.converter import ConvertOptions, convert as run_conversion
+
+    parsed = create_webdataset.build_parser().parse_args(
+        ["--source", str(source), "--target", str(folder), *map(str, args)])
+
+    def copy_state(shard):
+        shutil.copytree(folder / ".convert-state", copy / ".convert-state", dirs_exist_ok=True)
+
+    run_conversion(ConvertOptions(
+        source=parsed.source, target=folder, splits=tuple(parsed.splits), seed=parsed.seed,
+        samples_per_shard=parsed.samples_per_shard, workers=parsed.workers, progress=False,
+        on_published=copy_state))
 
 
 def tar_samples(path: Path):
@@ -303,6 +336,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_bytes(sample_source, tmp_pa
     assert "verified shards kept" in resumed.stdout
     assert output_hashes(target) == output_hashes(reference)
     assert not list(target.glob("*.partial"))
+    assert_nothing_hidden_and_the_reference_checksum_matches(target)
 
 
 def test_resume_rewrites_a_damaged_shard_and_removes_stale_ones(sample_source, tmp_path):
@@ -346,9 +380,128 @@ def test_two_instances_write_alternate_shards_and_the_last_writes_metadata(sampl
     second = converted_ok(sample_source, target, *args, "--instance-index", 0, "--instance-count", 2)
     assert "dataset complete" in second.stdout
     assert output_hashes(target) == output_hashes(tmp_path / "single")
+    assert_nothing_hidden_and_the_reference_checksum_matches(target)
+    # Run again (a restarted job), each instance finds the dataset complete and writes nothing.
+    before = file_identities(target)
+    for index in (1, 0):
+        again = converted_ok(sample_source, target, *args, "--instance-index", index, "--instance-count", 2)
+        assert "dataset complete" in again.stdout and "nothing written" in again.stdout
+    assert file_identities(target) == before
 
     needs_seed = convert(sample_source, tmp_path / "noseed", "--instance-index", 0, "--instance-count", 2)
     assert needs_seed.returncode == 2 and "--seed is required" in needs_seed.stderr
+
+
+def test_an_instance_finishing_after_its_peer_removed_the_state_reports_complete(sample_source, tmp_path):
+    """Two instances can reach finalize together: the one that comes second (the flock makes it wait) finds
+    the state removed and metadata.json of its plan written, and reports the dataset complete, writing
+    nothing. (Without the flock, on a network mount, its records vanish under it: same answer.)"""
+    from datasets.convert.converter import ConvertOptions, finalize, make_plan
+    from datasets.convert.imagenet_source import open_source
+    from datasets.launcher import Instance
+
+    args = ("--seed", 5, "--splits", "train", "--samples-per-shard", 4)
+    for index in (0, 1):
+        converted_ok(sample_source, tmp_path, *args, "--instance-index", index, "--instance-count", 2)
+    assert not (tmp_path / ".convert-state").exists()
+    before = file_identities(tmp_path)
+    options = ConvertOptions(sample_source, tmp_path, splits=("train",), seed=5, samples_per_shard=4,
+                             instance=Instance(0, 2, "test"), progress=False)
+    plan = make_plan(options, open_source(sample_source, ("train",), "auto"), 5)
+    metadata, missing = finalize(options, plan)
+    assert missing == 0 and metadata == read_metadata(tmp_path)
+    assert file_identities(tmp_path) == before
+
+
+def test_two_instances_started_together_leave_the_single_instance_bytes(sample_source, tmp_path):
+    args = ["--seed", 5, "--splits", "train", "--samples-per-shard", 4]
+    converted_ok(sample_source, tmp_path / "single", *args)
+    target = tmp_path / "multi"
+    command = [PYTHON, str(REPO / "create_webdataset.py"), "--source", str(sample_source), "--target", str(target),
+               "--no-progress", *map(str, args), "--instance-count", "2", "--instance-index"]
+    processes = [subprocess.Popen(command + [str(index)], cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for index in (0, 1)]
+    outputs = [process.communicate(timeout=300) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    assert any("dataset complete" in out for out, _ in outputs), outputs
+    assert output_hashes(target) == output_hashes(tmp_path / "single")
+    assert_nothing_hidden_and_the_reference_checksum_matches(target)
+
+
+def test_resume_of_a_complete_dataset_writes_nothing_and_other_options_are_refused(sample_source, tmp_path):
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4)
+    converted_ok(sample_source, tmp_path, *args)
+    assert_nothing_hidden_and_the_reference_checksum_matches(tmp_path)
+    assert read_metadata(tmp_path)["convert_state_removed"] is True
+    before = file_identities(tmp_path)
+    result = converted_ok(sample_source, tmp_path, *args, "--resume")
+    assert "dataset complete" in result.stdout and "nothing written" in result.stdout, result.stdout
+    # The seed is taken from metadata.json when not given, as it was from the state.
+    result = converted_ok(sample_source, tmp_path, "--splits", "validation", "--samples-per-shard", 4, "--resume")
+    assert "nothing written" in result.stdout
+    refused = convert(sample_source, tmp_path, "--seed", 0, "--splits", "validation", "--samples-per-shard", 3,
+                      "--resume")
+    assert refused.returncode == 2 and "other options" in refused.stderr and "samples_per_shard: 4 -> 3" in refused.stderr
+    assert file_identities(tmp_path) == before
+
+
+def test_a_state_left_by_a_crash_after_metadata_is_named_by_the_validator_and_removed_by_resume(
+        sample_source, tmp_path):
+    """A crash between writing metadata.json and removing .convert-state/ leaves both: the reference checksum
+    fails (checksumdir counts the hidden files), validate_dataset.py names the folder, --resume removes it."""
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4, "--workers", 1)
+    target, state = tmp_path / "target", tmp_path / "state"
+    convert_keeping_the_state(sample_source, target, state, *args)
+    assert not (target / ".convert-state").exists()
+    shutil.copytree(state / ".convert-state", target / ".convert-state")  # as the crash left it
+    assert folder_dirhash(target) != read_metadata(target)["checksum"]
+    report = run_script("validate_dataset.py", target)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert re.search(r"warning: \.convert-state/: left by a conversion stopped after writing metadata\.json.*"
+                     r"Dataset is corrupted.*--resume", report.stdout), report.stdout
+    kept = {name: identity for name, identity in file_identities(target).items()
+            if name not in (".", ".convert-state") and not name.startswith(".convert-state/")}
+    resumed = converted_ok(sample_source, target, *args, "--resume")
+    assert "dataset complete" in resumed.stdout and "removed the .convert-state/" in resumed.stdout
+    assert {name: identity for name, identity in file_identities(target).items() if name != "."} == kept
+    assert_nothing_hidden_and_the_reference_checksum_matches(target)
+    report = run_script("validate_dataset.py", target)
+    assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
+
+
+def test_a_dataset_whose_checksum_counts_its_state_is_resumed_without_it(sample_source, tmp_path):
+    """The earlier version kept .convert-state/ inside metadata.json's checksum: the validator says so, and
+    --resume verifies every shard against its record, rewrites metadata.json without it and removes it."""
+    from datasets.index import write_metadata
+
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4, "--workers", 1)
+    target, state = tmp_path / "target", tmp_path / "state"
+    convert_keeping_the_state(sample_source, target, state, *args)
+    shutil.copytree(state / ".convert-state", target / ".convert-state")
+    earlier = read_metadata(target)
+    del earlier["convert_state_removed"]
+    earlier["checksum"] = folder_dirhash(target)
+    write_metadata(target, earlier)
+    report = run_script("validate_dataset.py", target)
+    assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
+    assert "note: metadata.json's checksum counts .convert-state/" in report.stdout, report.stdout
+    resumed = converted_ok(sample_source, target, *args, "--resume")
+    assert "3 verified shards kept" in resumed.stdout, resumed.stdout
+    assert read_metadata(target)["convert_state_removed"] is True
+    assert_nothing_hidden_and_the_reference_checksum_matches(target)
+
+
+def test_the_validator_names_files_added_after_the_conversion_when_the_reference_checksum_differs(
+        converted, tmp_path):
+    dataset = tmp_path / "copy"
+    shutil.copytree(converted("img"), dataset)
+    clean = run_script("validate_dataset.py", dataset)
+    assert clean.returncode == 0 and "reference folder checksum" not in clean.stdout, clean.stdout
+    (dataset / "notes.txt").write_text("the user's file")
+    report = run_script("validate_dataset.py", dataset)
+    assert report.returncode == 0, report.stdout
+    assert re.search(r"the reference folder checksum .* differs .*likely cause: files added after the conversion "
+                     r"\(notes\.txt\)", report.stdout), report.stdout
 
 
 # ---------------------------------------------------------------- quirks
@@ -542,24 +695,12 @@ class ReferenceConversion:
 def reference_conversion(sample_source, tmp_path_factory):
     """reference_conversion(*args) -> the ReferenceConversion of those arguments (cached). Run in-process:
     the library's on_published hook (called after each state record is written) copies the state."""
-    import create_webdataset
-    from datasets.convert.converter import ConvertOptions, convert as run_conversion
-
     cache = {}
 
     def reference(*args):
         if args not in cache:
             folder, written = tmp_path_factory.mktemp("full-disk-reference"), tmp_path_factory.mktemp("state-copy")
-            parsed = create_webdataset.build_parser().parse_args(
-                ["--source", str(sample_source), "--target", str(folder), *map(str, args)])
-
-            def copy_state(shard):
-                shutil.copytree(folder / ".convert-state", written / ".convert-state", dirs_exist_ok=True)
-
-            run_conversion(ConvertOptions(
-                source=parsed.source, target=folder, splits=tuple(parsed.splits), seed=parsed.seed,
-                samples_per_shard=parsed.samples_per_shard, workers=parsed.workers, progress=False,
-                on_published=copy_state))
+            convert_keeping_the_state(sample_source, folder, written, *args)
             cache[args] = ReferenceConversion(folder, written)
         return cache[args]
 

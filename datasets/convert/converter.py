@@ -574,8 +574,13 @@ def read_json(path: Path):
 
 def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     """Apply --overwrite / --resume / the multi-instance rules; write the plan record."""
+    options.target.mkdir(parents=True, exist_ok=True)
+    with target_lock(options.target):
+        _prepare_target(options, plan, own_shards)
+
+
+def _prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     target, instance = options.target, options.instance
-    target.mkdir(parents=True, exist_ok=True)
     state = state_dir(target)
     recorded = recorded_plan(target)
     same_plan = recorded is not None and recorded.get("fingerprint") == plan.fingerprint
@@ -606,7 +611,9 @@ def prepare_target(options: ConvertOptions, plan: Plan, own_shards) -> None:
     elif instance.count > 1 and not options.resume:
         present = [n for n in own_names if (target / n).exists() or record_path(target, n).exists()]
         foreign = [e for e in os.listdir(target) if not is_converter_output(e)]
-        if present or foreign or (recorded is None and any(is_converter_output(e) for e in os.listdir(target))):
+        # A state folder alone, without plan.json, is a peer creating it (where there is no flock).
+        earlier = [e for e in os.listdir(target) if is_converter_output(e) and e != STATE_DIR]
+        if present or foreign or (recorded is None and earlier):
             raise UsageError(
                 f"--target {target} already holds files of this instance or of another conversion; pass "
                 f"--resume to finish an interrupted conversion, or --overwrite")
@@ -727,10 +734,11 @@ def remove_state(target: Path) -> None:
 
 
 @contextmanager
-def finalize_lock(target: Path):
-    """An exclusive flock on the target folder while one instance finalizes: a peer that gets it next
-    finds metadata.json written and the state removed. Where the filesystem has no flock (some network
-    mounts), unlocked: finalize also tolerates a peer finishing under it."""
+def target_lock(target: Path):
+    """An exclusive flock on the target folder while one instance prepares the target (checks it, writes
+    plan.json) or finalizes: instances started together see each other's plan.json, not a half-made state,
+    and a peer that finalizes second finds metadata.json written and the state removed. Where the
+    filesystem has no flock (some network mounts), unlocked: both steps also tolerate a peer's work."""
     try:
         import fcntl
 
@@ -798,7 +806,7 @@ def finalize(options: ConvertOptions, plan: Plan):
     Returns the metadata, or None (with the number of missing shards) when not complete.
     """
     target = options.target
-    with finalize_lock(target):
+    with target_lock(target):
         done, _ = complete_metadata(target, plan)  # a peer instance finished it
         if done is None:
             done, missing = write_indexes_and_metadata(options, plan)
