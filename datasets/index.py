@@ -26,6 +26,11 @@ see datasets.validate.raw_checksum) and adds:
         "skipped": [{"path": ..., "reason": ...}],
         "shards": [ShardRecord.to_json(), ...],
         "index": {"name": "samples-train.index.tsv", "bytes": ..., "sha256": ..., "md5": ...}}}
+    "plan_fingerprint": "<sha256>",          the conversion plan (options, source listing): create_webdataset.py
+                                            --resume with the same options and source finds the dataset complete
+    "convert_state_removed": true,          .convert-state/ is outside `checksum` and was removed once this
+                                            file was written (absent: made by an earlier version that kept it,
+                                            inside the checksum)
     "payload_extension": "pth",             only where it differs from the format's (datasets.formats.payload_extension_of)
                                             (an adopted reference tensor dataset)
 
@@ -54,6 +59,8 @@ from datasets.layout import METADATA_FILE, SPLITS  # noqa: F401  (re-exported: t
 from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
 
 FORMAT_VERSION = 1
+# metadata.json key (see above): true when the converter's .convert-state/ is outside `checksum` and removed.
+CONVERT_STATE_REMOVED = "convert_state_removed"
 
 
 class DatasetError(Exception):

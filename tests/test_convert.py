@@ -485,6 +485,13 @@ def test_a_dataset_whose_checksum_counts_its_state_is_resumed_without_it(sample_
     report = run_script("validate_dataset.py", target)
     assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
     assert "note: metadata.json's checksum counts .convert-state/" in report.stdout, report.stdout
+    # What upload_dataset.py's copy of it (hidden files skipped) did in the reference validator, named here.
+    copy = tmp_path / "copy"
+    shutil.copytree(target, copy, ignore=shutil.ignore_patterns(".*"))
+    assert folder_dirhash(copy) != earlier["checksum"]
+    report = run_script("validate_dataset.py", copy)
+    assert re.search(r"warning: .*reference folder checksum .* differs .*likely cause: made by an earlier "
+                     r"create_webdataset\.py, whose checksum counted its \.convert-state/", report.stdout), report.stdout
     resumed = converted_ok(sample_source, target, *args, "--resume")
     assert "3 verified shards kept" in resumed.stdout, resumed.stdout
     assert read_metadata(target)["convert_state_removed"] is True

@@ -486,3 +486,20 @@ def test_host_benchmark_refuses_a_copy_of_another_dataset(s3_server, converted, 
     assert result.returncode == 1 and f"not a copy of {other}" in result.stderr, result.stderr
     bad = run_script("host_benchmark.py", "--compare", other, "--compare-transport", str(other))
     assert bad.returncode == 2 and "not an http(s):// or s3://" in bad.stderr
+
+
+def test_a_downloaded_copy_matches_the_reference_checksum(s3_env, converted, uploaded, tmp_path):
+    """upload_dataset.py skips hidden files: the copy downloaded back holds every file of the converted folder
+    (no .convert-state/ is left there to miss), and checksumdir's dirhash of it is metadata.json's checksum,
+    what the reference validate_dataset.py compares."""
+    from reference_layout import folder_dirhash
+
+    location = uploaded("img")
+    copy = tmp_path / "downloaded"
+    for name in storage.list_objects(location):
+        path = copy / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(storage.read_bytes(storage.join_location(location, name)))
+    local = converted("img")
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == sorted(p.relative_to(local) for p in local.rglob("*"))
+    assert folder_dirhash(copy) == json.loads((copy / METADATA_FILE).read_text())["checksum"]

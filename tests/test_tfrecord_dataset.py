@@ -17,6 +17,7 @@ import crc32c
 import pytest
 
 from conftest import PYTHON, REPO, run_script
+from reference_layout import folder_dirhash
 from datasets.index import read_metadata, read_sample_index
 from datasets.formats.tf_example import parse_example, serialize_example
 from datasets.formats.tfrecord import (
@@ -154,6 +155,9 @@ def test_sigkill_then_resume_gives_the_uninterrupted_bytes(sample_source, tmp_pa
     assert "verified shards kept" in resumed.stdout
     assert output_hashes(target) == output_hashes(reference)
     assert not list(target.glob("*.partial")) and not (target / "train-00003-of-00099").exists()
+    # Nothing hidden is left, and the reference folder checksum (.tfindex files included) is checksumdir's.
+    assert [p.name for p in target.rglob(".*")] == []
+    assert folder_dirhash(target) == read_metadata(target)["checksum"]
 
 
 def test_overwrite_replaces_an_img_conversion_entirely(sample_source, tmp_path):

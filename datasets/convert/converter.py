@@ -110,6 +110,7 @@ from PIL import Image, UnidentifiedImageError
 
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_json, partial_path, sha256_file
 from datasets.index import (
+    CONVERT_STATE_REMOVED,
     FORMAT_VERSION,
     METADATA_FILE,
     SPLITS,
@@ -138,9 +139,6 @@ DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
 ON_ERROR = ("skip", "fail")
 STATE_DIR = CONVERT_STATE_DIR
 PLAN_FILE = "plan.json"
-# metadata.json key: true when .convert-state/ is outside `checksum` and was removed once metadata.json was
-# written (an earlier version kept it, inside the checksum).
-STATE_REMOVED_KEY = "convert_state_removed"
 EXIF_ORIENTATION = 0x0112
 JPEG_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames; decoders read its first frame
 GRAYSCALE_MODES = ("1", "L", "LA", "I", "I;16", "F")
@@ -900,7 +898,7 @@ def build_metadata(plan: Plan, split_entries: dict) -> dict:
         "source_layout": o["source_layout"],
         "exif_orientation": "recorded in each sample's json, not applied (as PIL and torchvision's ImageFolder)",
         "plan_fingerprint": plan.fingerprint,
-        STATE_REMOVED_KEY: True,
+        CONVERT_STATE_REMOVED: True,
         "splits": split_entries,
     }
 
@@ -994,7 +992,7 @@ def convert(options: ConvertOptions) -> Summary:
     incomplete = None
     if (options.resume or instance.count > 1) and not options.overwrite:
         done, incomplete = complete_metadata(options.target, plan)
-        if done is not None and (done.get(STATE_REMOVED_KEY) or not state_dir(options.target).exists()):
+        if done is not None and (done.get(CONVERT_STATE_REMOVED) or not state_dir(options.target).exists()):
             try:
                 incomplete = verify_complete(options, plan, done)
                 if incomplete is None:
@@ -1002,7 +1000,8 @@ def convert(options: ConvertOptions) -> Summary:
                     remove_state(options.target)  # left by a crash after metadata.json was written
                     return Summary(options, plan, seed, {}, time.perf_counter() - started, 0.0, 0.0, done, 0,
                                    already_complete=True, leftover_state_removed=leftover)
-                restore_state(options.target, plan, done)  # the verified shards are kept by the resume below
+                if options.resume:  # (an instance started without it is refused below: nothing written)
+                    restore_state(options.target, plan, done)  # the verified shards are kept by the resume below
             except WriteFailure as failure:
                 raise ConversionError(str(failure)) from None
             except OSError as error:

@@ -16,6 +16,9 @@ Two kinds of folder are checked (`validate`):
     disjoint (except for the keys named as padding), counts follow the policy, remainder
     shards hold byte-identical copies;
   - files nobody lists are warnings (a loader never reads them), never corruption;
+  - metadata.json's reference `checksum` (checksumdir's md5 dirhash, from the md5s metadata.json records for
+    the shards and indexes that verified): a mismatch is a warning naming the likely cause (a
+    .convert-state/ a crash left, files added), as the reference validate_dataset.py would say corrupted;
   - with `deep`, every image is decoded (PIL verify + load) and every tensor parsed.
 
 **Raw image folder** (`train/<class>/*`, `validation/<class>/*`): the reference harness's
@@ -73,6 +76,7 @@ from datasets.formats.shard_check import (
     warning,
 )
 from datasets.index import (
+    CONVERT_STATE_REMOVED,
     SAMPLE_INDEX_SUFFIX,
     METADATA_FILE,
     DatasetError,
@@ -514,6 +518,9 @@ def _check_reference_checksum(root, metadata, states, results, problems, notes):
         causes = ([f"{state} left by create_webdataset.py (create_webdataset.py --resume with the same options "
                    f"removes it)"] if CONVERT_STATE_DIR in added_later else [])
         causes += [f"files added after the conversion ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})"] if extra else []
+        if "plan_fingerprint" in metadata and CONVERT_STATE_REMOVED not in metadata and CONVERT_STATE_DIR not in added_later:
+            causes.append(f"made by an earlier create_webdataset.py, whose checksum counted its {state}, since "
+                          f"deleted or not copied")
         problems.append(warning("", f"the reference folder checksum (md5 dirhash) differs from metadata.json's "
                                     f"checksum {expected}: the reference validate_dataset.py says \"Dataset is "
                                     f"corrupted.\" though every file checked here is intact; likely cause: "
