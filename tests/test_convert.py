@@ -445,6 +445,20 @@ def test_resume_of_a_complete_dataset_writes_nothing_and_other_options_are_refus
     assert file_identities(tmp_path) == before
 
 
+def test_resume_of_a_complete_dataset_keeps_its_repartition_valid(sample_source, tmp_path):
+    args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4)
+    converted_ok(sample_source, tmp_path, *args)
+    repartitioned = run_script("distributed_webdataset.py", "--target", tmp_path, "--num-instances", 2, "--quiet")
+    assert repartitioned.returncode == 0, repartitioned.stdout + repartitioned.stderr
+    before = file_identities(tmp_path)
+    assert "nothing written" in converted_ok(sample_source, tmp_path, *args, "--resume").stdout
+    assert file_identities(tmp_path) == before
+    report = run_script("validate_dataset.py", tmp_path)
+    assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
+    assert "distributed/" in report.stdout  # checked, and named in the checksum note
+    assert "note: the reference folder checksum matches without distributed/" in report.stdout, report.stdout
+
+
 def test_a_state_left_by_a_crash_after_metadata_is_named_by_the_validator_and_removed_by_resume(
         sample_source, tmp_path):
     """A crash between writing metadata.json and removing .convert-state/ leaves both: the reference checksum

@@ -61,18 +61,18 @@ before metadata.json is written. metadata.json is removed when a run starts and 
 its `checksum` (the reference folder checksum) leaves .convert-state/ out, and the state is
 removed right after it, so nothing hidden is left and a copy without hidden files (as
 upload_dataset.py makes) still matches. metadata.json keeps the plan: `plan_fingerprint`, the
-options, and `convert_state_removed: true`. So --resume of a complete dataset (this plan's
-metadata.json, every shard and index there at its recorded size) writes nothing and says
-"dataset complete"; other options are refused as above (--overwrite replaces). A crash between
-writing metadata.json and removing the state leaves a complete dataset with a stale
-.convert-state/: --resume removes it (validate_dataset.py names it as what breaks the reference
-checksum). A dataset of an earlier version (state kept, inside its checksum) is resumed as usual:
-every shard verified against its record, metadata.json rewritten without the state, state
-removed. --resume of a complete dataset reads every shard (with several instances, each its own)
-and the indexes against metadata.json's sha256 first: when one differs, the state records are
-rebuilt from metadata.json and the indexes, and the resume keeps every shard that verifies and
-rewrites the rest. A shard missing or resized is caught by its size; every shard is then written
-again.
+options, and `convert_state_removed: true`. --resume of a complete dataset (this plan's
+metadata.json, every shard and index there at its recorded size) reads every shard (with several
+instances, each its own) and the indexes against metadata.json's sha256: when all match it
+writes nothing and says "dataset complete" (a repartition beside it, distributed/, which records
+metadata.json's sha256, stays valid); when one differs, the state records are rebuilt from
+metadata.json and the indexes and the resume keeps every shard that verifies and rewrites the
+rest (a shard missing or resized: every shard is written again). Other options are refused as
+above (--overwrite replaces). A crash between writing metadata.json and removing the state
+leaves a complete dataset with a stale .convert-state/: --resume removes it (validate_dataset.py
+names it as what breaks the reference checksum). A dataset of an earlier version (state kept,
+inside its checksum) is resumed as usual: every shard verified against its record, metadata.json
+rewritten without the state, state removed.
 A failed write (full disk, permissions) of any file - shard, state record, sample index,
 metadata.json - stops the run (exit 1) with "<that file>: cannot write the <what>: <why>";
 its .partial is removed, so every file under a final name is complete, and a shard whose
