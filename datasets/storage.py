@@ -182,12 +182,14 @@ def open_byte_range(location: str, start: int, stop: Optional[int]):
 
 
 def _urlopen(request: urllib.request.Request):
-    """One http(s) request, recorded (STATS, the request log) with its time to the response headers."""
+    """One http(s) request, recorded (STATS, the request log) as it is sent, and a GET's time to the
+    response headers once they arrive."""
+    record_request(f"http_{request.get_method().lower()}")
     began = time.perf_counter()
-    try:
-        return urllib.request.urlopen(request, timeout=HTTP_TIMEOUT)
-    finally:
-        record_request(f"http_{request.get_method().lower()}", time.perf_counter() - began)
+    response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT)
+    if request.get_method() == "GET":
+        record_ttfb(time.perf_counter() - began)
+    return response
 
 
 def _note_no_range(location: str, start: int) -> None:
@@ -231,20 +233,34 @@ STATS = TransferStats()
 GET_KINDS = ("get_object", "http_get")  # the requests that fetch bytes
 
 
-def record_request(kind: str, ttfb: Optional[float] = None) -> None:
-    """Count one request in STATS and, when REQUEST_LOG_VARIABLE names a file, append
-    "kind<TAB>ttfb seconds (or -)" to it (one short O_APPEND write: lines of processes do not mix)."""
+def record_request(kind: str) -> None:
+    """Count one request in STATS as it is sent (a process killed while it waits for the answer has
+    still made it: the server saw it) and, when REQUEST_LOG_VARIABLE names a file, append
+    "kind<TAB>-" to it (one short O_APPEND write: lines of processes do not mix)."""
     STATS.count(kind)
-    if ttfb is not None:
-        STATS.ttfb.append(ttfb)
+    _log_line(kind, "-")
+
+
+def record_ttfb(seconds: float) -> None:
+    """The time from sending a GET to its response headers (after its record_request): STATS.ttfb,
+    and a "ttfb<TAB>seconds" line in the request log."""
+    STATS.ttfb.append(seconds)
+    _log_line(TTFB_KIND, f"{seconds:.6f}")
+
+
+TTFB_KIND = "ttfb"
+
+
+def _log_line(kind: str, value: str) -> None:
     path = os.environ.get(REQUEST_LOG_VARIABLE)
     if path:
         with open(path, "a") as handle:
-            handle.write(f"{kind}\t{'-' if ttfb is None else f'{ttfb:.6f}'}\n")
+            handle.write(f"{kind}\t{value}\n")
 
 
 def read_request_log(path) -> list:
-    """[(kind, ttfb seconds or None)] of a request log (see record_request); [] if there is none."""
+    """[(kind, seconds or None)] of a request log: one (kind, None) per request as it was sent
+    (record_request), one (TTFB_KIND, seconds) per GET answered (record_ttfb); [] if there is none."""
     try:
         text = open(path).read()
     except FileNotFoundError:
@@ -337,8 +353,7 @@ def _call(operation: str, bucket: str, key: Optional[str], **kwargs):
     from botocore.exceptions import BotoCoreError, ClientError
 
     s3 = s3_client()
-    if operation != "get_object":  # a GET is recorded with its time to first byte (S3RangeReader)
-        record_request(operation)
+    record_request(operation)  # as it is sent (botocore's retries of it are not counted)
     try:
         return getattr(s3.client, operation)(Bucket=bucket, **({"Key": key} if key is not None else {}), **kwargs)
     except (ClientError, BotoCoreError) as error:
@@ -432,10 +447,8 @@ class S3RangeReader(io.RawIOBase):
         if self.position or self.stop is not None:  # no Range for a whole object: `bytes=0-` of an empty one is 416
             extra["Range"] = wanted
         began = time.perf_counter()
-        try:
-            answer = _call("get_object", self.bucket, self.key, **extra)
-        finally:
-            record_request("get_object", time.perf_counter() - began)
+        answer = _call("get_object", self.bucket, self.key, **extra)
+        record_ttfb(time.perf_counter() - began)
         if self.etag is None:
             self.etag = answer.get("ETag")
         elif answer.get("ETag") and answer["ETag"] != self.etag:

@@ -134,7 +134,7 @@ class RequestLog:
 
     def figures(self) -> dict:
         """GETs made and their time to first byte p50/p99 (ms)."""
-        ttfb = [t for kind, t in self.entries if kind in storage.GET_KINDS and t is not None]
+        ttfb = [t for kind, t in self.entries if kind == storage.TTFB_KIND]
         return {"gets": sum(1 for kind, _ in self.entries if kind in storage.GET_KINDS),
                 "ttfb_ms_p50": float(np.percentile(ttfb, 50) * 1e3) if ttfb else None,
                 "ttfb_ms_p99": float(np.percentile(ttfb, 99) * 1e3) if ttfb else None}
