@@ -335,3 +335,20 @@ def test_torchrun_two_instances_report_each_and_the_aggregate():
     # Only rank 0 reports: one reference line, carrying the aggregate.
     assert out.count("Throughput of the iteration:") == 1
     assert "instance 0 of 2 (torchrun" in out
+
+
+def test_the_table_keeps_figures_in_line_under_long_labels():
+    """A label longer than the row column (e.g. "..., crop decode, verify off") widens it: every
+    line's img/s figure ends at the same column as the header's."""
+    from datasets.hostbench.report import format_table
+
+    def row(label, rate):
+        return {"label": label, "images_per_s": rate, "images_per_s_per_worker": rate, "images_per_cpu_s": rate,
+                "cpu_ms_per_image": 1.0, "main_cpu_ms_per_image": 0.1, "mb_per_s": 9.0, "latency_ms_p50": 1.0,
+                "latency_ms_p99": 2.0, "batch_dtype": "uint8", "batch_shape": "4x3x8x8", "seconds": 100}
+
+    rows = [row("short", 1), row("tfrecord, device normalisation, crop decode, verify off", 22_222)]
+    header, _, *lines = format_table(rows).splitlines()
+    end = header.index("img/s") + len("img/s")
+    assert [line[:end].rstrip()[-1:] for line in lines] == ["1", "2"], format_table(rows)
+    assert all(line[end] == " " for line in lines)

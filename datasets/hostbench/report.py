@@ -35,18 +35,28 @@ TABLE_COLUMNS = (
 )
 
 
+def _with_label_width(columns, rows, marker=""):
+    """`columns` with the first ("row") column widened to the longest label (+ `marker`), so that
+    long labels do not push their row's figures out of line."""
+    (name, width, cell), *rest = columns
+    longest = max((len(row["label"] + marker) for row in rows), default=0)
+    return ((name, max(width, longest), cell), *rest)
+
+
 def format_table(results: list) -> str:
+    columns = _with_label_width(TABLE_COLUMNS, results, " *")
+
     def line(cells):
         parts = []
-        for (name, width, _), cell in zip(TABLE_COLUMNS, cells):
+        for (name, width, _), cell in zip(columns, cells):
             parts.append(cell.ljust(width) if name in ("row", "batch") else cell.rjust(width))
         return "  ".join(parts).rstrip()
 
-    lines = [line([c[0] for c in TABLE_COLUMNS]), line(["-" * max(c[1], 5) for c in TABLE_COLUMNS])]
+    lines = [line([c[0] for c in columns]), line(["-" * max(c[1], 5) for c in columns])]
     short = False
     for result in results:
         if "error" in result:
-            lines.append(f"{result['label']:<36}  FAILED: {result['error']}")
+            lines.append(f"{result['label']:<{columns[0][1]}}  FAILED: {result['error']}")
             continue
         cells = [c[2](result) for c in TABLE_COLUMNS]
         if result["seconds"] < SHORT_MEASUREMENT_SECONDS:
@@ -73,16 +83,18 @@ TRANSPORT_COLUMNS = (
 def format_transport_table(rows: list) -> str:
     """The same dataset locally and over each transport: loader rows, then the read-only ceilings.
     GETs: those the row made while measured (warm-up included)."""
+    columns = _with_label_width(TRANSPORT_COLUMNS, rows)
+
     def line(cells):
         return "  ".join(cell.ljust(width) if name in ("row", "via") else cell.rjust(width)
-                         for (name, width, _), cell in zip(TRANSPORT_COLUMNS, cells)).rstrip()
+                         for (name, width, _), cell in zip(columns, cells)).rstrip()
 
-    lines = [line([c[0] for c in TRANSPORT_COLUMNS]), line(["-" * max(c[1], 5) for c in TRANSPORT_COLUMNS])]
+    lines = [line([c[0] for c in columns]), line(["-" * max(c[1], 5) for c in columns])]
     for row in rows:
         if "error" in row:
-            lines.append(f"{row['label']:<44}  FAILED: {row['error']}")
+            lines.append(f"{row['label']:<{columns[0][1]}}  FAILED: {row['error']}")
         else:
-            lines.append(line([c[2](row) for c in TRANSPORT_COLUMNS]))
+            lines.append(line([c[2](row) for c in columns]))
     return "\n".join(lines)
 
 
