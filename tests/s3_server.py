@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ACCESS_KEY = "seaweedtestkey"
@@ -79,6 +80,23 @@ def free_port_pairs(count: int) -> list:
         if port < 55000 and port not in ports and port + 10000 not in ports and _port_free(port + 10000):
             ports.append(port)
     return ports
+
+
+@contextmanager
+def client_environment(monkeypatch, server: "SeaweedServer", endpoint: str, retries: int):
+    """Within it, this process's S3 clients use `server`'s credentials, `endpoint` (the server's own, or a
+    proxy in front of it) and `retries`; clients made before or inside it are dropped at both ends."""
+    from datasets import storage
+
+    for name, value in server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, endpoint)
+    monkeypatch.setenv(storage.RETRIES_VARIABLE, str(retries))
+    storage._clients.clear()
+    try:
+        yield
+    finally:
+        storage._clients.clear()
 
 
 class SeaweedServer:

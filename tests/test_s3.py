@@ -18,13 +18,10 @@ DATASET_BUCKET = "datasets"
 @pytest.fixture
 def s3_env(s3_server, monkeypatch):
     """This process talks to the session server (credentials from the environment, --s3-endpoint)."""
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, s3_server.endpoint)
-    monkeypatch.setenv(storage.RETRIES_VARIABLE, "2")
-    storage._clients.clear()
-    yield s3_server
-    storage._clients.clear()
+    from s3_server import client_environment
+
+    with client_environment(monkeypatch, s3_server, s3_server.endpoint, retries=2):
+        yield s3_server
 
 
 @pytest.fixture(scope="session")

@@ -31,14 +31,11 @@ def dataset(s3_server, converted, s3_bucket):
 @pytest.fixture
 def proxy(s3_server, monkeypatch):
     """A proxy in front of the session server; this process's S3 endpoint is the proxy."""
+    from s3_server import client_environment
+
     proxy = FaultProxy(s3_server.endpoint)
-    for name, value in s3_server.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv(storage.ENDPOINT_VARIABLE, proxy.endpoint)
-    monkeypatch.setenv(storage.RETRIES_VARIABLE, "4")
-    storage._clients.clear()
-    yield proxy
-    storage._clients.clear()
+    with client_environment(monkeypatch, s3_server, proxy.endpoint, retries=4):
+        yield proxy
     proxy.close()
 
 
