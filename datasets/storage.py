@@ -62,6 +62,10 @@ class ShardReadError(Exception):
     """A shard or sample that cannot be read: names the shard (and the key when known)."""
 
 
+class ShardTruncatedError(ShardReadError, OSError):
+    """The object ended before the byte range asked for: it is shorter than its index says."""
+
+
 class ShardChangedError(OSError):
     """The object was replaced while it was being read (its ETag changed)."""
 
@@ -146,13 +150,11 @@ def exists(location: str) -> bool:
 
 
 def _discard(stream, count: int, location: str) -> None:
-    from datasets.formats.tar import TarFormatError
-
     chunk = 1 << 20
     while count > 0:
         data = stream.read(min(chunk, count))
         if not data:
-            raise TarFormatError(location, 0, "truncated: the shard ended before the requested byte range")
+            raise ShardTruncatedError(f"{location}: truncated: the shard ended before the requested byte range")
         count -= len(data)
 
 
