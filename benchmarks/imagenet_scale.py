@@ -336,7 +336,7 @@ def role(stage: dict, process: dict) -> str:
 
 
 def markdown_table(report: dict, baseline: dict = None) -> str:
-    """The README's table: per stage wall, CPU (= wall on one free core), cost per sample, ratio, memory."""
+    """The docs/full-scale.md table: per stage wall, CPU (= wall on one free core), cost per sample, ratio, memory."""
     base = {s["stage"]: s for s in (baseline or {}).get("stages", [])}
     lines = ["| stage | samples | wall s | CPU s (one core) | CPU us / sample | ratio to 1/16 | "
              "memory per process: peak RSS / private MB |", "|---|---:|---:|---:|---:|---:|---|"]
@@ -356,7 +356,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fraction", type=float, default=1.0, help="of ImageNet's sample counts (default 1)")
     parser.add_argument("--json", type=Path, help="default OUT/imagenet_scale.json")
     parser.add_argument("--baseline", type=Path, help="the JSON of a run at another fraction: print cost ratios")
-    parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the README table of a run's JSON "
+    parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the docs/full-scale.md table of a run's JSON "
                         "(with --baseline: the ratios) and exit")
     parser.add_argument("--epoch-run", nargs=2, metavar=("DATASET", "KEYS_DIR"), help=argparse.SUPPRESS)
     parser.add_argument("--train-run", nargs=2, metavar=("DATASET", "BATCHES"), help=argparse.SUPPRESS)

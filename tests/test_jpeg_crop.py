@@ -2,7 +2,7 @@
 
 Without DCT scaling the train output must equal the whole-image path's pixel for pixel; with it
 (draft, crop >= 2x the output on both axes) it must equal the draft path's, and stay within the
-bound the README states of a full-size decode. The canvas the region is decoded into is filled
+bound docs/crop-decode.md states of a full-size decode. The canvas the region is decoded into is filled
 with a pattern first, so a pixel read outside the decoded region would show.
 """
 
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
 # The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on datasets/photos and
 # ../shared/photos/large at 128, 160 and 224 px: mean of the per-image mean abs difference 1.2,
-# per-image mean <= 7.6, max <= 108 (README, "JPEG train decode").
+# per-image mean <= 7.6, max <= 108 (docs/crop-decode.md).
 DCT_MEAN_BOUND, DCT_IMAGE_MEAN_BOUND, DCT_MAX_BOUND = 1.5, 8.0, 120
 
 

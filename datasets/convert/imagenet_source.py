@@ -31,7 +31,7 @@ data in the archive file. The stream is parsed with the shared direct tar parser
 (datasets.formats.tar.iter_tar_members): the outer train tar member by member, each inner
 per-class tar read whole into memory (ImageNet's largest is ~150 MB) and its headers parsed
 there. tarfile's stream mode ("r|") copies its whole buffer on every 512-byte header read; the
-direct parser lists several times faster (README, "Design figures"), so listing ImageNet's
+direct parser lists several times faster (docs/design-figures.md), so listing ImageNet's
 140 GB costs about what reading it once does.
 In an uncompressed tar a member's data is one contiguous byte range, so a worker later reads
 a sample with one `os.pread` of that range: exactly the member's bytes, with no extraction

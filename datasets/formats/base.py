@@ -15,7 +15,7 @@ format's name.
                   metadata.json, e.g. TF-slim's own TFRecords)
     host bench    stock_baseline (how the usual library reads these shards, for --compare)
 
-Each format module's docstring (or README) describes its bytes.
+Each format module's docstring (or docs/on-disk-format.md) describes its bytes.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ so the same samples always give the same bytes. It hashes while it writes, and
 publishes the shard atomically (see fileio): no shard is ever visible half-written.
 
 Reading: `iter_tar_members` parses the 512-byte headers directly instead of going
-through `tarfile`, which costs several times more Python per member (README, "Design
-figures"). It works on any
+through `tarfile`, which costs several times more Python per member (docs/design-figures.md). It works on any
 readable stream: a local file, an HTTP response, a byte range. `iter_tar_samples`
 groups members into webdataset-style sample dicts.
 """

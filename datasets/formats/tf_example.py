@@ -138,7 +138,7 @@ def example_feature_spans(data, wanted=None):
     The spans let a writer find where its payload lies inside the record, and let a reader
     take views of it without copying. Written out as loops rather than a generic field
     walker: this runs once per sample in the loader (as fast as protobuf's own parse, which
-    would also copy the image; README, "Design figures").
+    would also copy the image; docs/design-figures.md).
     """
     buf = memoryview(data)
     end = len(buf)

@@ -192,7 +192,7 @@ class BatchRing:
 
     Why: a new shared-memory tensor per batch (what DataLoader's default collate does) is paid in
     page faults when it is first written, costing as much as the whole tensor-format pipeline
-    (README, "Design figures"). Each worker owns `slots` buffers. A buffer is lent to the
+    (docs/design-figures.md). Each worker owns `slots` buffers. A buffer is lent to the
     training code with the batch and is reused only after the main process has seen that nothing
     references it any more (torch's storage use count back to the ring's own), so batches a user
     keeps stay intact; when every slot is still lent, the worker allocates a fresh buffer instead.

@@ -42,7 +42,7 @@ json. Remainder shards of repartitions (small: about one shard per instance) and
 all shards are always walked, `deep` also decoding every payload. Consequence: with the default
 check, contents that match a resealed metadata.json (an edited shard whose new sha256 was written
 into metadata.json) are trusted; `deep` reads them.
-What this costs is measured by benchmarks/validate_benchmark.py (README, "Design figures").
+What this costs is measured by benchmarks/validate_benchmark.py (docs/design-figures.md).
 
 Functional core: checks return `Problem` records and nothing here prints;
 validate_dataset.py renders a `Report`. The per-format shard check is chosen in one place,
