@@ -44,9 +44,7 @@ are not checked (validate_dataset.py checks those sha256).
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import random
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -56,15 +54,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from datasets.index import payload_problem
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
+from datasets.loader.batch_ring import BatchRing, RingMessage, batch_tensor
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
-from datasets.formats.pth import decode_pth
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
-from datasets.formats import format_for_location
-from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, read_member, sample_label
-from datasets.loader.sources import FolderItem, Source, load_own_share, resolve_source, synthetic_pool
+from datasets.loader.payloads import payload_kind
+from datasets.loader.source_kinds import Boxed, get_source_kind
+from datasets.loader.sources import Source, load_own_share, resolve_source
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -150,112 +147,6 @@ class EpochReport:
 GOOD_KEPT = 4096
 
 
-def _row_runs(columns, rows, locate):
-    """(rows of the run, Run) per sequential run of `rows` (rows of a columnar index, reading order):
-    consecutive rows of one shard whose byte ranges touch. Lazy: records exist for one run at a time."""
-    rows = np.asarray(rows, dtype=np.int64)
-    if not len(rows):
-        return
-    shard, offset = columns.shard_ids[rows], columns.record_offsets[rows]
-    end = offset + columns.record_sizes[rows]
-    breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (offset[1:] != end[:-1])) + 1
-    bounds = np.r_[0, breaks, len(rows)]
-    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        run_rows = rows[first:last]
-        records = tuple(columns.records(run_rows))
-        yield run_rows, Run(locate(records[0].shard), int(offset[first]), int(end[last - 1]), records)
-
-
-def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
-    """A tensor whose storage is created in shared memory when it will be sent to another process
-    (as torch's default_collate does in workers), so sending it copies nothing."""
-    if not shared:
-        return torch.empty(shape, dtype=dtype)
-    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=dtype).new(storage).view(shape)
-
-
-class _RingMessage(NamedTuple):
-    """A batch as a worker sends it: the images travel only the first time a ring slot is used
-    (or when no slot was free: slot -1); afterwards the slot number is enough."""
-
-    worker: int
-    slot: int
-    count: int
-    images: Optional[torch.Tensor]
-    labels: torch.Tensor
-    keys: list
-
-
-class BatchRing:
-    """Output buffers reused across batches, so a batch costs no fresh shared memory.
-
-    Why: a new shared-memory tensor per batch (what DataLoader's default collate does) is paid in
-    page faults when it is first written, costing as much as the whole tensor-format pipeline
-    (docs/design-figures.md). Each worker owns `slots` buffers. A buffer is lent to the
-    training code with the batch and is reused only after the main process has seen that nothing
-    references it any more (torch's storage use count back to the ring's own), so batches a user
-    keeps stay intact; when every slot is still lent, the worker allocates a fresh buffer instead.
-    `free` (shared memory, made before the workers start) is 1 where a slot may be filled.
-    """
-
-    def __init__(self, workers: int, slots: int):
-        self.slots = slots
-        self.free = torch.ones((max(workers, 1), slots), dtype=torch.uint8).share_memory_()
-        self.buffers = {}  # (worker, slot) -> full-size batch tensor; inherited by forked workers
-        self.baseline = {}  # (worker, slot) -> storage use count when only the ring holds it
-        self.lent = set()
-        self.reused = self.fresh = 0  # batches received in a reused buffer / in a fresh one (no slot free)
-
-    # -- in the worker
-    def acquire(self, worker: int, shape, dtype, shared: bool, channels_last: bool):
-        """(slot, tensor, is_new): a free slot's buffer, or (-1, fresh tensor, True)."""
-        flags = self.free[worker]
-        for slot in range(self.slots):
-            if flags[slot]:
-                flags[slot] = 0
-                tensor = self.buffers.get((worker, slot))
-                if tensor is not None and tensor.shape == shape and tensor.dtype == dtype:
-                    return slot, tensor, False
-                tensor = _batch_tensor(shape, dtype, shared, channels_last)
-                self.buffers[(worker, slot)] = tensor
-                return slot, tensor, True
-        return -1, _batch_tensor(shape, dtype, shared, channels_last), True
-
-    # -- in the main process
-    def receive(self, message: _RingMessage) -> torch.Tensor:
-        if message.slot < 0:
-            self.fresh += 1
-            return message.images[:message.count]
-        key = (message.worker, message.slot)
-        if message.images is None:
-            self.reused += 1
-        else:
-            self.buffers[key] = message.images
-            self.baseline[key] = self._use_count(key)
-        self.lent.add(key)
-        return self.buffers[key][:message.count]
-
-    def _use_count(self, key) -> int:
-        return torch._C._storage_Use_Count(self.buffers[key].untyped_storage()._cdata)
-
-    def release_returned(self) -> None:
-        """Mark free the lent buffers that nothing references any more (every view of a batch,
-        including one kept by the training code or a pending copy, holds a storage reference)."""
-        for key in list(self.lent):
-            if self._use_count(key) <= self.baseline[key]:
-                self.lent.discard(key)
-                self.free[key] = 1
-
-
-def _batch_tensor(shape, dtype, shared, channels_last):
-    """An NCHW tensor; with channels_last its memory is NHWC (torch.channels_last strides)."""
-    n, c, h, w = shape
-    if channels_last:
-        return _new_tensor((n, h, w, c), dtype, shared).permute(0, 3, 1, 2)
-    return _new_tensor(shape, dtype, shared)
-
-
 class _BatchBuilder:
     """Fills a uint8 batch slot by slot; hands it out (normalised into a float buffer for host)."""
 
@@ -270,7 +161,7 @@ class _BatchBuilder:
         self.keys = [None] * batch_size
         self.work = None
         if host:  # the uint8 batch never leaves the worker: one, reused
-            self.images = _batch_tensor(self.shape, torch.uint8, False, channels_last)
+            self.images = batch_tensor(self.shape, torch.uint8, False, channels_last)
             self._set_views()
         else:
             self.images = None
@@ -292,7 +183,7 @@ class _BatchBuilder:
         self.count += 1
         return self.count == self.batch_size
 
-    def emit(self) -> _RingMessage:
+    def emit(self) -> RingMessage:
         n = self.count
         if self.host:
             slot, out, new = self.ring.acquire(self.worker, self.shape, self.dtype, self.shared, self.channels_last)
@@ -308,7 +199,7 @@ class _BatchBuilder:
         else:
             slot, out, new = self.slot_number, self.images, self.new
             self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
-        message = _RingMessage(self.worker, slot, n, out if new else None,
+        message = RingMessage(self.worker, slot, n, out if new else None,
                                torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]))
         self.count = 0
         return message
@@ -357,11 +248,11 @@ class ImageStream(IterableDataset):
         self.verify = verify
         self.own_share = None
         # Bounding boxes (from the sample index, else each sample's json) steer RandomResizedCrop: train only.
-        self.use_bbox_info = use_bbox_info and source.kind == "webdataset" and RANDOM_RESIZED_CROP in pipeline.steps
+        self.source_kind = get_source_kind(source.kind)
+        self.use_bbox_info = use_bbox_info and self.source_kind.bboxes and RANDOM_RESIZED_CROP in pipeline.steps
         if source.repartition is not None and use_repartition:
             self.own_share = self._choose_repartition(source.repartition)
         self._plans = {}
-        self._pool = None
         self.ring = BatchRing(1, 3)  # ImageLoader gives it one sized for its workers
 
     def _choose_repartition(self, repartition):
@@ -510,111 +401,21 @@ class ImageStream(IterableDataset):
         report.skipped.append(Skipped(key, shard, error))
 
     def _process(self, kind, payload, slot, rng) -> Optional[str]:
+        """Write one raw sample into `slot` through its payload kind; the reason it failed, or None."""
         bbox = None
         if isinstance(payload, Boxed):
             payload, bbox = payload
         try:
-            if kind == "encoded":
-                self.pipeline.image_into(payload, slot, rng, bbox)
-            elif kind == "pth":  # reference harness tensors: torch.load(weights_only=True), CHW uint8 only
-                self.pipeline.array_into(decode_pth(payload), slot, rng, bbox)
-            elif kind == "npy":
-                self.pipeline.tensor_into(payload, self.source.tensor_layout, slot, rng, bbox)
-            else:
-                self.pipeline.array_into(payload, slot, rng)
+            payload_kind(kind).into(self.pipeline, payload, slot, rng, bbox, self.source)
         except Exception as error:  # any decoder failure is this sample's problem, reported with it
             return f"{type(error).__name__}: {error}"
         return None
 
     def _raw_samples(self, items):
-        """(item, shard, label, payload, kind, error) per item, in order, without decoding; with
-        verify, a payload that differs from its recorded checksum comes with that error."""
-        source, verify = self.source, self.verify
-        if source.kind == "webdataset":
-            columns = self.columns
-            # use_bbox_info: the box from the index when it has the column (no json member to read);
-            # otherwise (old indexes, shards scanned without one) from each sample's json.
-            boxes_indexed = self.use_bbox_info and columns.has_boxes
-            # Items are rows of the columnar index; each run's records are built as it is read.
-            for rows, run in _row_runs(columns, items, source.locate):
-                fmt = source.shard_format or format_for_location(run.location)
-                payloads = None if is_url(run.location) else fmt.read_payloads(run)
-                if payloads is not None:  # the format reads a local run straight from the index
-                    for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
-                        kind = _payload_kind(ext)
-                        if verify and error is None:
-                            error = payload_problem(record, payload)
-                        if self.use_bbox_info and error is None:
-                            bbox = (_usable_bbox(columns.box(row)) if boxes_indexed
-                                    else _bbox_of(read_member(run.location, record, "json")))
-                            payload = Boxed(payload, bbox)
-                        yield row, record.shard, record.label, payload, kind, error
-                    continue
-                for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
-                    if error is not None:
-                        yield row, record.shard, record.label, None, None, error
-                        continue
-                    ext = source.payload if source.payload in sample else payload_extension(sample)
-                    if ext is None:
-                        members = ", ".join(k for k in sample if not k.startswith("__"))
-                        yield row, record.shard, record.label, None, None, f"no image payload (members: {members})"
-                        continue
-                    try:
-                        label = sample_label(sample, record.label)
-                    except ValueError:
-                        yield row, record.shard, record.label, None, None, "the class label is not an integer"
-                        continue
-                    payload = sample[ext]
-                    error = payload_problem(record, payload) if verify else None
-                    if self.use_bbox_info and error is None:
-                        bbox = _usable_bbox(columns.box(row)) if boxes_indexed else _bbox_of(sample.get("json"))
-                        payload = Boxed(payload, bbox)
-                    yield row, record.shard, label, payload, _payload_kind(ext), error
-        elif source.kind == "folder":
-            for item in items:
-                try:
-                    with open(item.path, "rb") as handle:
-                        data = handle.read()
-                except OSError as error:
-                    yield item, item.path, item.label, None, None, f"cannot read: {error.strerror or error}"
-                    continue
-                yield item, item.path, item.label, data, "encoded", None
-        else:
-            if self._pool is None:
-                self._pool = synthetic_pool(source.synthetic_shape, self.seed)
-            for item in items:
-                yield item, "synthetic", item % source.synthetic_classes, self._pool[item % len(self._pool)], "array", None
-
-
-class Boxed(NamedTuple):
-    """A payload with its sample's bounding box (use_bbox_info)."""
-
-    payload: object
-    bbox: Optional[list]
-
-
-def _bbox_of(info_json) -> Optional[list]:
-    """The sample json's "bbox" (normalised [x1, y1, x2, y2] inside the image), or None."""
-    if info_json is None:
-        return None
-    try:
-        bbox = json.loads(bytes(info_json)).get("bbox")
-    except (ValueError, AttributeError):
-        return None
-    return _usable_bbox(bbox)
-
-
-def _usable_bbox(bbox) -> Optional[list]:
-    """`bbox` (from the index or a json) if it is a non-empty box inside the image, else None."""
-    if (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
-            and 0 <= bbox[0] < bbox[2] <= 1 and 0 <= bbox[1] < bbox[3] <= 1):
-        return bbox
-    return None
-
-
-def _payload_kind(ext) -> str:
-    """How a payload is decoded: "npy" and "pth" tensors, anything else an encoded image."""
-    return ext if ext in ("npy", "pth") else "encoded"
+        """(item, shard, label, payload, kind, error) per item, in order, without decoding, from the
+        source's kind (datasets/loader/source_kinds/); with verify, a payload that differs from its
+        recorded checksum comes with that error."""
+        return self.source_kind.raw_samples(self, items)
 
 
 class ImageLoader:
@@ -763,7 +564,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                               label_offset)
     pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
                                           use_draft, jpeg_decode)
-    if resolved.kind == "synthetic":
+    if get_source_kind(resolved.kind).output_sized:
         pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft,
                                  pipeline.decode_path)
     for note in notes:

@@ -39,6 +39,7 @@ from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, 
 from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.pipeline import parse_stored_steps
+from datasets.loader.source_kinds import FOLDER, SHARDS, SYNTHETIC
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class OwnShare:
 
 @dataclass
 class Source:
-    kind: str  # "webdataset" | "folder" | "synthetic"
+    kind: str  # a key of datasets.loader.source_kinds.SOURCE_KINDS: how its items are read
     description: str
     groups: list  # folder, synthetic: lists of items (FolderItems or ints), dataset order; webdataset: []
     payload: str  # "jpg" | "npy" | "array" | "file"
@@ -108,7 +109,7 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         return source
     if isinstance(source, str) and source.lower() in SYNTHETIC_NAMES:
         length = synthetic_length or SYNTHETIC_LENGTH.get(split, 50_000)
-        return Source("synthetic", f"synthetic {split}: {length} images {image_size}x{image_size}",
+        return Source(SYNTHETIC.name, f"synthetic {split}: {length} images {image_size}x{image_size}",
                       [list(range(length))], "array", synthetic_shape=(image_size, image_size, 3))
     if isinstance(source, (list, tuple)):
         return _shard_list(expand_locations(source), split, label_offset)
@@ -175,7 +176,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     except UnknownFormatError as error:
         raise SourceError(f"{metadata_location}: {error}") from None
     source = Source(
-        "webdataset",
+        SHARDS.name,
         f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
         [],
         payload_extension_of(metadata),
@@ -214,7 +215,7 @@ def _reference(base: str, split: str, metadata: dict) -> Source:
     message = NOTICE.format(root=base.rstrip("/"))
     warnings.warn(message, stacklevel=4)
     groups = [list(group) for _, group in itertools.groupby(records, key=lambda r: r.shard)]
-    return Source("webdataset", f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
+    return Source(SHARDS.name, f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
                                 f"{len(groups)} shards, scanned)", [], REFERENCE_PAYLOAD[fmt],
                   stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
                   tensor_layout="CHW", base=base, metadata=metadata, columns=_columns_of_groups(groups))
@@ -293,7 +294,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
                 shard_rank = np.array([order.get(shard, len(order)) for shard in columns.shard_names], dtype=np.int64)
                 rows = rows[np.lexsort((columns.record_offsets[rows], shard_rank[columns.shard_ids[rows]]))]
                 return Source(
-                    "webdataset", f"{len(locations)} shards of {base} (indexed, split {name})", [],
+                    SHARDS.name, f"{len(locations)} shards of {base} (indexed, split {name})", [],
                     payload_extension_of(metadata), classes=metadata.get("classes"),
                     stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
@@ -316,7 +317,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
     payload = next(iter(payloads & {"npy", "pth"}), "jpg")
     stored = parse_stored_steps(reference.get(f"{split}_transform_pipeline")) if reference is not None else []
-    return Source("webdataset", f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
+    return Source(SHARDS.name, f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
 
@@ -331,7 +332,7 @@ def _foreign_files(fmt, locations, split: str, label_offset: Optional[int]) -> S
     except ForeignShardsError as error:
         raise SourceError(f"{split}: {error}") from None
     warnings.warn(reason, stacklevel=3)
-    return Source("webdataset", f"{len(locations)} {fmt.name} shards ({split}, no metadata, label offset {offset})",
+    return Source(SHARDS.name, f"{len(locations)} {fmt.name} shards ({split}, no metadata, label offset {offset})",
                   [], fmt.payload_extension, locations={loc: loc for loc in locations}, label_offset=offset,
                   shard_format=fmt, columns=_columns_of_groups(groups))
 
@@ -356,12 +357,6 @@ def _image_folder(folder: Path, split: str) -> Source:
     except (FileNotFoundError, OSError) as error:
         raise SourceError(f"{folder}: not an ImageNet folder: {error}") from None
     items = [FolderItem(os.path.splitext(os.path.relpath(path, folder))[0], path, label) for path, label in samples]
-    return Source("folder", f"{folder} (ImageFolder, {len(items)} images in {len(classes)} classes)",
+    return Source(FOLDER.name, f"{folder} (ImageFolder, {len(items)} images in {len(classes)} classes)",
                   [[item] for item in items], "file", classes=classes)
 
-
-def synthetic_pool(shape, seed: int, count: int = 16) -> np.ndarray:
-    """A few random images that synthetic samples cycle through (generating per sample would
-    measure numpy's random generator, not the loader)."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, 256, size=(count, *shape), dtype=np.uint8)

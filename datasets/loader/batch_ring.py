@@ -1,0 +1,103 @@
+"""The loader's output buffers: each worker's batches are written into a few reused shared-memory
+tensors (`BatchRing`), so a batch costs no fresh shared memory and sending it copies nothing.
+
+Used by datasets/loader/image_loader.py: a worker `acquire`s a slot's buffer and sends a
+`RingMessage`; the main process `receive`s it and, as batches are let go, `release_returned`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+
+def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
+    """A tensor whose storage is created in shared memory when it will be sent to another process
+    (as torch's default_collate does in workers), so sending it copies nothing."""
+    if not shared:
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=dtype).new(storage).view(shape)
+
+
+class RingMessage(NamedTuple):
+    """A batch as a worker sends it: the images travel only the first time a ring slot is used
+    (or when no slot was free: slot -1); afterwards the slot number is enough."""
+
+    worker: int
+    slot: int
+    count: int
+    images: Optional[torch.Tensor]
+    labels: torch.Tensor
+    keys: list
+
+
+class BatchRing:
+    """Output buffers reused across batches, so a batch costs no fresh shared memory.
+
+    Why: a new shared-memory tensor per batch (what DataLoader's default collate does) is paid in
+    page faults when it is first written, costing as much as the whole tensor-format pipeline
+    (docs/design-figures.md). Each worker owns `slots` buffers. A buffer is lent to the
+    training code with the batch and is reused only after the main process has seen that nothing
+    references it any more (torch's storage use count back to the ring's own), so batches a user
+    keeps stay intact; when every slot is still lent, the worker allocates a fresh buffer instead.
+    `free` (shared memory, made before the workers start) is 1 where a slot may be filled.
+    """
+
+    def __init__(self, workers: int, slots: int):
+        self.slots = slots
+        self.free = torch.ones((max(workers, 1), slots), dtype=torch.uint8).share_memory_()
+        self.buffers = {}  # (worker, slot) -> full-size batch tensor; inherited by forked workers
+        self.baseline = {}  # (worker, slot) -> storage use count when only the ring holds it
+        self.lent = set()
+        self.reused = self.fresh = 0  # batches received in a reused buffer / in a fresh one (no slot free)
+
+    # -- in the worker
+    def acquire(self, worker: int, shape, dtype, shared: bool, channels_last: bool):
+        """(slot, tensor, is_new): a free slot's buffer, or (-1, fresh tensor, True)."""
+        flags = self.free[worker]
+        for slot in range(self.slots):
+            if flags[slot]:
+                flags[slot] = 0
+                tensor = self.buffers.get((worker, slot))
+                if tensor is not None and tensor.shape == shape and tensor.dtype == dtype:
+                    return slot, tensor, False
+                tensor = batch_tensor(shape, dtype, shared, channels_last)
+                self.buffers[(worker, slot)] = tensor
+                return slot, tensor, True
+        return -1, batch_tensor(shape, dtype, shared, channels_last), True
+
+    # -- in the main process
+    def receive(self, message: RingMessage) -> torch.Tensor:
+        if message.slot < 0:
+            self.fresh += 1
+            return message.images[:message.count]
+        key = (message.worker, message.slot)
+        if message.images is None:
+            self.reused += 1
+        else:
+            self.buffers[key] = message.images
+            self.baseline[key] = self._use_count(key)
+        self.lent.add(key)
+        return self.buffers[key][:message.count]
+
+    def _use_count(self, key) -> int:
+        return torch._C._storage_Use_Count(self.buffers[key].untyped_storage()._cdata)
+
+    def release_returned(self) -> None:
+        """Mark free the lent buffers that nothing references any more (every view of a batch,
+        including one kept by the training code or a pending copy, holds a storage reference)."""
+        for key in list(self.lent):
+            if self._use_count(key) <= self.baseline[key]:
+                self.lent.discard(key)
+                self.free[key] = 1
+
+
+def batch_tensor(shape, dtype, shared, channels_last):
+    """An NCHW tensor; with channels_last its memory is NHWC (torch.channels_last strides)."""
+    n, c, h, w = shape
+    if channels_last:
+        return _new_tensor((n, h, w, c), dtype, shared).permute(0, 3, 1, 2)
+    return _new_tensor(shape, dtype, shared)

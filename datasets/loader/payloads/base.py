@@ -1,0 +1,22 @@
+"""The contract a payload kind fulfils (see datasets/loader/payloads/__init__.py for the registry).
+
+A payload kind is how one sample's payload reaches its batch slot: which member extensions it
+decodes, and `into`, which writes the processed image into the slot through the ImagePipeline
+(`image_into` for encoded images, `array_into` for HWC uint8 arrays, `tensor_into` for stored
+tensors). `into` raises on a payload it cannot decode; the loader reports that sample as bad
+(its exception type and message are the reason), so a decoder never needs its own error handling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class PayloadKind:
+    name: str  # the `kind` of the loader's raw sample tuples (what a source kind yields)
+    extensions: tuple  # the member extensions it decodes; () where only a source kind names it
+    # into(pipeline, payload, slot, rng, bbox, source) -> None: `slot` an HWC uint8 view of the batch,
+    # `rng` the worker's random.Random, `bbox` a usable normalised box or None, `source` the loader.sources.Source
+    into: Callable

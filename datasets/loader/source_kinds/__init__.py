@@ -1,0 +1,36 @@
+"""The loader's source kinds, by name: the one place where a Source's kind becomes reading code.
+
+    from datasets.loader.source_kinds import get_source_kind
+    kind = get_source_kind(source.kind)             # a datasets.loader.source_kinds.base.SourceKind
+    for item, shard, label, payload, payload_kind, error in kind.raw_samples(stream, items):
+        ...
+
+loader/sources.py resolves what a `source` argument names into a Source whose `kind` is a key
+here; the loader reads each worker's items through that kind and decodes each payload through
+datasets/loader/payloads/. Adding a source kind is a module with one `SourceKind` (see base.py
+for the contract) and one entry in `SOURCE_KINDS`; no loader change.
+"""
+
+from __future__ import annotations
+
+from datasets.loader.source_kinds.base import Boxed, SourceKind
+from datasets.loader.source_kinds.folder import FOLDER
+from datasets.loader.source_kinds.shards import SHARDS
+from datasets.loader.source_kinds.synthetic import SYNTHETIC
+
+SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC)}
+
+
+class UnknownSourceKindError(ValueError):
+    """A source kind name that no registered kind has."""
+
+
+def get_source_kind(name) -> SourceKind:
+    try:
+        return SOURCE_KINDS[name]
+    except (KeyError, TypeError):
+        raise UnknownSourceKindError(f"unknown source kind {name!r} (known: {', '.join(SOURCE_KINDS)})") from None
+
+
+__all__ = ["Boxed", "FOLDER", "SHARDS", "SOURCE_KINDS", "SYNTHETIC", "SourceKind", "UnknownSourceKindError",
+           "get_source_kind"]

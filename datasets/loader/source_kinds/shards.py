@@ -1,0 +1,101 @@
+"""The shard kind ("webdataset", any format of the registry): items are rows of the columnar sample
+index; each sequential run of rows is read as one byte range of its shard, by the shard's format.
+
+With verify, a payload is checked against the CRC32C its index records (`payload_problem`) before
+it is decoded. With use_bbox_info, each payload comes Boxed with its box: from the index's bbox
+column where it has one, else from the sample's json member.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import numpy as np
+
+from datasets.formats import format_for_location
+from datasets.index import payload_problem
+from datasets.loader.payloads import get_payload
+from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, read_member, sample_label
+from datasets.loader.source_kinds.base import Boxed, SourceKind
+
+
+def _row_runs(columns, rows, locate):
+    """(rows of the run, Run) per sequential run of `rows` (rows of a columnar index, reading order):
+    consecutive rows of one shard whose byte ranges touch. Lazy: records exist for one run at a time."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return
+    shard, offset = columns.shard_ids[rows], columns.record_offsets[rows]
+    end = offset + columns.record_sizes[rows]
+    breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (offset[1:] != end[:-1])) + 1
+    bounds = np.r_[0, breaks, len(rows)]
+    for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        run_rows = rows[first:last]
+        records = tuple(columns.records(run_rows))
+        yield run_rows, Run(locate(records[0].shard), int(offset[first]), int(end[last - 1]), records)
+
+
+def _raw_samples(stream, items):
+    source, verify, use_bbox_info = stream.source, stream.verify, stream.use_bbox_info
+    columns = stream.columns
+    # use_bbox_info: the box from the index when it has the column (no json member to read);
+    # otherwise (old indexes, shards scanned without one) from each sample's json.
+    boxes_indexed = use_bbox_info and columns.has_boxes
+    # Items are rows of the columnar index; each run's records are built as it is read.
+    for rows, run in _row_runs(columns, items, source.locate):
+        fmt = source.shard_format or format_for_location(run.location)
+        payloads = None if is_url(run.location) else fmt.read_payloads(run)
+        if payloads is not None:  # the format reads a local run straight from the index
+            for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
+                kind = get_payload(ext).name
+                if verify and error is None:
+                    error = payload_problem(record, payload)
+                if use_bbox_info and error is None:
+                    bbox = (_usable_bbox(columns.box(row)) if boxes_indexed
+                            else _bbox_of(read_member(run.location, record, "json")))
+                    payload = Boxed(payload, bbox)
+                yield row, record.shard, record.label, payload, kind, error
+            continue
+        for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
+            if error is not None:
+                yield row, record.shard, record.label, None, None, error
+                continue
+            ext = source.payload if source.payload in sample else payload_extension(sample)
+            if ext is None:
+                members = ", ".join(k for k in sample if not k.startswith("__"))
+                yield row, record.shard, record.label, None, None, f"no image payload (members: {members})"
+                continue
+            try:
+                label = sample_label(sample, record.label)
+            except ValueError:
+                yield row, record.shard, record.label, None, None, "the class label is not an integer"
+                continue
+            payload = sample[ext]
+            error = payload_problem(record, payload) if verify else None
+            if use_bbox_info and error is None:
+                bbox = _usable_bbox(columns.box(row)) if boxes_indexed else _bbox_of(sample.get("json"))
+                payload = Boxed(payload, bbox)
+            yield row, record.shard, label, payload, get_payload(ext).name, error
+
+
+def _bbox_of(info_json) -> Optional[list]:
+    """The sample json's "bbox" (normalised [x1, y1, x2, y2] inside the image), or None."""
+    if info_json is None:
+        return None
+    try:
+        bbox = json.loads(bytes(info_json)).get("bbox")
+    except (ValueError, AttributeError):
+        return None
+    return _usable_bbox(bbox)
+
+
+def _usable_bbox(bbox) -> Optional[list]:
+    """`bbox` (from the index or a json) if it is a non-empty box inside the image, else None."""
+    if (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)
+            and 0 <= bbox[0] < bbox[2] <= 1 and 0 <= bbox[1] < bbox[3] <= 1):
+        return bbox
+    return None
+
+
+SHARDS = SourceKind("webdataset", _raw_samples, bboxes=True)
