@@ -25,8 +25,11 @@ How the work is shared (datasets/loader/share_plan.py has the rules and their pr
     validation. Hence, for train, every instance yields exactly `len(loader)` batches.
 
 Batches are built inside the workers, written sample by sample into one preallocated uint8 tensor
-(in shared memory, so handing it to the main process copies nothing). With host normalisation the
-worker converts it to float32/float16; with device normalisation it is sent as it is.
+(in shared memory, so handing it to the main process copies nothing: datasets/loader/batch_ring.py).
+With host normalisation the worker converts it to float32/float16; with device normalisation it is
+sent as it is. A worker reads its items through the source's kind (datasets/loader/source_kinds/:
+indexed shards, image folder, synthetic) and writes each payload into its slot through the payload's
+kind (datasets/loader/payloads/: encoded image, .npy, .pth, array); this module names neither.
 
 Bad data: with on_error="skip" a sample that cannot be read or decoded is left out, counted and
 listed (key, shard, reason) in `loader.report` at the end of the epoch. For train (policies drop

@@ -15,6 +15,9 @@
                         `validation`), with torchvision ImageFolder semantics (sorted classes,
                         sorted files, the same extensions); groups = single images.
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
+
+A Source's `kind` is a key of datasets.loader.source_kinds.SOURCE_KINDS (the first four above are
+the shard kind, then the folder and synthetic kinds): the loader reads its items through that kind.
 """
 
 from __future__ import annotations
