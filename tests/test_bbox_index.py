@@ -17,7 +17,7 @@ from datasets.index import (
     SampleRecord, bbox_text, encode_sample_index, parse_bbox, parse_sample_index, read_metadata, read_sample_index,
     write_metadata,
 )
-import datasets.loader.image_loader as image_loader
+import datasets.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
 from datasets.loader import get_data
 from datasets.sample_columns import check_columns_match, columns_from_records, parse_sample_columns
 
@@ -266,8 +266,8 @@ def test_with_boxes_in_the_index_no_json_member_is_read(boxed, tmp_path, monkeyp
     And across worker processes: json members blanked in a copy change nothing."""
     indexed = boxed("img")
     reads = []
-    real = image_loader.read_member
-    monkeypatch.setattr(image_loader, "read_member", lambda *args: reads.append(args[2]) or real(*args))
+    real = shard_kind.read_member
+    monkeypatch.setattr(shard_kind, "read_member", lambda *args: reads.append(args[2]) or real(*args))
     expected = crops(indexed)
     assert reads == []
     old = without_bbox_column(copy_of(indexed, tmp_path, "old"))
