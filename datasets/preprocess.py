@@ -1,4 +1,4 @@
-"""Deterministic preprocessing steps applied once, at conversion: parse, print, apply.
+"""Preprocessing steps, one type for the converter and the loader: parse, canonical text, apply.
 
 Steps are written as in the reference harness, one per command-line word:
 
@@ -14,19 +14,26 @@ as is), PIL's antialiased bilinear filter, the same centre rounding and zero pad
 crop larger than the image. They are written with PIL directly because importing torchvision
 costs 4-8 s per process (every worker, every run); tests/test_preprocess.py checks that the
 pixels equal torchvision's on many sizes. Random transforms (RandomResizedCrop, RandomCrop,
-flips...) are refused: applied once at conversion they would freeze one random draw into the
-dataset, while training needs a new draw every epoch; the loader applies them.
+flips...) are refused at conversion: applied once they would freeze one random draw into the
+dataset, while training needs a new draw every epoch. The loader runs them
+(datasets.loader.pipeline): `RandomResizedCrop(N)` and `RandomHorizontalFlip()` are steps of
+this same type, so the loader compares its runtime steps with the stored ones directly.
 
-API (also used by the loader to know which steps a dataset already holds):
+API:
 
-    parse_steps(["Resize(256)", "CenterCrop(224)"]) -> [Resize(256), CenterCrop(224)]
+    parse_steps(["Resize(256)", "CenterCrop(224)"]) -> [Resize(256), CenterCrop(224)]   (conversion)
     parse_step("Resize( 256 )")                     -> Resize(256); str() is the canonical form
+    canonical(steps)                                -> ["Resize(256)", ...]: what metadata.json records
+    parse_stored_steps(metadata["train_transform_pipeline"]) -> the steps a dataset already holds
     apply_steps(steps, pil_image)                   -> pil_image
     output_size(steps)                              -> (height, width) when fixed, else None
 
 `parse_steps` also accepts several steps in one string ("Resize(256) CenterCrop(224)").
-A step that does not parse raises PreprocessError quoting it. `Step.torchvision()` returns
-the equivalent torchvision transform (for loaders that compose torchvision pipelines).
+A step that does not parse raises PreprocessError quoting it. `parse_stored_steps` reads what
+this converter and the reference harness wrote (lists of such strings); a step it does not know
+becomes an `UnknownStep` (the loader then runs its whole pipeline and says so) instead of an
+error, since the images are already written. `Step.torchvision()` returns the equivalent
+torchvision transform (for loaders that compose torchvision pipelines).
 """
 
 import re
@@ -45,13 +52,20 @@ class PreprocessError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    """One step: `size` is an int (Resize: shorter side; CenterCrop: a square) or (height, width)."""
+    """One step: `size` is an int (Resize: shorter side; the crops: a square), (height, width), or
+    None for a step without a size. Equal steps have equal canonical text (`str`)."""
 
-    size: object
+    size: object = None
 
     name = "Step"
+    sized = True  # takes one or two sizes; False: no argument
+    square_pair_is_int = False  # "(N, N)" is the same step as "(N)" (crops), so stored text reads as N
+    at_conversion = True  # deterministic: the converter may apply it once, for good
+    keeps_size = False  # every output has its input's size
 
     def __str__(self) -> str:
+        if self.size is None:
+            return f"{self.name}()"
         if isinstance(self.size, tuple):
             return f"{self.name}({self.size[0]}, {self.size[1]})"
         return f"{self.name}({self.size})"
@@ -60,12 +74,12 @@ class Step:
         return str(self)
 
     def apply(self, image):
-        """Apply to a PIL image; returns a PIL image."""
-        raise NotImplementedError
+        """Apply to a PIL image; returns a PIL image (conversion steps only)."""
+        raise PreprocessError(f"preprocessing step {str(self)!r} is not applied at conversion")
 
     def torchvision(self):
         """The equivalent torchvision transform (imports torchvision)."""
-        raise NotImplementedError
+        raise PreprocessError(f"preprocessing step {str(self)!r} has no torchvision equivalent")
 
     def fixed_size(self):
         """(height, width) of every output, or None when it depends on the input."""
@@ -100,6 +114,7 @@ class Resize(Step):
 
 class CenterCrop(Step):
     name = "CenterCrop"
+    square_pair_is_int = True
 
     def apply(self, image):
         crop_height, crop_width = self.fixed_size()
@@ -120,6 +135,52 @@ class CenterCrop(Step):
         return self.size if isinstance(self.size, tuple) else (self.size, self.size)
 
 
+class RandomResizedCrop(Step):
+    """The loader's train crop (datasets.loader.pipeline draws it); never applied at conversion."""
+
+    name = "RandomResizedCrop"
+    square_pair_is_int = True
+    at_conversion = False
+
+    def torchvision(self):
+        from datasets.torchvision_cpu import transforms
+
+        return transforms.RandomResizedCrop(self.size)
+
+    def fixed_size(self):
+        return self.size if isinstance(self.size, tuple) else (self.size, self.size)
+
+
+class RandomHorizontalFlip(Step):
+    """The loader's train flip (p = 0.5); never applied at conversion."""
+
+    name = "RandomHorizontalFlip"
+    sized = False
+    at_conversion = False
+    keeps_size = True
+
+    def torchvision(self):
+        from datasets.torchvision_cpu import transforms
+
+        return transforms.RandomHorizontalFlip()
+
+
+@dataclass(frozen=True)
+class UnknownStep(Step):
+    """A stored step this code does not know (or with arguments it does not read), kept as written:
+    the loader cannot skip it, so it runs its whole pipeline and says so."""
+
+    text: str = ""
+
+    @property
+    def name(self) -> str:
+        match = _STEP.match(self.text)
+        return match.group(1) if match else self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def _crop_start(size: int, crop: int) -> int:
     """torchvision's center_crop offset along one axis (negative: zero padding before the image)."""
     if crop > size:
@@ -127,7 +188,7 @@ def _crop_start(size: int, crop: int) -> int:
     return int(round((size - crop) / 2.0))
 
 
-STEP_TYPES = {cls.name: cls for cls in (Resize, CenterCrop)}
+STEP_TYPES = {cls.name: cls for cls in (Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip)}
 ALLOWED_FORMS = "Resize(N), Resize(H, W), CenterCrop(N), CenterCrop(H, W)"
 
 
@@ -140,47 +201,94 @@ def parse_step(text: str) -> Step:
 
 
 def parse_steps(texts) -> list:
-    """Steps from a list of strings, each holding one or more steps; [] for no steps."""
+    """Conversion steps from a list of strings, each holding one or more steps; [] for no steps.
+    PreprocessError for a step that does not parse, is unknown or is random."""
     if isinstance(texts, str):
         texts = [texts]
+    return [_conversion_step(*token) for text in texts for token in _tokens(text)]
+
+
+def parse_stored_steps(value) -> list:
+    """The steps a metadata.json's `<split>_transform_pipeline` says were applied (None or [] -> []).
+
+    Reads what this converter (canonical text) and the reference harness (its command-line words)
+    wrote: a list of strings, each holding one or more steps. A step whose name or arguments are not
+    understood becomes an `UnknownStep`; a square crop given as (N, N) reads as (N), the same step.
+    PreprocessError (quoting it) for a value that is not text in that shape.
+    """
+    if value is None or value == "" or value == []:
+        return []
+    if isinstance(value, (str, Step)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise PreprocessError(f"stored preprocessing steps {value!r}: expected a list of strings like 'Resize(256)'")
     steps = []
-    for text in texts:
-        if not isinstance(text, str):
-            raise PreprocessError(f"preprocessing step {text!r}: expected a string like 'Resize(256)'")
-        position = 0
-        if not text.strip():
-            raise PreprocessError(f"preprocessing step {text!r} is empty; expected one of {ALLOWED_FORMS}")
-        while position < len(text):
-            match = _STEP.match(text, position)
-            if not match or match.end() == position:
-                raise PreprocessError(
-                    f"preprocessing step {text!r} does not parse (at {text[position:]!r}); "
-                    f"expected one of {ALLOWED_FORMS}")
-            steps.append(_make_step(match.group(0).strip().rstrip(",;").strip(), match.group(1), match.group(2)))
-            position = match.end()
-            while position < len(text) and text[position].isspace():
-                position += 1
+    for item in value:
+        if isinstance(item, Step):
+            steps.append(item)
+        else:
+            steps += [_stored_step(*token) for token in _tokens(item)]
     return steps
 
 
-def _make_step(text: str, name: str, arguments: str) -> Step:
+def _tokens(text):
+    """(step text, name, arguments) for each step in `text`; PreprocessError if it does not parse."""
+    if not isinstance(text, str):
+        raise PreprocessError(f"preprocessing step {text!r}: expected a string like 'Resize(256)'")
+    if not text.strip():
+        raise PreprocessError(f"preprocessing step {text!r} is empty; expected one of {ALLOWED_FORMS}")
+    tokens, position = [], 0
+    while position < len(text):
+        match = _STEP.match(text, position)
+        if not match or match.end() == position:
+            raise PreprocessError(
+                f"preprocessing step {text!r} does not parse (at {text[position:]!r}); "
+                f"expected one of {ALLOWED_FORMS}")
+        tokens.append((match.group(0).strip().rstrip(",;").strip(), match.group(1), match.group(2)))
+        position = match.end()
+        while position < len(text) and text[position].isspace():
+            position += 1
+    return tokens
+
+
+def _sizes(arguments: str):
+    """(first,) or (first, second) from "N" or "H, W"; None if the arguments are not that."""
+    size = _SIZE.fullmatch(arguments)
+    if not size:
+        return None
+    return (int(size.group(1)),) if size.group(2) is None else (int(size.group(1)), int(size.group(2)))
+
+
+def _conversion_step(text: str, name: str, arguments: str) -> Step:
     if name.startswith(RANDOM_PREFIX):
         raise PreprocessError(
             f"preprocessing step {text!r} is random: applied once at conversion it would freeze one draw "
             f"into the dataset; apply it in the loader, every epoch. Allowed here: {ALLOWED_FORMS}")
     step_type = STEP_TYPES.get(name)
-    if step_type is None:
+    if step_type is None or not step_type.at_conversion:
         raise PreprocessError(f"unknown preprocessing step {text!r}; expected one of {ALLOWED_FORMS}")
-    size = _SIZE.fullmatch(arguments)
-    if not size:
+    values = _sizes(arguments)
+    if values is None:
         raise PreprocessError(
             f"preprocessing step {text!r}: expected one or two positive integer sizes, as in "
             f"{name}(256) or {name}(256, 320)")
-    first, second = int(size.group(1)), size.group(2)
-    values = (first,) if second is None else (first, int(second))
     if min(values) < 1:
         raise PreprocessError(f"preprocessing step {text!r}: sizes must be at least 1")
-    return step_type(values[0] if second is None else values)
+    return step_type(values[0] if len(values) == 1 else values)
+
+
+def _stored_step(text: str, name: str, arguments: str) -> Step:
+    step_type = STEP_TYPES.get(name)
+    if step_type is None:
+        return UnknownStep(text=text)
+    if not step_type.sized:
+        return step_type() if not arguments.strip() else UnknownStep(text=text)
+    values = _sizes(arguments)
+    if values is None or min(values) < 1:
+        return UnknownStep(text=text)
+    if len(values) == 1 or (step_type.square_pair_is_int and values[0] == values[1]):
+        return step_type(values[0])
+    return step_type(values)
 
 
 def apply_steps(steps, image):
@@ -196,8 +304,8 @@ def output_size(steps):
         fixed = step.fixed_size()
         if fixed is not None:
             size = fixed
-        elif isinstance(step, Resize):
-            size = None  # shorter side fixed, longer side follows the input's aspect ratio
+        elif not step.keeps_size:
+            size = None  # e.g. Resize(N): the longer side follows the input's aspect ratio
     return size
 
 

@@ -25,7 +25,8 @@ from datasets.launcher import Instance
 from datasets.loader.image_loader import SampleError, get_data
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
 from datasets.formats.npy import decode_npy
-from datasets.loader.pipeline import parse_stored_steps, plan_steps
+from datasets.loader.pipeline import plan_steps
+from datasets.preprocess import parse_stored_steps
 from datasets.formats.tar import iter_tar_samples
 from datasets.torchvision_cpu import transforms
 from http_range_server import RangeHandler, serve as serve_with_ranges
@@ -130,6 +131,21 @@ def test_stored_step_that_runtime_upsamples_is_a_warning(tensor):
     assert "undoes the stored Resize(512)" in notes[0]
     remaining, notes = plan_steps(False, 224, 256, parse_stored_steps(["Resize(256)"]))
     assert [s.name for s in remaining] == ["CenterCrop"] and notes == []
+
+
+def test_a_stored_pipeline_that_is_not_steps_is_an_error_naming_metadata_json(img, tmp_path):
+    import json
+
+    from datasets.loader.sources import SourceError
+
+    target = tmp_path / "img"
+    shutil.copytree(img, target)
+    metadata = json.loads((target / "metadata.json").read_text())
+    metadata["validation_transform_pipeline"] = ["Resize(256"]
+    (target / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(SourceError, match=r"metadata.json: validation_transform_pipeline: preprocessing step "
+                                          r"'Resize\(256' does not parse"):
+        get_data(str(target), "validation", 4, 0, instance=SINGLE)
 
 
 def test_train_is_deterministic_per_epoch_and_changes_with_it(img):

@@ -30,6 +30,7 @@ import numpy as np
 
 from datasets import formats as registry
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD
+from datasets.preprocess import output_size, parse_stored_steps
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
 from datasets.hostbench.sources import BenchmarkSource, folder_split_dir
 
@@ -125,8 +126,8 @@ def imagefolder_baseline(source: BenchmarkSource, split, batch_size, workers, in
 
 def stored_at_output_size(source: BenchmarkSource, split: str, size: int = IMAGE_SIZE) -> bool:
     """Whether the converter already cropped this split's tensors to the output size."""
-    steps = (source.metadata or {}).get(f"{split}_transform_pipeline") or []
-    return any(str(step).replace(" ", "") in (f"CenterCrop({size})", f"CenterCrop({size},{size})") for step in steps)
+    steps = parse_stored_steps((source.metadata or {}).get(f"{split}_transform_pipeline"))
+    return output_size(steps) == (size, size)
 
 
 def tensor_transform(source: BenchmarkSource, split: str, size: int = IMAGE_SIZE, resize: int = RESIZE_SIZE):

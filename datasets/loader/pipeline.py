@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -39,78 +38,20 @@ from PIL import Image
 
 from datasets.formats.npy import decode_npy
 from datasets.loader import jpeg_crop
+from datasets.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
 
-RESIZE, CENTER_CROP, RANDOM_RESIZED_CROP, FLIP = "Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip"
-_STEP_TEXT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*([^()]*?)\s*\)\s*$")
+RESIZE, CENTER_CROP, RANDOM_RESIZED_CROP, FLIP = (
+    Resize.name, CenterCrop.name, RandomResizedCrop.name, RandomHorizontalFlip.name)
 
 
 class PipelineError(ValueError):
     """A stored or requested step the pipeline cannot handle."""
 
 
-@dataclass(frozen=True)
-class Step:
-    name: str
-    size: Optional[int] = None  # the one size argument of Resize/CenterCrop/RandomResizedCrop
-
-    def __str__(self):
-        return f"{self.name}({'' if self.size is None else self.size})"
-
-
-def _parse_one(item) -> Step:
-    if isinstance(item, Step):
-        return item
-    if isinstance(item, dict):  # {"name": "Resize", "size": 256} style
-        name = item.get("name") or item.get("step") or item.get("type")
-        size = item.get("size")
-        if isinstance(size, (list, tuple)):
-            size = size[0] if len(set(size)) == 1 else tuple(size)
-        return Step(str(name), size)
-    if hasattr(item, "name") and hasattr(item, "size"):  # a parsed step object from datasets.preprocess
-        size = item.size
-        if isinstance(size, (list, tuple)):
-            size = size[0] if len(set(size)) == 1 else tuple(size)
-        return Step(str(item.name), size)
-    match = _STEP_TEXT.match(str(item))
-    if not match:
-        raise PipelineError(f"cannot read the stored preprocessing step {item!r}")
-    name, argument = match.groups()
-    argument = argument.strip("()[] ")
-    if not argument:
-        return Step(name)
-    numbers = [part.strip() for part in argument.replace("size=", "").split(",") if part.strip()]
-    try:
-        values = [int(float(n)) for n in numbers]
-    except ValueError:
-        raise PipelineError(f"cannot read the stored preprocessing step {item!r}") from None
-    return Step(name, values[0] if len(set(values)) == 1 else tuple(values))
-
-
-def parse_stored_steps(value) -> list:
-    """The preprocessing steps recorded in metadata.json, as `Step`s (None/empty -> [])."""
-    if value is None or value == "" or value == []:
-        return []
-    try:  # the converter's own parser, when present, is the authority on what it wrote
-        from datasets.preprocess import parse_steps
-    except ImportError:
-        parse_steps = None
-    if parse_steps is not None and not (isinstance(value, list) and value and isinstance(value[0], dict)):
-        try:
-            return [_parse_one(step) for step in parse_steps(value)]
-        except ValueError:
-            pass  # fall back to the tolerant reader below, which names the step it cannot read
-    if isinstance(value, str):
-        text = value.strip().strip("[]")
-        value = re.findall(r"[A-Za-z_][A-Za-z0-9_]*\s*\([^()]*\)", text)
-    if isinstance(value, dict) and "steps" in value:
-        value = value["steps"]
-    return [_parse_one(item) for item in value]
-
-
 def runtime_steps(train: bool, size: int, resize: int) -> list:
     if train:
-        return [Step(RANDOM_RESIZED_CROP, size), Step(FLIP)]
-    return [Step(RESIZE, resize), Step(CENTER_CROP, size)]
+        return [RandomResizedCrop(size), RandomHorizontalFlip()]
+    return [Resize(resize), CenterCrop(size)]
 
 
 def plan_steps(train: bool, size: int, resize: int, stored: Sequence[Step]):

@@ -41,8 +41,8 @@ from datasets.formats.tar import TarFormatError
 from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_metadata, sample_index_name
 from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
-from datasets.loader.pipeline import parse_stored_steps
 from datasets.loader.source_kinds import FOLDER, SHARDS, SYNTHETIC
+from datasets.preprocess import PreprocessError, parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         payload_extension_of(metadata),
         shard_format=shard_format,
         classes=metadata.get("classes"),
-        stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
+        stored_steps=_stored_steps(metadata, split, metadata_location),
         tensor_layout=metadata.get("tensor_layout") or "HWC",
         base=base,
         metadata=metadata,
@@ -220,8 +220,17 @@ def _reference(base: str, split: str, metadata: dict) -> Source:
     groups = [list(group) for _, group in itertools.groupby(records, key=lambda r: r.shard)]
     return Source(SHARDS.name, f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
                                 f"{len(groups)} shards, scanned)", [], REFERENCE_PAYLOAD[fmt],
-                  stored_steps=parse_stored_steps(metadata.get(f"{split}_transform_pipeline")),
+                  stored_steps=_stored_steps(metadata, split, join_location(base, METADATA_FILE)),
                   tensor_layout="CHW", base=base, metadata=metadata, columns=_columns_of_groups(groups))
+
+
+def _stored_steps(metadata: dict, split: str, metadata_location: str) -> list:
+    """The steps the converter already applied to `split` (datasets.preprocess), or a SourceError
+    naming metadata.json."""
+    try:
+        return parse_stored_steps(metadata.get(f"{split}_transform_pipeline"))
+    except PreprocessError as error:
+        raise SourceError(f"{metadata_location}: {split}_transform_pipeline: {error}") from None
 
 
 def _repartition(base: str, split: str, count: int, metadata_sha256: str):
@@ -299,7 +308,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
                 return Source(
                     SHARDS.name, f"{len(locations)} shards of {base} (indexed, split {name})", [],
                     payload_extension_of(metadata), classes=metadata.get("classes"),
-                    stored_steps=parse_stored_steps(metadata.get(f"{name}_transform_pipeline")),
+                    stored_steps=_stored_steps(metadata, name, metadata_location),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
                     label_offset=metadata.get("label_offset", 0), columns=columns.take(rows),
                     shard_format=get_format(metadata["format"]),
@@ -319,7 +328,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
             groups.append(records)
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
     payload = next(iter(payloads & {"npy", "pth"}), "jpg")
-    stored = parse_stored_steps(reference.get(f"{split}_transform_pipeline")) if reference is not None else []
+    stored = _stored_steps(reference, split, metadata_location) if reference is not None else []
     return Source(SHARDS.name, f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 
