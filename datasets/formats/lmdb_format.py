@@ -87,13 +87,21 @@ def decode_value(value, source="<value>") -> dict:
 
 
 def open_environment(path, readonly=True):
+    """The shard's environment; for reading, LMDBFormatError if the file lacks pages its meta page uses."""
     import lmdb
 
     try:
-        return lmdb.open(str(path), subdir=False, readonly=readonly, lock=False, readahead=False,
-                         map_size=MAP_SIZE, max_dbs=0, create=not readonly)
+        env = lmdb.open(str(path), subdir=False, readonly=readonly, lock=False, readahead=False,
+                        map_size=MAP_SIZE, max_dbs=0, create=not readonly)
     except lmdb.Error as problem:
         raise LMDBFormatError(path, f"cannot open the LMDB environment: {problem}") from None
+    if readonly:
+        # LMDB maps the file: touching a page past its end kills the process with SIGBUS.
+        needed, size = (env.info()["last_pgno"] + 1) * env.stat()["psize"], os.path.getsize(path)
+        if size < needed:
+            env.close()
+            raise LMDBFormatError(path, f"truncated: {size:,} bytes, its LMDB pages need {needed:,}")
+    return env
 
 
 class LMDBShardWriter:
