@@ -17,10 +17,10 @@ import argparse
 import os
 import sys
 
+from datasets.balance_policy import POLICIES, UnknownPolicyError, check_policy
 from datasets.index import DatasetError
 from datasets.reference_layout import adopt, check_reference_dataset, read_reference_metadata
 from datasets.repartition import (
-    POLICIES,
     RepartitionUsageError,
     describe_plan,
     repartition,
@@ -39,8 +39,10 @@ def parse_policies(values):
     for value in values or []:
         for item in filter(None, value.split(",")):
             split, _, policy = item.rpartition("=")
-            if policy not in POLICIES:
-                raise argparse.ArgumentTypeError(f"--remainder {item!r}: unknown policy {policy!r} (choose from {', '.join(POLICIES)})")
+            try:
+                check_policy(policy)
+            except UnknownPolicyError as error:
+                raise argparse.ArgumentTypeError(f"--remainder {item!r}: {error}") from None
             policies[split or None] = policy
     return policies
 

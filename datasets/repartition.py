@@ -13,9 +13,9 @@ of N, or the last shard is partial. This module plans and writes a repartition:
         <split>-reference.index.tsv           (see `reference_remainders`); their sample index
 
 Planning (pure functions, `plan_split`):
-  1. Targets. `spread`: T//N each, the first T%N instances one more (every sample kept, counts differ
-     by at most 1). `drop`: T//N each; the T%N samples left over are named and left out. `pad`:
-     ceil(T/N) each; the missing samples are filled by repeating named samples.
+  1. Targets: the samples each instance ends with under the split's policy, as the loader deals
+     them (datasets.balance_policy: `spread` T//N each and the first T%N one more, `drop` T//N each,
+     `pad` ceil(T/N) each; its docstring has the policies and their defaults).
   2. Whole shards, largest first, each to the instance with the most room left (ties: lowest index),
      if it fits under that instance's target. The shards that fit nowhere form the pool.
      Why this bounds the copying: a shard stays in the pool only if it is larger than every
@@ -55,12 +55,6 @@ Safety:
     `overwrite=True`; a repartition made from an older metadata.json (the dataset was re-converted)
     is stale and is replaced. The manifest never points at a file that is being rewritten: entries
     about to change are removed from it first.
-
-Policy defaults (`default_policy`): `train` -> `drop` (every instance must run the same number of
-steps or a collective hangs; leaving out at most N-1 samples an epoch is negligible and, unlike
-padding, weights no sample twice), every other split -> `spread` (evaluation must see every sample
-exactly once; the at most one-sample difference must be handled by the evaluation loop, e.g.
-summing correct counts with an all-reduce).
 """
 
 from __future__ import annotations
@@ -77,6 +71,7 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
+from datasets.balance_policy import UnknownPolicyError, check_policy, default_policy, instance_counts
 from datasets.index import (
     METADATA_FILE,
     DatasetError,
@@ -90,16 +85,11 @@ from datasets.index import (
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
 
-POLICIES = ("spread", "pad", "drop")
 MANIFEST_VERSION = 1
 
 
 class RepartitionUsageError(ValueError):
     """A wrong argument (bad N, unknown split or policy, a target that is not a dataset): exit code 2."""
-
-
-def default_policy(split: str) -> str:
-    return "drop" if split == "train" else "spread"
 
 
 def output_dir(target, num_instances: int) -> Path:
@@ -159,16 +149,17 @@ class SplitRepartition:
         return sum(instance.copied_bytes for instance in self.instances)
 
 
+def known_policy(policy) -> str:
+    """`policy` if it is one of datasets.balance_policy's, else a RepartitionUsageError naming it."""
+    try:
+        return check_policy(policy)
+    except UnknownPolicyError as error:
+        raise RepartitionUsageError(str(error)) from None
+
+
 def instance_targets(total: int, num_instances: int, policy: str):
-    """Samples each instance must end with under `policy`."""
-    quotient, rest = divmod(total, num_instances)
-    if policy == "spread":
-        return [quotient + (1 if i < rest else 0) for i in range(num_instances)]
-    if policy == "drop":
-        return [quotient] * num_instances
-    if policy == "pad":
-        return [quotient + (1 if rest else 0)] * num_instances
-    raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+    """Samples each instance must end with under `policy` (datasets.balance_policy.instance_counts)."""
+    return instance_counts(total, num_instances, known_policy(policy))
 
 
 def assign_whole_shards(shard_sizes, targets):
@@ -262,8 +253,7 @@ def group_records_by_shard(shards, records, split="?", alignment=1):
 
 def plan_split(split, shards, records_by_shard, num_instances: int, policy: str) -> SplitRepartition:
     """Plan one split (pure). `records_by_shard` as returned by group_records_by_shard."""
-    if policy not in POLICIES:
-        raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+    known_policy(policy)
     if num_instances < 1:
         raise RepartitionUsageError(f"the number of instances must be at least 1, got {num_instances}")
     total = sum(shard.samples for shard in shards)
@@ -493,8 +483,7 @@ def resolve_request(dataset: SourceDataset, num_instances: int, splits=None, pol
     resolved = {}
     for split in dict.fromkeys(splits):
         policy = policies.get(split) or policies.get(None) or policies.get("*") or default_policy(split)
-        if policy not in POLICIES:
-            raise RepartitionUsageError(f"unknown remainder policy {policy!r} (choose from {', '.join(POLICIES)})")
+        known_policy(policy)
         length = split_length(dataset, split)
         if length < num_instances:
             raise RepartitionUsageError(

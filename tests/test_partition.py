@@ -77,6 +77,19 @@ def test_pad_gives_equal_counts_and_names_its_repeats(total, count):
     assert len(dealt.padded) == each * count - total
 
 
+@pytest.mark.parametrize("total", SIZES)
+@pytest.mark.parametrize("count", COUNTS)
+def test_the_loader_deals_the_counts_a_repartition_writes(total, count):
+    """One policy module: at run time each instance gets what a repartition for N would give it."""
+    from datasets.balance_policy import POLICIES
+    from datasets.repartition import instance_targets
+
+    for policy in POLICIES:
+        if policy == "drop" and total < count:
+            continue
+        assert balance(total, count, policy).counts() == instance_targets(total, count, policy), policy
+
+
 def test_unknown_policy_and_bad_counts_are_errors():
     with pytest.raises(PlanError, match="unknown policy 'even'"):
         balance(10, 2, "even")

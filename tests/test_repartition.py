@@ -211,7 +211,7 @@ def test_planning_errors():
         plan_split("train", shards, by_shard, 0, "spread")
     with pytest.raises(RepartitionUsageError, match="fewer than the 7 instances"):
         plan_split("train", shards, by_shard, 7, "spread")
-    with pytest.raises(RepartitionUsageError, match="unknown remainder policy"):
+    with pytest.raises(RepartitionUsageError, match="unknown policy 'round' \\(choose from spread, pad, drop\\)"):
         plan_split("train", shards, by_shard, 2, "round")
 
 

@@ -7,7 +7,8 @@ needs to talk to another):
 1. Epoch order: the shards (groups of samples) are permuted with a generator seeded by
    (seed, epoch), then concatenated into one global sequence. Samples keep their order
    inside a shard, so reading stays sequential.
-2. Instance share: instance i of N takes a contiguous range of that sequence.
+2. Instance share: instance i of N takes a contiguous range of that sequence, as many
+   samples as the policy gives it (datasets.balance_policy, the repartitioner's counts too).
    - "spread": every sample exactly once, counts differ by at most 1 (validation).
    - "drop":   every instance gets floor(n/N); the last n mod N samples of the epoch's
                sequence are left out (which ones changes with the epoch).
@@ -29,8 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
-POLICIES = ("drop", "pad", "spread")
-DEFAULT_POLICY = {"train": "drop", "validation": "spread"}
+# DEFAULT_POLICY and POLICIES: the loader takes the policies' names and defaults from here.
+from datasets.balance_policy import DEFAULT_POLICY, DROP, POLICIES, UnknownPolicyError, instance_counts  # noqa: F401
 
 
 class PlanError(ValueError):
@@ -112,27 +113,24 @@ class Balance:
 
 
 def balance(total: int, count: int, policy: str) -> Balance:
-    if policy not in POLICIES:
-        raise PlanError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
+    """Contiguous position ranges of the counts datasets.balance_policy gives each instance."""
+    try:
+        counts = instance_counts(max(total, 0), max(count, 1), policy)
+    except UnknownPolicyError as error:
+        raise PlanError(str(error)) from None
     if count < 1:
         raise PlanError(f"the instance count must be at least 1, got {count}")
     if total < 1:
         raise PlanError("there are no samples to deal")
-    if policy == "spread":
-        ranges = tuple((i * total // count, (i + 1) * total // count) for i in range(count))
-        return Balance(total, count, policy, ranges, range(0), range(0))
-    if policy == "drop":
-        each = total // count
-        if each == 0:
-            raise PlanError(
-                f"policy 'drop' with {count} instances and {total} samples leaves every instance "
-                f"with no sample; use 'pad' or fewer instances"
-            )
-        ranges = tuple((i * each, (i + 1) * each) for i in range(count))
-        return Balance(total, count, policy, ranges, range(each * count, total), range(0))
-    each = -(-total // count)
-    ranges = tuple((i * each, (i + 1) * each) for i in range(count))
-    return Balance(total, count, policy, ranges, range(0), range(total, each * count))
+    if policy == DROP and counts[0] == 0:
+        raise PlanError(
+            f"policy 'drop' with {count} instances and {total} samples leaves every instance "
+            f"with no sample; use 'pad' or fewer instances"
+        )
+    ends = np.cumsum(counts).tolist()
+    ranges = tuple((end - n, end) for n, end in zip(counts, ends))
+    dealt = ends[-1]
+    return Balance(total, count, policy, ranges, range(min(dealt, total), total), range(total, max(dealt, total)))
 
 
 def batches_in(samples: int, batch_size: int, drop_last: bool) -> int:
