@@ -352,3 +352,20 @@ def test_the_table_keeps_figures_in_line_under_long_labels():
     end = header.index("img/s") + len("img/s")
     assert [line[:end].rstrip()[-1:] for line in lines] == ["1", "2"], format_table(rows)
     assert all(line[end] == " " for line in lines)
+
+
+def test_stored_at_output_size_reads_the_stored_steps_with_the_step_type():
+    from types import SimpleNamespace
+
+    from datasets.hostbench.pipelines import stored_at_output_size
+
+    def source(steps):
+        return SimpleNamespace(metadata={"validation_transform_pipeline": steps})
+
+    assert stored_at_output_size(source(["Resize(256)", "CenterCrop(224)"]), "validation", 224)
+    assert stored_at_output_size(source(["Resize(256) CenterCrop(224, 224)"]), "validation", 224)
+    assert not stored_at_output_size(source(["Resize(256)", "CenterCrop(256)"]), "validation", 224)
+    assert not stored_at_output_size(source(["CenterCrop(224)", "Resize(256)"]), "validation", 224)  # resized after
+    assert not stored_at_output_size(source([]), "validation", 224)
+    assert not stored_at_output_size(SimpleNamespace(metadata=None), "validation", 224)
+
