@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from datasets.balance_policy import POLICIES, UnknownPolicyError, check_policy
+from datasets.balance import POLICIES, UnknownPolicyError, check_policy
 from datasets.index import DatasetError
 from datasets.reference_layout import adopt, check_reference_dataset, read_reference_metadata
 from datasets.repartition import (

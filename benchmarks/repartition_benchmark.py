@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.index import SampleRecord, ShardRecord, encode_sample_index, parse_sample_index, tar_shard_name  # noqa: E402
-from datasets.balance_policy import POLICIES  # noqa: E402
+from datasets.balance import POLICIES  # noqa: E402
 from datasets.repartition import group_records_by_shard, plan_split  # noqa: E402
 from datasets.formats.tar import TarShardWriter  # noqa: E402
 

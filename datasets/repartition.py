@@ -14,7 +14,7 @@ of N, or the last shard is partial. This module plans and writes a repartition:
 
 Planning (pure functions, `plan_split`):
   1. Targets: the samples each instance ends with under the split's policy, as the loader deals
-     them (datasets.balance_policy: `spread` T//N each and the first T%N one more, `drop` T//N each,
+     them (datasets.balance: `spread` T//N each and the first T%N one more, `drop` T//N each,
      `pad` ceil(T/N) each; its docstring has the policies and their defaults).
   2. Whole shards, largest first, each to the instance with the most room left (ties: lowest index),
      if it fits under that instance's target. The shards that fit nowhere form the pool.
@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
-from datasets.balance_policy import UnknownPolicyError, check_policy, default_policy, instance_counts
+from datasets.balance import UnknownPolicyError, check_policy, default_policy, instance_counts
 from datasets.index import (
     METADATA_FILE,
     DatasetError,
@@ -150,7 +150,7 @@ class SplitRepartition:
 
 
 def known_policy(policy) -> str:
-    """`policy` if it is one of datasets.balance_policy's, else a RepartitionUsageError naming it."""
+    """`policy` if it is one of datasets.balance's, else a RepartitionUsageError naming it."""
     try:
         return check_policy(policy)
     except UnknownPolicyError as error:
@@ -158,7 +158,7 @@ def known_policy(policy) -> str:
 
 
 def instance_targets(total: int, num_instances: int, policy: str):
-    """Samples each instance must end with under `policy` (datasets.balance_policy.instance_counts)."""
+    """Samples each instance must end with under `policy` (datasets.balance.instance_counts)."""
     return instance_counts(total, num_instances, known_policy(policy))
 
 

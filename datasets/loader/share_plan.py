@@ -8,7 +8,7 @@ needs to talk to another):
    (seed, epoch), then concatenated into one global sequence. Samples keep their order
    inside a shard, so reading stays sequential.
 2. Instance share: instance i of N takes a contiguous range of that sequence, as many
-   samples as the policy gives it (datasets.balance_policy, the repartitioner's counts too).
+   samples as the policy gives it (datasets.balance, the repartitioner's counts too).
    - "spread": every sample exactly once, counts differ by at most 1 (validation).
    - "drop":   every instance gets floor(n/N); the last n mod N samples of the epoch's
                sequence are left out (which ones changes with the epoch).
@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 # DEFAULT_POLICY and POLICIES: the loader takes the policies' names and defaults from here.
-from datasets.balance_policy import DEFAULT_POLICY, DROP, POLICIES, UnknownPolicyError, instance_counts  # noqa: F401
+from datasets.balance import DEFAULT_POLICY, DROP, POLICIES, UnknownPolicyError, instance_counts  # noqa: F401
 
 
 class PlanError(ValueError):
@@ -113,7 +113,7 @@ class Balance:
 
 
 def balance(total: int, count: int, policy: str) -> Balance:
-    """Contiguous position ranges of the counts datasets.balance_policy gives each instance."""
+    """Contiguous position ranges of the counts datasets.balance gives each instance."""
     try:
         counts = instance_counts(max(total, 0), max(count, 1), policy)
     except UnknownPolicyError as error:
