@@ -65,6 +65,7 @@ from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
 from datasets.loader.sources import Source, load_own_share, resolve_source
+from datasets.shard_cache import ShardCache, cache_summary, merge_events
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -97,6 +98,7 @@ class WorkerReport:
     skipped: list = field(default_factory=list)
     substituted: list = field(default_factory=list)  # (skipped key, key repeated in its place)
     partial_dropped: list = field(default_factory=list)  # keys of a final partial batch left out
+    cache: dict = field(default_factory=dict)  # the shard cache's events in this worker (shard_cache.new_events)
 
 
 @dataclass
@@ -121,9 +123,12 @@ class EpochReport:
     last_batch_dropped: list = field(default_factory=list)  # keys of this instance's partial last batch
     workers_reported: int = 0
     complete: bool = False
+    cache: dict = field(default_factory=dict)  # the node's shard cache, this instance's events (empty: no cache)
 
     def add_worker(self, worker: WorkerReport) -> None:
         self.workers_reported += 1
+        if worker.cache:
+            self.cache = merge_events(self.cache, worker.cache)
         self.skipped.extend(worker.skipped)
         self.substituted.extend(worker.substituted)
         self.last_batch_dropped.extend(worker.partial_dropped)
@@ -135,6 +140,8 @@ class EpochReport:
                 f"{' from ' + self.repartition if self.repartition else ''}; "
                 f"skipped {len(self.skipped)}, substituted {len(self.substituted)}, padded {len(self.padded)}, "
                 f"dropped by policy {len(self.policy_dropped)}, in the dropped last batch {len(self.last_batch_dropped)}")
+        if self.cache:
+            text += "\n  " + cache_summary(self.cache)
         for item in self.skipped[:10]:
             text += f"\n  skipped {item.key} in {item.shard}: {item.reason}"
         if len(self.skipped) > 10:
@@ -337,10 +344,22 @@ class ImageStream(IterableDataset):
         plan = self.plan()
         items = plan.worker_items(worker, workers)
         report = WorkerReport(worker)
+        cache = self.source.cache
+        if cache is not None and cache.prefetch:
+            cache.plan(self._shards_in_order(items))
         if len(items):
             torch.set_num_threads(1)
             yield from self._batches(items, plan, worker, report, shared=info is not None)
+        if cache is not None:
+            report.cache = cache.take_events()
         yield report
+
+    def _shards_in_order(self, items) -> list:
+        """[(shard name, location)] of the shards `items` (rows) read, in reading order (prefetch)."""
+        ids = self.columns.shard_ids[np.asarray(items, dtype=np.int64)]
+        ids = ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
+        names = [self.columns.shard_names[i] for i in ids.tolist()]
+        return [(name, self.source.locate(name)) for name in names]
 
     def _rng(self, worker: int):
         return random.Random(f"{self.seed}/{self.epoch}/{self.instance.index}/{worker}")
@@ -513,6 +532,8 @@ class ImageLoader:
                               f"failed ({len(report.skipped)}; first: {first.key} in {first.shard}: {first.reason})")
         if report.skipped:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
+        if report.cache.get("refetched") or report.cache.get("fill_failed"):
+            warnings.warn(cache_summary(report.cache), stacklevel=2)
         log.info("%s", report.summary())
 
 
@@ -525,7 +546,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
-             use_bbox_info: bool = False, verify: bool = True) -> ImageLoader:
+             use_bbox_info: bool = False, verify: bool = True, cache_dir=None, cache_limit=None,
+             cache_remote_paths: bool = False, cache_prefetch: int = 0) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -551,6 +573,14 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
+    cache_dir       keep the shards read from s3:// or http(s):// (or from local paths, with
+                    cache_remote_paths=True: NFS) in this node-local directory, shared by every process of
+                    the node; later epochs read them from there (datasets/shard_cache.py: verified against
+                    metadata.json's sha256 before use, CRC32C still checked on every read). Datasets with
+                    a metadata.json only. Its events are in `loader.report.cache`.
+    cache_limit     the most bytes the cache directory holds ("200GB", "512MiB", an int; LRU by bytes,
+                    shards being read are never evicted); default: its disk's free space less 1 GiB.
+    cache_prefetch  fetch this many of the next shards of each reader's plan ahead of it (default 0).
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -565,6 +595,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     resize_size = resize_size or int(round(image_size * 256 / 224))
     resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
                               label_offset)
+    if cache_dir is not None:
+        resolved.cache = _shard_cache(resolved, cache_dir, cache_limit, cache_remote_paths, cache_prefetch)
     pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
                                           use_draft, jpeg_decode)
     if get_source_kind(resolved.kind).output_sized:
@@ -586,3 +618,14 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              f" (stored: {' + '.join(map(str, skipped_steps))})" if skipped_steps else "",
              len(loader), batch_size)
     return loader
+
+
+def _shard_cache(source: Source, directory, limit, remote_paths: bool, prefetch: int) -> Optional[ShardCache]:
+    """The node's cache for `source`'s shards; None (and a warning) when it has no shard records to check
+    entries against (no metadata.json: shard lists scanned, image folders, synthetic)."""
+    records = source.metadata is not None and any(entry.get("shards") for entry in source.metadata.get("splits", {}).values())
+    if source.kind != "webdataset" or not records:
+        warnings.warn(f"{source.description}: not cached (cache_dir={directory}): only shards that a metadata.json "
+                      f"records (name, bytes, sha256) are cached", stacklevel=3)
+        return None
+    return ShardCache.for_dataset(directory, source.metadata, limit, remote_paths, prefetch)

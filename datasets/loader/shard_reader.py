@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Optional
 
 from datasets.formats import ShardDataError, format_for_location
 from datasets.formats.tar import BLOCK, iter_tar_members, split_key
@@ -42,12 +42,20 @@ LABEL_EXTENSIONS = ("cls", "class", "label", "target", "cls2")
 
 @dataclass(frozen=True)
 class Run:
-    """Consecutive records of one shard that touch: read with one sequential pass."""
+    """Consecutive records of one shard that touch: read with one sequential pass. `opener(location,
+    start, stop)`, when set, opens the byte range instead of the location's transport (a shard being
+    filled into the node's cache, datasets/shard_cache.py)."""
 
     location: str
     start: int
     stop: int
     records: tuple
+    opener: Optional[Callable] = field(default=None, compare=False)
+
+
+def reads_locally(run: Run) -> bool:
+    """Whether `run` is a local file read in place (a format's fast path may mmap it)."""
+    return run.opener is None and not is_url(run.location)
 
 
 def contiguous_runs(records, locate) -> list:
@@ -99,7 +107,9 @@ def _iter_run_part(run: Run, label_offset: int, shard_format, verify: bool):
     position = 0
     stream = None
     try:
-        if is_url(run.location):
+        if run.opener is not None:
+            stream = run.opener(run.location, run.start, run.stop)
+        elif is_url(run.location):
             stream = open_byte_range(run.location, run.start, run.stop)
         samples = iter_samples(run.location, run.start, run.stop, stream, label_offset, shard_format, verify)
         for sample in samples:
@@ -124,7 +134,7 @@ def _iter_run_part(run: Run, label_offset: int, shard_format, verify: bool):
         if position < len(run.records) - 1 and _record_local(error, run.records[position]):
             yield run.records[position], None, reason
             rest = run.records[position + 1:]
-            return Run(run.location, rest[0].record_offset, run.stop, rest)
+            return replace(run, start=rest[0].record_offset, records=rest)
         for record in run.records[position:]:
             yield record, None, reason
     finally:

@@ -92,6 +92,7 @@ class Source:
     # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
     columns: Optional[SampleColumns] = None
     shard_format: Optional[object] = None  # datasets.formats.ShardFormat of the shards (None: known by name)
+    cache: Optional[object] = None  # datasets.shard_cache.ShardCache the shards are read through (get_data's cache_dir)
 
     @property
     def total(self) -> int:

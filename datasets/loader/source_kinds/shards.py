@@ -2,7 +2,8 @@
 index; each sequential run of rows is read as one byte range of its shard, by the shard's format.
 
 With verify, a payload is checked against the CRC32C its index records (`payload_problem`) before
-it is decoded. With use_bbox_info, each payload comes Boxed with its box: from the index's bbox
+it is decoded. With the source's shard cache (get_data's cache_dir), a run of a cached shard is read
+from the node's copy, or from the shard while it is fetched into the cache (datasets/shard_cache.py). With use_bbox_info, each payload comes Boxed with its box: from the index's bbox
 column where it has one, else from the sample's json member.
 """
 
@@ -16,7 +17,7 @@ import numpy as np
 from datasets.formats import format_for_location
 from datasets.index import payload_problem
 from datasets.loader.payloads import get_payload
-from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension, read_member, sample_label
+from datasets.loader.shard_reader import Run, iter_run, payload_extension, read_member, reads_locally, sample_label
 from datasets.loader.source_kinds.base import Boxed, SourceKind
 
 
@@ -37,46 +38,56 @@ def _row_runs(columns, rows, locate):
 
 
 def _raw_samples(stream, items):
-    source, verify, use_bbox_info = stream.source, stream.verify, stream.use_bbox_info
-    columns = stream.columns
+    source, columns = stream.source, stream.columns
     # use_bbox_info: the box from the index when it has the column (no json member to read);
     # otherwise (old indexes, shards scanned without one) from each sample's json.
-    boxes_indexed = use_bbox_info and columns.has_boxes
+    boxes_indexed = stream.use_bbox_info and columns.has_boxes
+    cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache.py), or None
     # Items are rows of the columnar index; each run's records are built as it is read.
     for rows, run in _row_runs(columns, items, source.locate):
-        fmt = source.shard_format or format_for_location(run.location)
-        payloads = None if is_url(run.location) else fmt.read_payloads(run)
-        if payloads is not None:  # the format reads a local run straight from the index
-            for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
-                kind = get_payload(ext).name
-                if verify and error is None:
-                    error = payload_problem(record, payload)
-                if use_bbox_info and error is None:
-                    bbox = (_usable_bbox(columns.box(row)) if boxes_indexed
-                            else _bbox_of(read_member(run.location, record, "json")))
-                    payload = Boxed(payload, bbox)
-                yield row, record.shard, record.label, payload, kind, error
-            continue
-        for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
-            if error is not None:
-                yield row, record.shard, record.label, None, None, error
-                continue
-            ext = source.payload if source.payload in sample else payload_extension(sample)
-            if ext is None:
-                members = ", ".join(k for k in sample if not k.startswith("__"))
-                yield row, record.shard, record.label, None, None, f"no image payload (members: {members})"
-                continue
-            try:
-                label = sample_label(sample, record.label)
-            except ValueError:
-                yield row, record.shard, record.label, None, None, "the class label is not an integer"
-                continue
-            payload = sample[ext]
-            error = payload_problem(record, payload) if verify else None
+        if cache is not None and cache.covers(run):  # read from the cache, or while filling it
+            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
+                                                                                        boxes_indexed))
+        else:
+            yield from _run_samples(stream, rows, run, boxes_indexed)
+
+
+def _run_samples(stream, rows, run, boxes_indexed):
+    """The raw sample tuples of one run of a shard (`rows`: its rows of the columnar index)."""
+    source, verify, use_bbox_info, columns = stream.source, stream.verify, stream.use_bbox_info, stream.columns
+    fmt = source.shard_format or format_for_location(run.location)
+    payloads = fmt.read_payloads(run) if reads_locally(run) else None
+    if payloads is not None:  # the format reads a local run straight from the index
+        for row, (record, ext, payload, error) in zip(rows.tolist(), payloads):
+            kind = get_payload(ext).name
+            if verify and error is None:
+                error = payload_problem(record, payload)
             if use_bbox_info and error is None:
-                bbox = _usable_bbox(columns.box(row)) if boxes_indexed else _bbox_of(sample.get("json"))
+                bbox = (_usable_bbox(columns.box(row)) if boxes_indexed
+                        else _bbox_of(read_member(run.location, record, "json")))
                 payload = Boxed(payload, bbox)
-            yield row, record.shard, label, payload, get_payload(ext).name, error
+            yield row, record.shard, record.label, payload, kind, error
+        return
+    for row, (record, sample, error) in zip(rows.tolist(), iter_run(run, source.label_offset, fmt, verify)):
+        if error is not None:
+            yield row, record.shard, record.label, None, None, error
+            continue
+        ext = source.payload if source.payload in sample else payload_extension(sample)
+        if ext is None:
+            members = ", ".join(k for k in sample if not k.startswith("__"))
+            yield row, record.shard, record.label, None, None, f"no image payload (members: {members})"
+            continue
+        try:
+            label = sample_label(sample, record.label)
+        except ValueError:
+            yield row, record.shard, record.label, None, None, "the class label is not an integer"
+            continue
+        payload = sample[ext]
+        error = payload_problem(record, payload) if verify else None
+        if use_bbox_info and error is None:
+            bbox = _usable_bbox(columns.box(row)) if boxes_indexed else _bbox_of(sample.get("json"))
+            payload = Boxed(payload, bbox)
+        yield row, record.shard, label, payload, get_payload(ext).name, error
 
 
 def _bbox_of(info_json) -> Optional[list]:

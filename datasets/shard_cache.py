@@ -1,0 +1,562 @@
+"""A node-local cache of whole shards read from s3://, http(s):// or a local path marked remote (NFS).
+
+    cache = ShardCache.for_dataset(directory, metadata, limit="200GB", remote_paths=False, prefetch=0)
+    with cache.serve(run) as (served, cached): ...   # a shard_reader.Run, read from the cache or while filling it
+
+Layout: `<directory>/<dataset key>/<shard name>` (the key is metadata.json's `checksum`, so two datasets,
+or a re-uploaded one, never share entries) with, beside each shard:
+    <shard>.meta     {"size", "mtime_ns", "sha256"} of the entry, written after the rename: an entry is
+                     served only while the file's size and mtime equal these and sha256 equals metadata.json's;
+    <shard>.lock     the fill lock (flock LOCK_EX, held by the process fetching the shard: one fetch per
+                     shard per node; a process that finds it held waits, then reads the finished entry);
+    <shard>.pin      the in-use lock (LOCK_SH while any process reads the entry; eviction takes LOCK_EX
+                     without waiting and skips what it cannot get); its mtime is the entry's last use (LRU);
+    <shard>.part.*   a fill in progress: never served by name; a killed fill leaves one behind, removed by the
+                     next fill of that shard (under the fill lock, so it is never someone's live file).
+
+A fill is one GET of the whole shard in a thread of the process that first needs it: every chunk is
+written to the part file and hashed, and the run being read follows the part file as it grows (the
+same streaming pass, no second GET). At the end the size and sha256 are compared with metadata.json's
+record: equal -> renamed into place (atomic) and the cache trimmed to its limit (LRU by bytes, pinned
+entries never evicted); different -> the part file is removed, the event reported, and nothing cached.
+The bytes a failed fill served are the store's bytes, exactly what an uncached read gets: the
+loader's per-sample CRC32C checks name the damaged samples as they always do.
+
+On a hit the loader reads the local file through the format's fast path and still checks every
+sample's CRC32C. A sample of a cached shard that fails (CRC, framing) drops the entry; the shard is
+fetched again and the rest of the run read from the new copy (`read_run`); the event is reported.
+An entry whose size or mtime changed is dropped and fetched again too. Events are counted per
+process (`take_events`) and reported in the loader's EpochReport.
+
+Not fsynced: a cache survives a killed process (the page cache holds the bytes), not necessarily a
+power cut; what a power cut could damage is caught by the size/mtime and CRC32C checks above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+import weakref
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+from datasets import storage
+
+log = logging.getLogger(__name__)
+CHUNK = 1 << 20
+RESERVE = 1 << 30  # the default limit leaves this much of the disk free
+_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+SIDE_SUFFIXES = (".meta", ".lock", ".pin")
+EVENT_COUNTS = ("hits", "fills", "waited", "evicted", "bytes_fetched")
+
+
+class CacheError(ValueError):
+    """A cache option that cannot be used (bad limit, directory not writable): names it."""
+
+
+def parse_size(text) -> int:
+    """'200GB', '1.5 TiB', '500M', 1000 -> bytes."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?[iI]?)[bB]?\s*", str(text))
+        if not match:
+            raise CacheError(f"cache limit {text!r}: not a size (e.g. 200GB, 512MiB, 1000000)")
+        value = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+    if value <= 0:
+        raise CacheError(f"cache limit {text!r}: must be more than 0 bytes")
+    return value
+
+
+def dataset_key(metadata: dict) -> str:
+    """metadata.json's checksum; for a dataset without one, the sha256 of its shard records."""
+    checksum = metadata.get("checksum")
+    if checksum:
+        return re.sub(r"[^0-9A-Za-z_.-]", "_", str(checksum))
+    records = sorted((s["name"], int(s["bytes"]), s.get("sha256"))
+                     for entry in metadata.get("splits", {}).values() for s in entry.get("shards", []))
+    return "shards-" + hashlib.sha256(json.dumps(records).encode()).hexdigest()[:32]
+
+
+def new_events() -> dict:
+    return {**{name: 0 for name in EVENT_COUNTS}, "refetched": [], "fill_failed": []}
+
+
+def merge_events(total: dict, more: dict) -> dict:
+    """Add one process's events to `total` (both as made by new_events)."""
+    for name in EVENT_COUNTS:
+        total[name] = total.get(name, 0) + more.get(name, 0)
+    for name in ("refetched", "fill_failed"):
+        total.setdefault(name, []).extend(more.get(name, []))
+    return total
+
+
+# Lock files this process holds: a forked child closes its copies (flock locks belong to the open file,
+# which a fork shares: a child that kept them would hold the parent's locks for its whole life).
+_held = set()
+_caches = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for fd in list(_held):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _held.clear()
+    for cache in list(_caches):
+        cache._reset_process_state()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _lock(path: Path, mode: int, wait: bool = True) -> Optional[int]:
+    """An fd of `path` (created if missing) locked with flock `mode`; None if not waiting and it is taken."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
+    except OSError as error:
+        os.close(fd)
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    _held.add(fd)
+    return fd
+
+
+def _unlock(fd: Optional[int]) -> None:
+    if fd is not None and fd in _held:
+        _held.discard(fd)
+        os.close(fd)  # closing the only fd of the open file releases its flock
+
+
+class _Fill:
+    """One shard being fetched into a part file by a thread; readers follow the part file as it grows."""
+
+    def __init__(self, cache: "ShardCache", name: str, location: str, lock_fd: int):
+        self.cache, self.name, self.location, self.lock_fd = cache, name, location, lock_fd
+        self.size, self.sha256 = cache.shards[name]
+        self.part = cache.path(name).with_name(f"{cache.path(name).name}.part.{os.getpid()}.{threading.get_ident()}")
+        self.write_fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.read_fd = os.open(self.part, os.O_RDONLY | os.O_CLOEXEC)
+        self.cond = threading.Condition()
+        self.written = 0
+        self.done = False
+        self.error = None  # the store's error: readers raise it, as an uncached read would
+        self.cache_error = None  # the cache's own (disk full): readers go to the store instead
+        self.thread = threading.Thread(target=self._run, name=f"cache-fill {name}", daemon=True)
+
+    def _run(self) -> None:
+        digest = hashlib.sha256()
+        buffer = bytearray(CHUNK)
+        view = memoryview(buffer)
+        try:
+            with self.cache.open_source(self.location) as stream:
+                while count := stream.readinto(buffer):
+                    self._write(view[:count])
+                    digest.update(view[:count])
+                    with self.cond:
+                        self.written += count
+                        self.cond.notify_all()
+            self.cache.count("bytes_fetched", self.written)
+            self.cache.finish_fill(self, digest.hexdigest())
+        except Exception as error:  # noqa: BLE001 - handed to the readers, who raise it where they read
+            self.cache.count("bytes_fetched", self.written)
+            self.cache.fail_fill(self, error)
+        finally:
+            with self.cond:
+                self.done = True
+                self.cond.notify_all()
+
+    def _write(self, data) -> None:
+        try:
+            while data:
+                data = data[os.write(self.write_fd, data):]
+        except OSError as error:
+            self.cache_error = error
+            raise
+
+    def wait(self) -> None:
+        self.thread.join()
+
+
+class _Follower(io.RawIOBase):
+    """Bytes [start, stop) of a shard being filled, read from its part file as the fill writes it."""
+
+    def __init__(self, fill: _Fill, start: int, stop: Optional[int]):
+        super().__init__()
+        self.fill, self.position, self.stop = fill, start, stop
+        self.fd = os.dup(fill.read_fd)
+        self.direct = None  # a stream from the store, if the fill could not write the cache
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.stop is not None and self.position >= self.stop:
+            return 0
+        wanted = len(buffer) if self.stop is None else min(len(buffer), self.stop - self.position)
+        if self.direct is not None:
+            return self._count(self.direct.readinto(memoryview(buffer)[:wanted]))
+        fill = self.fill
+        with fill.cond:
+            while fill.written <= self.position and not fill.done:
+                fill.cond.wait()
+            available = fill.written - self.position
+            if available <= 0:
+                if fill.cache_error is not None:
+                    log.warning("%s: the cache could not be written (%s); reading the store directly", fill.name,
+                                fill.cache_error)
+                    self.direct = storage.open_byte_range(fill.location, self.position, self.stop) \
+                        if storage.is_url(fill.location) else _local_range(fill.location, self.position)
+                    return self.readinto(buffer)
+                if fill.error is not None:
+                    raise fill.error
+                return 0  # the shard ended (shorter than recorded: the reader says what is missing)
+        return self._count(os.preadv(self.fd, [memoryview(buffer)[:min(wanted, available)]], self.position))
+
+    def _count(self, count: int) -> int:
+        self.position += count
+        return count
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if self.direct is not None:
+            self.direct.close()
+            self.direct = None
+        super().close()
+
+
+def _local_range(path: str, start: int):
+    handle = open(path, "rb", buffering=0)
+    handle.seek(start)
+    return handle
+
+
+class ShardCache:
+    """The cache of one dataset's shards in `directory` (see the module docstring). One object per
+    loader; forked DataLoader workers use their copy (fills and locks are per process)."""
+
+    def __init__(self, directory, key: str, shards: dict, limit: Optional[int] = None, remote_paths: bool = False,
+                 prefetch: int = 0):
+        self.root = Path(directory)
+        self.directory = self.root / key
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise CacheError(f"cache directory {self.root}: cannot create it: {error.strerror or error}") from None
+        if not os.access(self.directory, os.W_OK):
+            raise CacheError(f"cache directory {self.directory}: not writable")
+        if limit is None:
+            limit = shutil.disk_usage(self.root).free + self._total_bytes() - RESERVE
+        self.key, self.shards, self.limit = key, dict(shards), max(int(limit), 0)
+        self.remote_paths, self.prefetch = remote_paths, max(int(prefetch), 0)
+        self._reset_process_state()
+        _caches.add(self)
+
+    @classmethod
+    def for_dataset(cls, directory, metadata: dict, limit=None, remote_paths: bool = False,
+                    prefetch: int = 0) -> "ShardCache":
+        """The cache of the dataset `metadata` (a parsed metadata.json) describes: its shard records
+        (name -> bytes, sha256) are what every entry is checked against."""
+        shards = {s["name"]: (int(s["bytes"]), s.get("sha256"))
+                  for entry in metadata.get("splits", {}).values() for s in entry.get("shards", []) if s.get("sha256")}
+        return cls(directory, dataset_key(metadata), shards, None if limit is None else parse_size(limit),
+                   remote_paths, prefetch)
+
+    def _reset_process_state(self) -> None:
+        self._fills = {}
+        self._mutex = threading.Lock()
+        self._events = new_events()
+        self._plan, self._place = [], {}
+
+    def __getstate__(self):  # a spawned worker starts with no fills, locks or events of its parent
+        state = dict(self.__dict__)
+        for name in ("_fills", "_mutex", "_events", "_plan", "_place"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._reset_process_state()
+        _caches.add(self)
+
+    # ------------------------------------------------------------------ paths and entries
+
+    def path(self, name: str) -> Path:
+        return self.directory / name.replace("/", "%2F")
+
+    def _side(self, name: str, suffix: str) -> Path:
+        path = self.path(name)
+        return path.with_name(path.name + suffix)
+
+    def covers(self, run) -> bool:
+        """Whether `run` is read through the cache: a remote (or remote-marked local) shard that
+        metadata.json records with a sha256."""
+        location = run.location
+        remote = storage.is_url(location) or (self.remote_paths and os.path.isfile(location))
+        return remote and bool(run.records) and run.records[0].shard in self.shards
+
+    def open_source(self, location: str):
+        """The whole shard from the store: one GET (or, for a remote-marked path, one sequential read)."""
+        if storage.is_url(location):
+            return storage.open_byte_range(location, 0, None)
+        return open(location, "rb", buffering=0)
+
+    def _valid(self, name: str) -> Optional[os.stat_result]:
+        """The entry's stat when it may be served: present, and its size, mtime and sha256 as recorded."""
+        try:
+            meta = json.loads(self._side(name, ".meta").read_text())
+            stat = self.path(name).stat()
+        except (OSError, ValueError):
+            return None
+        size, sha256 = self.shards[name]
+        if (meta.get("sha256"), meta.get("size")) != (sha256, size) or stat.st_size != size \
+                or stat.st_mtime_ns != meta.get("mtime_ns"):
+            return None
+        return stat
+
+    def _changed(self, name: str) -> Optional[str]:
+        """Why an entry that exists may not be served ("size or mtime changed"), None if none exists."""
+        if self.path(name).exists() and self._side(name, ".meta").exists():
+            return "its size or mtime changed since it was cached"
+        return None
+
+    # ------------------------------------------------------------------ serving a run
+
+    @contextlib.contextmanager
+    def serve(self, run):
+        """(run to read, cached): the run on the local entry (cached=True), or on the shard being
+        fetched (a Run whose `opener` follows the fill). The entry is pinned while the caller reads."""
+        name = run.records[0].shard
+        pin = _lock(self._side(name, ".pin"), fcntl.LOCK_SH)
+        try:
+            fill = self._follow_or_fill(name, run.location)
+            self._start_prefetch(name)
+            if fill is None:
+                self.count("hits")
+                os.utime(self._side(name, ".pin"))
+                yield replace(run, location=str(self.path(name))), True
+            else:
+                yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
+                    _Follower(fill, start, stop), buffer_size=CHUNK)), False
+        finally:
+            _unlock(pin)
+
+    def _follow_or_fill(self, name: str, location: str) -> Optional[_Fill]:
+        """None when the entry is valid (serve it); else the fill to follow (this process's, or a new
+        one once no other process is filling it)."""
+        with self._mutex:
+            fill = self._fills.get(name)
+            if fill is not None:
+                return fill
+        if self._valid(name) is not None:
+            return None
+        lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX, wait=False)
+        if lock is None:  # another process is fetching it: wait for its entry
+            lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX)
+            self.count("waited")
+        return self._fill_locked(name, location, lock)
+
+    def _fill_locked(self, name: str, location: str, lock: int) -> Optional[_Fill]:
+        """Holding the fill lock: None if the entry is (now) valid, else a started fill (owning the lock)."""
+        try:
+            if self._valid(name) is not None:
+                _unlock(lock)
+                return None
+            changed = self._changed(name)
+            if changed:
+                self._record("refetched", name, changed)
+            self._remove_entry(name, parts=True)
+            fill = _Fill(self, name, location, lock)
+        except BaseException:
+            _unlock(lock)
+            raise
+        with self._mutex:
+            self._fills[name] = fill
+        fill.thread.start()
+        return fill
+
+    def read_run(self, run, read):
+        """Items of `read(run, first)` (the caller's reader of a run's records from `first` on; each item
+        ends with its error, None when good), with the run served through the cache. A failing sample
+        of a cached entry drops the entry and the rest of the run is read from a fresh fetch, once."""
+        first = 0
+        retried = False
+        while True:
+            part = run if first == 0 else replace(run, start=run.records[first].record_offset,
+                                                   records=run.records[first:])
+            with self.serve(part) as (served, cached):
+                for item in read(served, first):
+                    if item[-1] is not None and cached and not retried:
+                        self.drop(part.records[0].shard, f"a sample failed its check: {item[-1]}")
+                        retried = True
+                        break
+                    first += 1
+                    yield item
+                else:
+                    return
+
+    def drop(self, name: str, reason: str) -> None:
+        """Remove an entry found bad (it is fetched again when next read); reported as refetched."""
+        lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX)
+        try:
+            self._remove_entry(name)
+        finally:
+            _unlock(lock)
+        log.warning("%s: cached shard %s dropped and fetched again: %s", self.directory, name, reason)
+        self._record("refetched", name, reason)
+
+    def _remove_entry(self, name: str, parts: bool = False) -> None:
+        """Unlink the entry (readers that have it open keep their bytes); with parts, killed fills' part files."""
+        self._side(name, ".meta").unlink(missing_ok=True)
+        self.path(name).unlink(missing_ok=True)
+        if parts:
+            for stale in self.directory.glob(f"{glob_escape(self.path(name).name)}.part.*"):
+                stale.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ the fill thread's ends
+
+    def finish_fill(self, fill: _Fill, sha256: str) -> None:
+        try:
+            if fill.written != fill.size or sha256 != fill.sha256:
+                what = (f"{fill.written} bytes, metadata.json says {fill.size}" if fill.written != fill.size
+                        else f"sha256 {sha256}, metadata.json says {fill.sha256}")
+                raise ValueError(f"fetched {what}: not cached")
+            os.close(fill.write_fd)
+            fill.write_fd = None
+            path = self.path(fill.name)
+            os.replace(fill.part, path)
+            stat = path.stat()
+            meta = self._side(fill.name, ".meta")
+            temporary = meta.with_name(meta.name + f".{os.getpid()}")
+            temporary.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}))
+            os.replace(temporary, meta)
+            os.utime(self._side(fill.name, ".pin"))
+            self.count("fills")
+            self.evict()
+        except Exception as error:  # noqa: BLE001
+            self.fail_fill(fill, error, finished=True)
+            return
+        self._end_fill(fill)
+
+    def fail_fill(self, fill: _Fill, error: Exception, finished: bool = False) -> None:
+        if not finished and fill.cache_error is None:
+            fill.error = error
+        fill.part.unlink(missing_ok=True)
+        log.warning("%s: shard %s not cached: %s: %s", self.directory, fill.name, type(error).__name__, error)
+        self._record("fill_failed", fill.name, f"{type(error).__name__}: {error}")
+        self._end_fill(fill)
+
+    def _end_fill(self, fill: _Fill) -> None:
+        if fill.write_fd is not None:
+            os.close(fill.write_fd)
+            fill.write_fd = None
+        with self._mutex:
+            if self._fills.get(fill.name) is fill:
+                del self._fills[fill.name]
+        _unlock(fill.lock_fd)
+
+    # ------------------------------------------------------------------ limit, prefetch, events
+
+    def _entries(self) -> list:
+        """(last use, bytes, shard path, pin path) of every complete entry under the cache root."""
+        entries = []
+        for folder in (p for p in self.root.iterdir() if p.is_dir()):
+            for item in os.scandir(folder):
+                if item.name.endswith(SIDE_SUFFIXES) or ".part." in item.name or ".meta." in item.name:
+                    continue
+                pin = Path(item.path + ".pin")
+                try:
+                    size = item.stat().st_size
+                    used = pin.stat().st_mtime_ns if pin.exists() else item.stat().st_mtime_ns
+                except FileNotFoundError:
+                    continue
+                entries.append((used, size, Path(item.path), pin))
+        return entries
+
+    def _total_bytes(self) -> int:
+        return sum(entry[1] for entry in self._entries()) if self.root.exists() else 0
+
+    def evict(self) -> None:
+        """Least recently used entries out until the cache holds at most `limit` bytes; an entry some
+        process is reading (pinned) is skipped, so the cache may stay above the limit until it is not."""
+        entries = sorted(self._entries())
+        total = sum(entry[1] for entry in entries)
+        for _, size, path, pin in entries:
+            if total <= self.limit:
+                return
+            fd = _lock(pin, fcntl.LOCK_EX, wait=False)
+            if fd is None:
+                continue
+            try:
+                Path(str(path) + ".meta").unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
+            finally:
+                _unlock(fd)
+            total -= size
+            self.count("evicted")
+
+    def plan(self, runs_locations: list) -> None:
+        """This reader's shards in reading order [(shard name, location)]: `prefetch` > 0 fetches the
+        next ones ahead of the reader."""
+        self._plan = [(name, location) for name, location in runs_locations if name in self.shards]
+        self._place = {name: n for n, (name, _) in enumerate(self._plan)}
+
+    def _start_prefetch(self, name: str) -> None:
+        place = self._place.get(name)
+        if not self.prefetch or place is None:
+            return
+        for ahead, location in self._plan[place + 1:place + 1 + self.prefetch]:
+            with self._mutex:
+                if ahead in self._fills:
+                    continue
+            if self._valid(ahead) is not None:
+                continue
+            lock = _lock(self._side(ahead, ".lock"), fcntl.LOCK_EX, wait=False)
+            if lock is not None:  # taken: someone is fetching it already
+                self._fill_locked(ahead, location, lock)
+
+    def count(self, name: str, amount: int = 1) -> None:
+        with self._mutex:
+            self._events[name] += amount
+
+    def _record(self, name: str, shard: str, reason: str) -> None:
+        with self._mutex:
+            self._events[name].append({"shard": shard, "reason": reason})
+
+    def take_events(self) -> dict:
+        """This process's events since the last call, after its fills in flight have ended."""
+        with self._mutex:
+            fills = list(self._fills.values())
+        for fill in fills:
+            fill.wait()
+        with self._mutex:
+            events, self._events = self._events, new_events()
+        return events
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def cache_summary(events: dict) -> str:
+    """One line of an EpochReport's cache events."""
+    text = (f"shard cache: {events.get('hits', 0)} runs served from it, {events.get('fills', 0)} shards fetched into it "
+            f"({events.get('bytes_fetched', 0) / 1e6:.1f} MB from the store), {events.get('waited', 0)} waits for "
+            f"another process's fetch, {events.get('evicted', 0)} evicted, {len(events.get('refetched', []))} "
+            f"dropped and fetched again, {len(events.get('fill_failed', []))} not cached")
+    for item in (events.get("refetched", []) + events.get("fill_failed", []))[:5]:
+        text += f"\n  {item['shard']}: {item['reason']}"
+    return text
