@@ -161,7 +161,9 @@ class _Fill:
         view = memoryview(buffer)
         try:
             with self.cache.open_source(self.location) as stream:
-                while count := stream.readinto(buffer):
+                # readinto1: what has arrived, so that readers following the part file get it without delay
+                read = getattr(stream, "readinto1", stream.readinto)
+                while count := read(buffer):
                     self._write(view[:count])
                     digest.update(view[:count])
                     with self.cond:

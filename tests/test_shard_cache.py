@@ -1,0 +1,324 @@
+"""The node-local shard cache (datasets/shard_cache.py, get_data(cache_dir=...)) against the real SeaweedFS
+(tests/s3_server.py), with the fault proxy (tests/fault_proxy.py) in front of it counting every GET by key."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PYTHON, REPO, run_script
+from datasets import storage
+from datasets.index import read_metadata, read_sample_index
+from datasets.launcher import Instance
+from datasets.loader import get_data
+from datasets.shard_cache import CacheError, ShardCache, parse_size
+
+SINGLE = Instance(0, 1, "test")
+OPTIONS = {"normalization": "device", "with_keys": True}
+
+
+@pytest.fixture
+def proxy(s3_server, monkeypatch):
+    """This process's S3 clients go through a fault proxy in front of the session server."""
+    from fault_proxy import FaultProxy
+    from s3_server import client_environment
+
+    proxy = FaultProxy(s3_server.endpoint)
+    with client_environment(monkeypatch, s3_server, proxy.endpoint, retries=2):
+        yield proxy
+    proxy.close()
+
+
+def upload(server, local, target, *args):
+    result = run_script("upload_dataset.py", local, target, "--s3-endpoint", server.endpoint, "--no-progress", *args,
+                        env=server.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target
+
+
+@pytest.fixture
+def dataset(s3_server, converted, s3_bucket):
+    """(s3:// location, local folder) of the img dataset, uploaded to a fresh bucket."""
+    local = converted("img")
+    return upload(s3_server, local, f"s3://{s3_bucket}/ds"), local
+
+
+def read_epoch(loader, epoch):
+    loader.set_epoch(epoch)
+    keys, labels, images = [], [], []
+    for batch in loader:
+        keys += batch.keys
+        labels += batch.labels.tolist()
+        images.append(batch.images)
+    return keys, labels, torch.cat(images)
+
+
+def same(got, expected) -> bool:
+    return got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+
+
+def shard_gets(requests) -> dict:
+    """{shard file name: GETs} among proxy requests."""
+    counts = {}
+    for method, path, _, _ in requests:
+        name = path.split("?")[0].rsplit("/", 1)[-1]
+        if method == "GET" and name.endswith(".tar"):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def shard_names(local, split="train") -> list:
+    return [s["name"] for s in read_metadata(local)["splits"][split]["shards"]]
+
+
+def entries(cache_dir) -> dict:
+    """{shard name: bytes} of the complete entries (shard file + .meta) under a cache directory."""
+    return {p.name: p.stat().st_size for p in Path(cache_dir).glob("*/*.tar") if Path(f"{p}.meta").exists()}
+
+
+def test_cold_epoch_fills_each_shard_once_and_warm_epochs_fetch_nothing(proxy, dataset, tmp_path):
+    target, local = dataset
+    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache_dir=tmp_path / "cache", **OPTIONS)
+    reference = get_data(str(local), "train", 4, 2, instance=SINGLE, **OPTIONS)
+    shards = shard_names(local)
+    for epoch in range(3):
+        before = len(proxy.requests)
+        assert same(read_epoch(cached, epoch), read_epoch(reference, epoch)), epoch
+        gets = shard_gets(proxy.requests[before:])
+        events = cached.report.cache
+        if epoch == 0:  # both workers read the shard their shares split: still one GET of it
+            assert gets == {name: 1 for name in shards}
+            assert events["fills"] == len(shards) and events["bytes_fetched"] == sum(entries(tmp_path / "cache").values())
+        else:
+            assert gets == {} and events["fills"] == 0 and events["bytes_fetched"] == 0 and events["hits"] >= len(shards)
+        assert not events["refetched"] and not events["fill_failed"]
+    assert sorted(entries(tmp_path / "cache")) == sorted(shards)
+
+
+RANK_SCRIPT = """
+import json, os, sys
+from datasets.loader import get_data
+target, local, cache, out, mode = sys.argv[1:6]
+out = out.replace("RANK", os.environ.get("RANK", ""))  # torchrun: one file per rank
+instance = (0, 1) if mode == "whole" else None  # "whole": each process reads the whole split
+loader = get_data(target, "train", 4, 2, normalization="device", with_keys=True, cache_dir=cache, instance=instance)
+reference = get_data(local, "train", 4, 2, normalization="device", with_keys=True, instance=instance)
+result = []
+for epoch in range(2):
+    loader.set_epoch(epoch)
+    reference.set_epoch(epoch)
+    got = [(b.keys, b.labels.tolist(), int(b.images.sum())) for b in loader]
+    expected = [(b.keys, b.labels.tolist(), int(b.images.sum())) for b in reference]
+    result.append({"same": got == expected, "keys": [k for batch in got for k in batch[0]], "cache": loader.report.cache})
+with open(out, "w") as handle:
+    json.dump(result, handle)
+"""
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "whole"])
+def test_two_processes_with_two_workers_fetch_each_shard_once(s3_server, proxy, dataset, tmp_path, mode):
+    """torchrun: 2 ranks x 2 workers sharing one cache directory. whole: 2 independent processes x 2 workers
+    reading the whole split at the same time (every shard wanted by 4 readers at once)."""
+    target, local = dataset
+    script = tmp_path / "reader.py"
+    script.write_text(RANK_SCRIPT)
+    env = dict(os.environ, **s3_server.env(), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1",
+               **{storage.ENDPOINT_VARIABLE: proxy.endpoint})
+    cache = tmp_path / "cache"
+    if mode == "torchrun":
+        command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+                   target, str(local), str(cache), str(tmp_path / "out-RANK.json"), mode]
+        processes = [subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)]
+    else:
+        processes = [subprocess.Popen([PYTHON, str(script), target, str(local), str(cache), str(tmp_path / f"out-{n}.json"),
+                                       mode], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                     for n in range(2)]
+    for process in processes:
+        output = process.communicate(timeout=300)[0].decode(errors="replace")
+        assert process.returncode == 0, output[-3000:]
+    results = [json.loads((tmp_path / f"out-{n}.json").read_text()) for n in range(2)]
+    shards = shard_names(local)
+    assert shard_gets(proxy.requests) == {name: 1 for name in shards}
+    assert sum(r[0]["cache"]["fills"] for r in results) == len(shards)
+    for result in results:
+        assert all(epoch["same"] for epoch in result)
+        assert result[1]["cache"]["fills"] == 0 and result[1]["cache"]["bytes_fetched"] == 0
+    if mode == "torchrun":  # the ranks' shares: 18 samples each, 4 batches of 4 (drop_last), none twice
+        keys = results[0][0]["keys"] + results[1][0]["keys"]
+        assert sorted(keys) == sorted(set(keys)) and len(keys) == 32
+
+
+def test_a_limit_below_the_dataset_evicts_and_every_epoch_stays_exact(proxy, dataset, tmp_path):
+    target, local = dataset
+    sizes = sorted(s["bytes"] for s in read_metadata(local)["splits"]["train"]["shards"])
+    limit = sizes[-1] + sizes[-2]  # room for two shards of five
+    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache_dir=tmp_path / "cache", cache_limit=limit,
+                      **OPTIONS)
+    reference = get_data(str(local), "train", 4, 2, instance=SINGLE, **OPTIONS)
+    evicted = 0
+    for epoch in range(2):
+        before = len(proxy.requests)
+        assert same(read_epoch(cached, epoch), read_epoch(reference, epoch)), epoch
+        evicted += cached.report.cache["evicted"]
+        assert sum(shard_gets(proxy.requests[before:]).values()) == cached.report.cache["fills"]
+        assert sum(entries(tmp_path / "cache").values()) <= limit  # nothing is pinned once the epoch ended
+    assert evicted >= 3
+
+
+def _flip_keeping_mtime(path: Path, offset: int) -> None:
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_a_corrupted_or_changed_cached_shard_is_dropped_fetched_again_and_reported(proxy, dataset, tmp_path):
+    target, local = dataset
+    cache_dir = tmp_path / "cache"
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, on_error="fail", **OPTIONS)
+    reference = read_epoch(get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS), 0)
+    assert same(read_epoch(cached, 0), reference)
+    metadata = read_metadata(local)
+    record = read_sample_index(local / metadata["splits"]["validation"]["index"]["name"])[9]
+    entry = next(cache_dir.glob(f"*/{record.shard}"))
+    # A bit flipped at rest with the mtime put back: only the sample's CRC32C can tell.
+    _flip_keeping_mtime(entry, record.payload_offset + record.payload_size - 100)
+    before = len(proxy.requests)
+    with pytest.warns(UserWarning, match="dropped and fetched again"):
+        assert same(read_epoch(cached, 1), reference)  # on_error="fail": no sample was served bad
+    assert shard_gets(proxy.requests[before:]) == {record.shard: 1}
+    refetched = cached.report.cache["refetched"]
+    assert [item["shard"] for item in refetched] == [record.shard]
+    assert "failed its check" in refetched[0]["reason"] and "CRC32C" in refetched[0]["reason"]
+    assert entry.read_bytes() == (local / record.shard).read_bytes()
+    # A cached file whose size changed is not even opened: dropped before the read.
+    other = next(name for name in shard_names(local, "validation") if name != record.shard)
+    with open(next(cache_dir.glob(f"*/{other}")), "r+b") as handle:
+        handle.truncate(1024)
+    before = len(proxy.requests)
+    with pytest.warns(UserWarning, match="size or mtime changed"):
+        assert same(read_epoch(cached, 2), reference)
+    assert shard_gets(proxy.requests[before:]) == {other: 1}
+    assert [item["shard"] for item in cached.report.cache["refetched"]] == [other]
+
+
+KILLED_SCRIPT = """
+import sys
+from datasets.loader import get_data
+loader = get_data(sys.argv[1], "validation", 4, 0, normalization="device", instance=(0, 1), cache_dir=sys.argv[2])
+for batch in loader:
+    pass
+"""
+
+
+def test_a_fill_killed_midway_leaves_nothing_servable(s3_server, proxy, dataset, tmp_path):
+    """kill -9 while a shard is half in the part file (its GET cut, the resume held by the proxy):
+    no entry appears; the next reader removes the part file, fetches the shard and serves it whole."""
+    target, local = dataset
+    first = shard_names(local, "validation")[0]
+    resumed, release = threading.Event(), threading.Event()
+
+    def hold_the_resume(path):
+        if first in path and shard_gets(proxy.requests).get(first, 0) >= 2:  # the resume of the cut GET
+            resumed.set()
+            release.wait(60)
+
+    proxy.cut_body, proxy.cut_path, proxy.on_get = 1, first, hold_the_resume
+    cache_dir = tmp_path / "cache"
+    env = dict(os.environ, **s3_server.env(), PYTHONPATH=str(REPO), **{storage.ENDPOINT_VARIABLE: proxy.endpoint,
+                                                                        storage.RETRIES_VARIABLE: "2"})
+    reader = subprocess.Popen([PYTHON, "-c", KILLED_SCRIPT, target, str(cache_dir)], env=env, cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert resumed.wait(120), reader.stdout.read1().decode(errors="replace") if reader.poll() is not None else ""
+        parts = list(cache_dir.glob(f"*/{first}.part.*"))
+        assert len(parts) == 1 and 0 < parts[0].stat().st_size < (local / first).stat().st_size
+        os.kill(reader.pid, signal.SIGKILL)
+        reader.wait(30)
+    finally:
+        proxy.on_get = None
+        release.set()
+        if reader.poll() is None:
+            reader.kill()
+    folder = parts[0].parent
+    assert not (folder / first).exists() and not (folder / f"{first}.meta").exists()
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, on_error="fail", **OPTIONS)
+    reference = get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS)
+    assert same(read_epoch(cached, 0), read_epoch(reference, 0))
+    assert not list(folder.glob("*.part.*"))
+    assert (folder / first).read_bytes() == (local / first).read_bytes()
+
+
+def test_a_reuploaded_dataset_does_not_reuse_the_old_entries(s3_server, proxy, converted, s3_bucket, tmp_path):
+    """The same prefix and the same shard names, other bytes (a new checksum): fetched again, never mixed."""
+    cache_dir = tmp_path / "cache"
+    target = upload(s3_server, converted("img"), f"s3://{s3_bucket}/ds")
+    read_epoch(get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, **OPTIONS), 0)
+    old = {p: p.read_bytes() for p in cache_dir.glob("*/*.tar")}
+    replacement = converted("tensor")
+    assert set(shard_names(replacement, "validation")) == set(shard_names(converted("img"), "validation"))
+    upload(s3_server, replacement, target, "--overwrite")
+    before = len(proxy.requests)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, **OPTIONS)
+    reference = get_data(str(replacement), "validation", 4, 0, instance=SINGLE, **OPTIONS)
+    assert same(read_epoch(cached, 0), read_epoch(reference, 0))
+    assert shard_gets(proxy.requests[before:]) == {name: 1 for name in shard_names(replacement, "validation")}
+    assert cached.report.cache["fills"] == 2 and cached.report.cache["hits"] == 0
+    assert len([p for p in cache_dir.iterdir() if p.is_dir()]) == 2
+    assert {p: p.read_bytes() for p in old} == old  # the old dataset's entries untouched
+
+
+def test_a_shard_whose_stored_bytes_differ_from_metadata_is_never_cached(s3_server, proxy, converted, s3_bucket,
+                                                                          tmp_path):
+    """A payload byte changed in the stored object: read as without a cache (the CRC32C names the sample),
+    reported as not cached, and fetched again by the next epoch."""
+    import base64
+    import hashlib
+
+    local = converted("img")
+    target = upload(s3_server, local, f"s3://{s3_bucket}/ds")
+    metadata = read_metadata(local)
+    record = read_sample_index(local / metadata["splits"]["validation"]["index"]["name"])[2]
+    data = bytearray((local / record.shard).read_bytes())
+    data[record.payload_offset + record.payload_size - 100] ^= 0x01
+    checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
+    s3_server.client().put_object(Bucket=s3_bucket, Key=f"ds/{record.shard}", Body=bytes(data), ChecksumSHA256=checksum)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache", **OPTIONS)
+    for epoch in range(2):
+        before = len(proxy.requests)
+        with pytest.warns(UserWarning):
+            keys = read_epoch(cached, epoch)[0]
+        assert record.key not in keys and len(keys) == 11
+        assert [s.key for s in cached.report.skipped] == [record.key] and "CRC32C" in cached.report.skipped[0].reason
+        failed = cached.report.cache["fill_failed"]
+        assert [item["shard"] for item in failed] == [record.shard] and "sha256" in failed[0]["reason"]
+        assert shard_gets(proxy.requests[before:]).get(record.shard) == 1
+    assert record.shard not in entries(tmp_path / "cache")
+
+
+def test_local_paths_marked_remote_are_cached(converted, tmp_path):
+    local = converted("img")
+    cached = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache",
+                      cache_remote_paths=True, **OPTIONS)
+    reference = read_epoch(get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS), 0)
+    assert same(read_epoch(cached, 0), reference) and cached.report.cache["fills"] == 2
+    assert same(read_epoch(cached, 1), reference) and cached.report.cache["hits"] == 2
+    assert sorted(entries(tmp_path / "cache")) == shard_names(local, "validation")
+    unmarked = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "other", **OPTIONS)
+    read_epoch(unmarked, 0)
+    assert unmarked.report.cache["fills"] == 0 and not entries(tmp_path / "other")
+
+
+def test_cache_options_are_checked():
+    assert parse_size("200GB") == 200 * 10**9 and parse_size("512MiB") == 512 * 2**20 and parse_size(1000) == 1000
+    for bad in ("lots", "-5GB", "0"):
+        with pytest.raises(CacheError, match="cache limit"):
+            parse_size(bad)
+    with pytest.raises(CacheError, match="cannot create"):
+        ShardCache("/proc/no-such-cache", "key", {})
