@@ -116,6 +116,20 @@ def build_parser():
                               "first). Train JPEGs are decoded only where the crop needs pixels when "
                               "native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes whole images")
 
+    cache = parser.add_argument_group("node-local shard cache (datasets/shard_cache.py)")
+    cache.add_argument("--cache-dir", metavar="DIR",
+                       help="keep shards read from s3:// or http(s):// in DIR (shared by the node's processes; "
+                            "verified against metadata.json). With --compare-transport: adds two whole epochs per "
+                            "copy read through a fresh cache under DIR (cold, warm) beside two local and two "
+                            "uncached ones, with GETs, store bytes and the cache goals")
+    cache.add_argument("--cache-limit", metavar="SIZE", default=None,
+                       help="the most bytes the cache holds, e.g. 200GB or 512MiB (LRU; default: the disk's free "
+                            "space less 1 GiB)")
+    cache.add_argument("--cache-prefetch", type=non_negative_int, default=0, metavar="N",
+                       help="fetch the next N shards of each reader's plan into the cache ahead of it (default 0)")
+    cache.add_argument("--cache-remote-paths", action="store_true",
+                       help="cache a local --imagenet-data-path too, as a network file system (NFS) path")
+
     timing = parser.add_argument_group("how long to measure")
     timing.add_argument("--iterations", type=positive_int, default=2,
                         help="measurements of one source, each with fresh workers (default 2)")
@@ -192,11 +206,28 @@ def parse_args(argv=None):
     if args.dataloader_rebatch_size is not None and args.dataloader_rebatch_size > args.batch_size:
         parser.error(f"--dataloader-rebatch-size {args.dataloader_rebatch_size} is larger than --batch-size "
                      f"{args.batch_size}: rebatching joins smaller worker batches into batches of --batch-size")
+    _check_cache_arguments(parser, args)
     for name in ("json", "plot"):
         target = getattr(args, name)
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
             parser.error(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
     return args
+
+
+def _check_cache_arguments(parser, args) -> None:
+    if args.cache_dir is None:
+        if args.cache_limit is not None or args.cache_prefetch or args.cache_remote_paths:
+            parser.error("--cache-limit, --cache-prefetch and --cache-remote-paths need --cache-dir")
+        return
+    if args.compare is not None and not args.compare_transport:
+        parser.error("--cache-dir with --compare measures the cache over --compare-transport copies: give one")
+    if args.cache_limit is not None:
+        from datasets.shard_cache import CacheError, parse_size  # light: no torch
+
+        try:
+            parse_size(args.cache_limit)
+        except CacheError as error:
+            parser.error(f"--{error}")
 
 
 def one_line(error, plain=()) -> str:

@@ -191,6 +191,7 @@ def _urlopen(request: urllib.request.Request):
     response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT)
     if request.get_method() == "GET":
         record_ttfb(time.perf_counter() - began)
+        record_body_bytes(response.headers.get("Content-Length"))
     return response
 
 
@@ -251,6 +252,14 @@ def record_ttfb(seconds: float) -> None:
 
 
 TTFB_KIND = "ttfb"
+BYTES_KIND = "bytes"
+
+
+def record_body_bytes(length) -> None:
+    """A GET answer's Content-Length (the bytes the store sends for it), as a "bytes<TAB>N" line in the
+    request log (nothing when unknown or no log is kept)."""
+    if length is not None and os.environ.get(REQUEST_LOG_VARIABLE):
+        _log_line(BYTES_KIND, str(int(length)))
 
 
 def _log_line(kind: str, value: str) -> None:
@@ -262,7 +271,8 @@ def _log_line(kind: str, value: str) -> None:
 
 def read_request_log(path) -> list:
     """[(kind, seconds or None)] of a request log: one (kind, None) per request as it was sent
-    (record_request), one (TTFB_KIND, seconds) per GET answered (record_ttfb); [] if there is none."""
+    (record_request), one (TTFB_KIND, seconds) per GET answered (record_ttfb) and one (BYTES_KIND,
+    bytes) per GET answer whose length was known (record_body_bytes); [] if there is none."""
     try:
         text = open(path).read()
     except FileNotFoundError:
@@ -451,6 +461,7 @@ class S3RangeReader(io.RawIOBase):
         began = time.perf_counter()
         answer = _call("get_object", self.bucket, self.key, **extra)
         record_ttfb(time.perf_counter() - began)
+        record_body_bytes(answer.get("ContentLength"))
         if self.etag is None:
             self.etag = answer.get("ETag")
         elif answer.get("ETag") and answer["ETag"] != self.etag:

@@ -149,6 +149,9 @@ def comparison_report(results, goals, config) -> dict:
             "gets_per_epoch": "--compare-transport rows: GETs of one whole untimed epoch, every process and instance",
             "gets": "GETs a remote row made while measured (warm-up included; not the loader's set-up reads)",
             "ttfb_ms": "time from a GET's request to its response headers, over the row's GETs",
+            "store_bytes": "--compare-transport rows: bytes the store's GET answers carried (Content-Length), every process's",
+            "cache_epoch": "--cache-dir: whole epochs (every batch counted, no warm-up) of the local, uncached and cached "
+                           "loaders; cache: the shard cache's events (fills, hits, evictions) in that epoch",
             "transport_ceiling": "each shard of the split read once by one ranged GET (1 MiB reads, no decode) in "
                                  "one process: bytes / wall time",
         },
@@ -202,7 +205,8 @@ def plot_comparison(path, results: list, config: dict, goals: list | None = None
 
     from datasets.fileio import atomic_open
 
-    results = [r for r in results if r["kind"] != "transport_ceiling"]  # MB/s only: in the table, not the chart
+    # Ceilings (MB/s only) and the cache's whole-epoch rows: in their tables, not the chart.
+    results = [r for r in results if r["kind"] not in ("transport_ceiling", "cache_epoch")]
     if not results:
         raise BenchmarkError("no rows: nothing to plot")
     measured = [r for r in results if "error" not in r]

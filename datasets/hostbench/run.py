@@ -11,7 +11,7 @@ import math
 import sys
 import time
 
-from datasets.hostbench import report, transports
+from datasets.hostbench import cache_epochs, report, transports
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
@@ -91,6 +91,9 @@ def measure_source(args, instance, collective) -> None:
     options = {"use_bbox_info": True} if getattr(args, "use_bbox_info", False) else {}
     if getattr(args, "no_verify", False):
         options["verify"] = False
+    if getattr(args, "cache_dir", None):
+        options.update(cache_dir=args.cache_dir, cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch,
+                       cache_remote_paths=args.cache_remote_paths)
     loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
                             args.normalization_location, instance, seed=args.seed,
                             image_size=args.image_size,
@@ -221,6 +224,13 @@ def compare_formats(args, instance, collective) -> list:
     results = run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
                              max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
                              progress=progress)
+    if copies and getattr(args, "cache_dir", None):
+        cache_rows = cache_epochs.cache_epoch_rows(
+            copies, args.split, args.batch_size, args.dataloader_worker, instance, args.cache_dir,
+            cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch, seed=args.seed, size=args.image_size,
+            loader_options=loader_options, gather=collective.gather, progress=progress)
+    else:
+        cache_rows = []
     if copies:
         progress("transport ceilings")
         results += transports.measure_ceilings(copies, args.split, instance, rounds=args.rounds,
@@ -232,6 +242,8 @@ def compare_formats(args, instance, collective) -> list:
     if not collective.is_reporter:
         return []
     goals = evaluate_goals(results, args.split) + transports.evaluate_transport_goals(results, copies)
+    if cache_rows:
+        goals += cache_epochs.evaluate_cache_goals(cache_rows, copies)
     if instance.count > 1:
         for result in results:
             if "error" not in result:
@@ -243,14 +255,18 @@ def compare_formats(args, instance, collective) -> list:
               f"TTFB: request to response headers):")
         print(report.format_transport_table(transports.transport_rows(results, copies)))
         print(transports.latency_note(copies))
+    if cache_rows:
+        print(f"\nShard cache ({args.split} split, two whole epochs per loader, every batch counted; GETs and store "
+              f"bytes: every process's; cache: {args.cache_dir}):")
+        print(cache_epochs.format_cache_table(cache_rows))
     print("\nGoals (ratios measured in this run):")
     print(report.format_goals(goals))
     config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
                        formats=[s.format for s in sources],
                        compare_transport=[{"location": c.location, "transport": c.transport, "copy_of": str(c.source.path)}
                                           for c in copies])
-    write_outputs(args, results, goals, config)
-    return [r["id"] for r in results if "error" in r]
+    write_outputs(args, results + cache_rows, goals, config)
+    return [r["id"] for r in results + cache_rows if "error" in r]
 
 
 def write_outputs(args, rows, goals, config) -> None:

@@ -340,6 +340,8 @@ def combine_instances(per_instance: list) -> dict:
             combined[key] = sum(m[key] * m["images"] for m in per_instance) / images
     if all("gets" in m for m in per_instance):  # a remote row's requests: GETs summed, TTFB the worst instance's
         combined["gets"] = sum(m["gets"] for m in per_instance)
+        if all(m.get("store_bytes") is not None for m in per_instance):
+            combined["store_bytes"] = sum(m["store_bytes"] for m in per_instance)
         for key in ("ttfb_ms_p50", "ttfb_ms_p99"):
             combined[key] = max((m[key] for m in per_instance if m.get(key) is not None), default=None)
     return combined

@@ -133,9 +133,10 @@ class RequestLog:
         return False
 
     def figures(self) -> dict:
-        """GETs made and their time to first byte p50/p99 (ms)."""
+        """GETs made, the bytes their answers carried (Content-Length) and their time to first byte p50/p99 (ms)."""
         ttfb = [t for kind, t in self.entries if kind == storage.TTFB_KIND]
         return {"gets": sum(1 for kind, _ in self.entries if kind in storage.GET_KINDS),
+                "store_bytes": int(sum(n for kind, n in self.entries if kind == storage.BYTES_KIND)),
                 "ttfb_ms_p50": float(np.percentile(ttfb, 50) * 1e3) if ttfb else None,
                 "ttfb_ms_p99": float(np.percentile(ttfb, 99) * 1e3) if ttfb else None}
 
@@ -206,7 +207,8 @@ def read_ceiling(locations: list, sizes: list, max_seconds: float | None = None)
         cpu = time.process_time() - cpu
     remote = any(storage.is_url(location) for location in locations)
     return {"bytes": total, "seconds": seconds, "mb_per_s": total / 1e6 / seconds, "cpu_seconds": cpu,
-            **(log.figures() if remote else {"gets": None, "ttfb_ms_p50": None, "ttfb_ms_p99": None})}
+            **(log.figures() if remote else {"gets": None, "store_bytes": None, "ttfb_ms_p50": None,
+                                                 "ttfb_ms_p99": None})}
 
 
 def measure_ceilings(copies: list, split: str, instance, rounds: int = 1, max_seconds: float | None = None,
@@ -261,7 +263,9 @@ def combine_ceilings(per_instance: list) -> dict:
              for key in ("ttfb_ms_p50", "ttfb_ms_p99")}
     return {"bytes": total, "seconds": seconds, "mb_per_s": total / 1e6 / seconds,
             "cpu_seconds": sum(f["cpu_seconds"] for f in per_instance),
-            "gets": None if per_instance[0]["gets"] is None else sum(f["gets"] for f in per_instance), **worst}
+            "gets": None if per_instance[0]["gets"] is None else sum(f["gets"] for f in per_instance),
+            "store_bytes": None if per_instance[0].get("store_bytes") is None
+            else sum(f["store_bytes"] for f in per_instance), **worst}
 
 
 # ---------------------------------------------------------------- the transports table and goals
