@@ -102,7 +102,7 @@ def main():
 
     print(f"\nShard cache: {local} validation split, {args.workers} workers, batch {args.batch_size}; http behind "
           f"{args.latency_ms:g} ms per request and {args.mbps:g} MB/s; s3: SeaweedFS on loopback")
-    print(format_cache_table(rows))
+    print(format_cache_table(rows, f"{local}, validation split"))
     print(format_goals(goals))
     print(f"wrote {args.out / 'cache_benchmark.json'}")
 

@@ -1,5 +1,5 @@
 """The node-local shard cache (datasets/shard_cache.py, get_data(cache_dir=...)) against the real SeaweedFS
-(tests/s3_server.py), with the fault proxy (tests/fault_proxy.py) in front of it counting every GET by key."""
+(tests/s3_server.py), with the fault proxy (tests/fault_proxy.py) in front of it counting every GET by key (test_s3_faults' fixture)."""
 
 import json
 import os
@@ -17,26 +17,15 @@ from datasets.index import read_metadata, read_sample_index
 from datasets.launcher import Instance
 from datasets.loader import get_data
 from datasets.shard_cache import CacheError, ShardCache, parse_size
+from test_s3 import upload_cli
+from test_s3_faults import proxy  # noqa: F401  (the fault proxy in front of the session server, as the fixture)
 
 SINGLE = Instance(0, 1, "test")
 OPTIONS = {"normalization": "device", "with_keys": True}
 
 
-@pytest.fixture
-def proxy(s3_server, monkeypatch):
-    """This process's S3 clients go through a fault proxy in front of the session server."""
-    from fault_proxy import FaultProxy
-    from s3_server import client_environment
-
-    proxy = FaultProxy(s3_server.endpoint)
-    with client_environment(monkeypatch, s3_server, proxy.endpoint, retries=2):
-        yield proxy
-    proxy.close()
-
-
 def upload(server, local, target, *args):
-    result = run_script("upload_dataset.py", local, target, "--s3-endpoint", server.endpoint, "--no-progress", *args,
-                        env=server.env())
+    result = upload_cli(server, local, target, *args)
     assert result.returncode == 0, result.stdout + result.stderr
     return target
 
@@ -322,3 +311,51 @@ def test_cache_options_are_checked():
             parse_size(bad)
     with pytest.raises(CacheError, match="cannot create"):
         ShardCache("/proc/no-such-cache", "key", {})
+
+
+def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_server, converted, tmp_path, s3_bucket):
+    """--compare-transport with --cache-dir: two whole epochs of the local, uncached and cached loaders; the
+    cold epoch fetches every shard once into the cache (store bytes = the split's shard bytes), the warm one
+    nothing; every GET counted is one the server saw."""
+    from fault_proxy import FaultProxy
+
+    local = converted("img")
+    remote = upload(s3_server, local, f"s3://{s3_bucket}/ds")
+    shards = read_metadata(local)["splits"]["validation"]["shards"]
+    proxy = FaultProxy(s3_server.endpoint)
+    out = tmp_path / "compare.json"
+    try:
+        result = run_script("host_benchmark.py", "--compare", local, "--split", "validation", "--batch-size", 4,
+                            "--dataloader-worker", 2, "--batches", 1, "--warmup-batches", 1, "--compare-transport",
+                            remote, "--s3-endpoint", proxy.endpoint, "--cache-dir", tmp_path / "cache", "--json", out,
+                            env=s3_server.env())
+        cached_gets = len(proxy.gets(".tar"))
+    finally:
+        proxy.close()
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Shard cache (validation split" in result.stdout
+    report = json.loads(out.read_text())
+    rows = {row["id"]: row for row in report["rows"]}
+    cold, warm = rows["img/epochs@s3+cache/cold"], rows["img/epochs@s3+cache/warm"]
+    assert cold["images"] == warm["images"] == rows["img/epochs@local/second"]["images"] == 12
+    assert cold["gets"] == len(shards) and cold["store_bytes"] == sum(s["bytes"] for s in shards)
+    assert cold["cache"]["fills"] == len(shards) and warm["cache"]["hits"] >= len(shards)
+    assert warm["gets"] == 0 and warm["store_bytes"] == 0
+    uncached = rows["img/epochs@s3/first"]
+    # uncached: each run's byte range (the samples, not the tar's end blocks)
+    assert uncached["gets"] >= len(shards) and 0 < uncached["store_bytes"] <= sum(s["bytes"] for s in shards)
+    counted = sum(r.get("gets") or 0 for r in report["rows"] if r.get("transport") == "s3" or "@s3" in r["id"])
+    assert cached_gets == counted + rows["img/device@s3"]["gets_per_epoch"]
+    goals = {g["goal"]: g for g in report["goals"]}
+    assert goals["cache_warm_store_bytes@s3"]["status"] == "met"
+    assert goals["cache_warm_vs_local@s3"]["status"] in ("met", "not met")
+    assert goals["cache_cold_vs_uncached@s3"]["status"] in ("met", "not met")
+
+
+def test_host_benchmark_cache_options_are_checked(converted):
+    for args, message in ((("--cache-limit", "lots"), "need --cache-dir"),
+                          (("--cache-dir", "/tmp/c", "--cache-limit", "lots"), "not a size"),
+                          (("--compare", converted("img"), "--cache-dir", "/tmp/c"), "--compare-transport")):
+        result = run_script("host_benchmark.py", *(args if "--compare" in args else
+                                                   ("--imagenet-data-path", converted("img"), *args)))
+        assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -155,11 +155,13 @@ def _ratio_goal(name: str, row, reference, threshold: float, text: str) -> dict:
     return entry
 
 
-def format_cache_table(rows: list) -> str:
-    """The epoch rows as a table."""
+def format_cache_table(rows: list, what: str = "") -> str:
+    """The epoch rows as a table, under a title naming `what` was read."""
     header = f"{'row':<44} {'images':>7} {'s':>7} {'img/s':>8} {'img/CPU-s':>10} {'GETs':>6} {'store MB':>9} " \
              f"{'fills':>6} {'hits':>5} {'evicted':>7}"
-    lines = [header, "-" * len(header)]
+    title = (f"\nShard cache ({what + '; ' if what else ''}two whole epochs per loader, every batch counted; GETs and "
+             f"store bytes: every process's, per epoch):")
+    lines = [title, header, "-" * len(header)]
     for row in rows:
         if "error" in row:
             lines.append(f"{row['label']:<44} FAILED: {row['error']}")

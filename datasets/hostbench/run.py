@@ -192,16 +192,7 @@ def compare_formats(args, instance, collective) -> list:
     rows += transports.plan_transport_rows(copies, args.split, args.batch_size, args.dataloader_worker, instance,
                                            seed=args.seed, loader_options=loader_options, size=args.image_size)
     if collective.is_reporter:
-        print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
-              f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
-              f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, train JPEG "
-              f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
-        for source in sources:
-            print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
-                  f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
-        for copy in copies:
-            print(f"  {copy.source.name}@{copy.name:<4} {copy.location}  (the same shards as {copy.source.path})")
-        print(f"measuring {len(rows)} rows ...", flush=True)
+        print_compare_header(args, instance, sources, copies, rows)
 
     def progress(text):
         if collective.is_reporter:
@@ -224,13 +215,7 @@ def compare_formats(args, instance, collective) -> list:
     results = run_comparison(rows, warmup_batches=args.warmup_batches, max_batches=args.batches,
                              max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
                              progress=progress)
-    if copies and getattr(args, "cache_dir", None):
-        cache_rows = cache_epochs.cache_epoch_rows(
-            copies, args.split, args.batch_size, args.dataloader_worker, instance, args.cache_dir,
-            cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch, seed=args.seed, size=args.image_size,
-            loader_options=loader_options, gather=collective.gather, progress=progress)
-    else:
-        cache_rows = []
+    cache_rows = measure_cache_rows(args, copies, instance, collective, loader_options, progress)
     if copies:
         progress("transport ceilings")
         results += transports.measure_ceilings(copies, args.split, instance, rounds=args.rounds,
@@ -256,9 +241,7 @@ def compare_formats(args, instance, collective) -> list:
         print(report.format_transport_table(transports.transport_rows(results, copies)))
         print(transports.latency_note(copies))
     if cache_rows:
-        print(f"\nShard cache ({args.split} split, two whole epochs per loader, every batch counted; GETs and store "
-              f"bytes: every process's; cache: {args.cache_dir}):")
-        print(cache_epochs.format_cache_table(cache_rows))
+        print(cache_epochs.format_cache_table(cache_rows, f"{args.split} split, cache {args.cache_dir}"))
     print("\nGoals (ratios measured in this run):")
     print(report.format_goals(goals))
     config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
@@ -267,6 +250,29 @@ def compare_formats(args, instance, collective) -> list:
                                           for c in copies])
     write_outputs(args, results + cache_rows, goals, config)
     return [r["id"] for r in results + cache_rows if "error" in r]
+
+
+def print_compare_header(args, instance, sources, copies, rows) -> None:
+    print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
+          f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
+          f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, train JPEG "
+          f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
+    for source in sources:
+        print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
+              f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
+    for copy in copies:
+        print(f"  {copy.source.name}@{copy.name:<4} {copy.location}  (the same shards as {copy.source.path})")
+    print(f"measuring {len(rows)} rows ...", flush=True)
+
+
+def measure_cache_rows(args, copies, instance, collective, loader_options, progress) -> list:
+    """--cache-dir with --compare-transport: the shard cache's whole-epoch rows (datasets/hostbench/cache_epochs.py)."""
+    if not copies or not getattr(args, "cache_dir", None):
+        return []
+    return cache_epochs.cache_epoch_rows(
+        copies, args.split, args.batch_size, args.dataloader_worker, instance, args.cache_dir,
+        cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch, seed=args.seed, size=args.image_size,
+        loader_options=loader_options, gather=collective.gather, progress=progress)
 
 
 def write_outputs(args, rows, goals, config) -> None:

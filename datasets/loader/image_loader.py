@@ -573,14 +573,10 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
-    cache_dir       keep the shards read from s3:// or http(s):// (or from local paths, with
-                    cache_remote_paths=True: NFS) in this node-local directory, shared by every process of
-                    the node; later epochs read them from there (datasets/shard_cache.py: verified against
-                    metadata.json's sha256 before use, CRC32C still checked on every read). Datasets with
-                    a metadata.json only. Its events are in `loader.report.cache`.
-    cache_limit     the most bytes the cache directory holds ("200GB", "512MiB", an int; LRU by bytes,
-                    shards being read are never evicted); default: its disk's free space less 1 GiB.
-    cache_prefetch  fetch this many of the next shards of each reader's plan ahead of it (default 0).
+    cache_dir, cache_limit, cache_remote_paths, cache_prefetch
+                    the node's shard cache (datasets/shard_cache.py): shards read from s3/http (local paths too
+                    with cache_remote_paths) kept in cache_dir, at most cache_limit bytes ("200GB"), checked
+                    against metadata.json; cache_prefetch shards fetched ahead; events in `report.cache`.
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
