@@ -1,7 +1,7 @@
 """The node-local shard cache (issue 24): cold and warm epochs against local disk and uncached reads.
 
     python benchmarks/cache_benchmark.py [--out benchmark-output/cache] [--val-per-class 100] [--workers 2]
-        [--latency-ms 2] [--mbps 100] [--prefetch 0]
+        [--latency-ms 2] [--mbps 100] [--prefetch 0] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
 starts `weed mini` (tests/s3_server.py) and uploads it, and serves the same folder over http
@@ -52,6 +52,8 @@ def main():
     parser.add_argument("--mbps", type=float, default=100.0, help="http bodies, MB/s in all")
     parser.add_argument("--prefetch", type=int, default=0, help="--cache-prefetch")
     parser.add_argument("--seconds", type=float, default=1.0, help="the other --compare rows, per row")
+    parser.add_argument("--rounds", type=int, default=3, help="every row measured this many times, interleaved; "
+                        "the median round (by images per CPU-second) is reported")
     args = parser.parse_args()
     load_before = os.getloadavg()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +81,7 @@ def main():
         code = host_benchmark.main([
             "--compare", str(args.out), "--formats", "img", "--split", "validation", "--batch-size",
             str(args.batch_size), "--dataloader-worker", str(args.workers), "--normalization-location", "device",
-            "--seconds", str(args.seconds), "--compare-transport", f"http://127.0.0.1:{proxy_port}/img", remote,
+            "--seconds", str(args.seconds), "--rounds", str(args.rounds), "--compare-transport", f"http://127.0.0.1:{proxy_port}/img", remote,
             "--s3-endpoint", server.endpoint, "--cache-dir", str(args.out / "cache"), "--cache-prefetch",
             str(args.prefetch), "--json", str(report)])
         if code != 0:
@@ -94,7 +96,7 @@ def main():
     goals = [g for g in compared["goals"] if g["goal"].startswith("cache_")]
     result = {"dataset": str(local), "cpus": len(os.sched_getaffinity(0)), "load_before": load_before,
               "http": {"latency_ms": args.latency_ms, "mb_per_s": args.mbps}, "workers": args.workers,
-              "batch_size": args.batch_size, "prefetch": args.prefetch, "rows": rows, "goals": goals,
+              "batch_size": args.batch_size, "prefetch": args.prefetch, "rounds": args.rounds, "rows": rows, "goals": goals,
               "command": " ".join(sys.argv)}
     (args.out / "cache_benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
     from datasets.hostbench.cache_epochs import format_cache_table

@@ -194,10 +194,10 @@ class _Fill:
 class _Follower(io.RawIOBase):
     """Bytes [start, stop) of a shard being filled, read from its part file as the fill writes it."""
 
-    def __init__(self, fill: _Fill, start: int, stop: Optional[int]):
+    def __init__(self, fill: _Fill, fd: int, start: int, stop: Optional[int]):
         super().__init__()
         self.fill, self.position, self.stop = fill, start, stop
-        self.fd = os.dup(fill.read_fd)
+        self.fd = fd  # the part file's (this object closes it); still readable after its rename or removal
         self.direct = None  # a stream from the store, if the fill could not write the cache
 
     def readable(self) -> bool:
@@ -343,8 +343,9 @@ class ShardCache:
         fetched (a Run whose `opener` follows the fill). The entry is pinned while the caller reads."""
         name = run.records[0].shard
         pin = _lock(self._side(name, ".pin"), fcntl.LOCK_SH)
+        fill = None
         try:
-            fill = self._follow_or_fill(name, run.location)
+            fill, fd = self._follow_or_fill(name, run.location)
             self._start_prefetch(name)
             if fill is None:
                 self.count("hits")
@@ -352,43 +353,48 @@ class ShardCache:
                 yield replace(run, location=str(self.path(name))), True
             else:
                 yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
-                    _Follower(fill, start, stop), buffer_size=CHUNK)), False
+                    _Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), False
         finally:
+            if fill is not None:
+                os.close(fd)
             _unlock(pin)
 
-    def _follow_or_fill(self, name: str, location: str) -> Optional[_Fill]:
-        """None when the entry is valid (serve it); else the fill to follow (this process's, or a new
-        one once no other process is filling it)."""
-        with self._mutex:
+    def _follow_or_fill(self, name: str, location: str) -> tuple:
+        """(None, None) when the entry is valid (serve it); else (the fill to follow: this process's, or a
+        new one once no other process is filling it, an fd of its part file for the caller to close)."""
+        with self._mutex:  # the part file's fd is copied while the fill is registered (it closes it after)
             fill = self._fills.get(name)
             if fill is not None:
-                return fill
+                return fill, os.dup(fill.read_fd)
         if self._valid(name) is not None:
-            return None
+            return None, None
         lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX, wait=False)
         if lock is None:  # another process is fetching it: wait for its entry
             lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX)
             self.count("waited")
         return self._fill_locked(name, location, lock)
 
-    def _fill_locked(self, name: str, location: str, lock: int) -> Optional[_Fill]:
-        """Holding the fill lock: None if the entry is (now) valid, else a started fill (owning the lock)."""
+    def _fill_locked(self, name: str, location: str, lock: int) -> tuple:
+        """Holding the fill lock: (None, None) if the entry is (now) valid, else (a started fill, which owns
+        the lock, an fd of its part file for the caller to close)."""
         try:
             if self._valid(name) is not None:
                 _unlock(lock)
-                return None
+                return None, None
             changed = self._changed(name)
             if changed:
+                log.warning("%s: cached shard %s dropped and fetched again: %s", self.directory, name, changed)
                 self._record("refetched", name, changed)
             self._remove_entry(name, parts=True)
             fill = _Fill(self, name, location, lock)
         except BaseException:
             _unlock(lock)
             raise
+        fd = os.dup(fill.read_fd)
         with self._mutex:
             self._fills[name] = fill
         fill.thread.start()
-        return fill
+        return fill, fd
 
     def read_run(self, run, read):
         """Items of `read(run, first)` (the caller's reader of a run's records from `first` on; each item
@@ -468,6 +474,7 @@ class ShardCache:
         with self._mutex:
             if self._fills.get(fill.name) is fill:
                 del self._fills[fill.name]
+            os.close(fill.read_fd)  # readers hold their own copies
         _unlock(fill.lock_fd)
 
     # ------------------------------------------------------------------ limit, prefetch, events
@@ -528,7 +535,9 @@ class ShardCache:
                 continue
             lock = _lock(self._side(ahead, ".lock"), fcntl.LOCK_EX, wait=False)
             if lock is not None:  # taken: someone is fetching it already
-                self._fill_locked(ahead, location, lock)
+                fill, fd = self._fill_locked(ahead, location, lock)
+                if fd is not None:
+                    os.close(fd)
 
     def count(self, name: str, amount: int = 1) -> None:
         with self._mutex:

@@ -272,7 +272,7 @@ def measure_cache_rows(args, copies, instance, collective, loader_options, progr
     return cache_epochs.cache_epoch_rows(
         copies, args.split, args.batch_size, args.dataloader_worker, instance, args.cache_dir,
         cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch, seed=args.seed, size=args.image_size,
-        loader_options=loader_options, gather=collective.gather, progress=progress)
+        loader_options=loader_options, gather=collective.gather, progress=progress, rounds=args.rounds)
 
 
 def write_outputs(args, rows, goals, config) -> None:
