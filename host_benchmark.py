@@ -116,7 +116,7 @@ def build_parser():
                               "first). Train JPEGs are decoded only where the crop needs pixels when "
                               "native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes whole images")
 
-    cache = parser.add_argument_group("node-local shard cache (datasets/shard_cache.py)")
+    cache = parser.add_argument_group("node-local shard cache (datasets/shard_cache/)")
     cache.add_argument("--cache-dir", metavar="DIR",
                        help="keep shards read from s3:// or http(s):// in DIR (shared by the node's processes; "
                             "verified against metadata.json). With --compare-transport: adds two whole epochs per "

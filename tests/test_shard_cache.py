@@ -1,4 +1,4 @@
-"""The node-local shard cache (datasets/shard_cache.py, get_data(cache_dir=...)) against the real SeaweedFS
+"""The node-local shard cache (datasets/shard_cache/, get_data(cache_dir=...)) against the real SeaweedFS
 (tests/s3_server.py), with the fault proxy (tests/fault_proxy.py) in front of it counting every GET by key (test_s3_faults' fixture)."""
 
 import json

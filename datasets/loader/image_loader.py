@@ -65,7 +65,7 @@ from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
 from datasets.loader.sources import Source, load_own_share, resolve_source
-from datasets.shard_cache import ShardCache, cache_summary, merge_events
+from datasets.shard_cache import cache_summary, merge_events, open_cache, warn_cache_problems
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -127,8 +127,7 @@ class EpochReport:
 
     def add_worker(self, worker: WorkerReport) -> None:
         self.workers_reported += 1
-        if worker.cache:
-            self.cache = merge_events(self.cache, worker.cache)
+        self.cache = merge_events(self.cache, worker.cache)
         self.skipped.extend(worker.skipped)
         self.substituted.extend(worker.substituted)
         self.last_batch_dropped.extend(worker.partial_dropped)
@@ -140,8 +139,7 @@ class EpochReport:
                 f"{' from ' + self.repartition if self.repartition else ''}; "
                 f"skipped {len(self.skipped)}, substituted {len(self.substituted)}, padded {len(self.padded)}, "
                 f"dropped by policy {len(self.policy_dropped)}, in the dropped last batch {len(self.last_batch_dropped)}")
-        if self.cache:
-            text += "\n  " + cache_summary(self.cache)
+        text += cache_summary(self.cache, "\n  ")
         for item in self.skipped[:10]:
             text += f"\n  skipped {item.key} in {item.shard}: {item.reason}"
         if len(self.skipped) > 10:
@@ -344,22 +342,11 @@ class ImageStream(IterableDataset):
         plan = self.plan()
         items = plan.worker_items(worker, workers)
         report = WorkerReport(worker)
-        cache = self.source.cache
-        if cache is not None and cache.prefetch:
-            cache.plan(self._shards_in_order(items))
         if len(items):
             torch.set_num_threads(1)
             yield from self._batches(items, plan, worker, report, shared=info is not None)
-        if cache is not None:
-            report.cache = cache.take_events()
+        report.cache = self.source.cache.take_events() if self.source.cache is not None else {}
         yield report
-
-    def _shards_in_order(self, items) -> list:
-        """[(shard name, location)] of the shards `items` (rows) read, in reading order (prefetch)."""
-        ids = self.columns.shard_ids[np.asarray(items, dtype=np.int64)]
-        ids = ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
-        names = [self.columns.shard_names[i] for i in ids.tolist()]
-        return [(name, self.source.locate(name)) for name in names]
 
     def _rng(self, worker: int):
         return random.Random(f"{self.seed}/{self.epoch}/{self.instance.index}/{worker}")
@@ -532,8 +519,7 @@ class ImageLoader:
                               f"failed ({len(report.skipped)}; first: {first.key} in {first.shard}: {first.reason})")
         if report.skipped:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
-        if report.cache.get("refetched") or report.cache.get("fill_failed"):
-            warnings.warn(cache_summary(report.cache), stacklevel=2)
+        warn_cache_problems(report.cache)
         log.info("%s", report.summary())
 
 
@@ -573,10 +559,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
-    cache_dir, cache_limit, cache_remote_paths, cache_prefetch
-                    the node's shard cache (datasets/shard_cache.py): shards read from s3/http (local paths too
-                    with cache_remote_paths) kept in cache_dir, at most cache_limit bytes ("200GB"), checked
-                    against metadata.json; cache_prefetch shards fetched ahead; events in `report.cache`.
+    cache_dir, cache_limit, cache_remote_paths, cache_prefetch: the node's shard cache, docs/shard-cache.md.
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -591,8 +574,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     resize_size = resize_size or int(round(image_size * 256 / 224))
     resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
                               label_offset)
-    if cache_dir is not None:
-        resolved.cache = _shard_cache(resolved, cache_dir, cache_limit, cache_remote_paths, cache_prefetch)
+    resolved.cache = open_cache(cache_dir, resolved.metadata, resolved.description, cache_limit, cache_remote_paths,
+                                cache_prefetch)
     pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
                                           use_draft, jpeg_decode)
     if get_source_kind(resolved.kind).output_sized:
@@ -615,13 +598,3 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              len(loader), batch_size)
     return loader
 
-
-def _shard_cache(source: Source, directory, limit, remote_paths: bool, prefetch: int) -> Optional[ShardCache]:
-    """The node's cache for `source`'s shards; None (and a warning) when it has no shard records to check
-    entries against (no metadata.json: shard lists scanned, image folders, synthetic)."""
-    records = source.metadata is not None and any(entry.get("shards") for entry in source.metadata.get("splits", {}).values())
-    if source.kind != "webdataset" or not records:
-        warnings.warn(f"{source.description}: not cached (cache_dir={directory}): only shards that a metadata.json "
-                      f"records (name, bytes, sha256) are cached", stacklevel=3)
-        return None
-    return ShardCache.for_dataset(directory, source.metadata, limit, remote_paths, prefetch)

@@ -44,7 +44,7 @@ LABEL_EXTENSIONS = ("cls", "class", "label", "target", "cls2")
 class Run:
     """Consecutive records of one shard that touch: read with one sequential pass. `opener(location,
     start, stop)`, when set, opens the byte range instead of the location's transport (a shard being
-    filled into the node's cache, datasets/shard_cache.py)."""
+    filled into the node's cache, datasets/shard_cache/)."""
 
     location: str
     start: int

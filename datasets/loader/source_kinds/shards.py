@@ -3,8 +3,9 @@ index; each sequential run of rows is read as one byte range of its shard, by th
 
 With verify, a payload is checked against the CRC32C its index records (`payload_problem`) before
 it is decoded. With the source's shard cache (get_data's cache_dir), a run of a cached shard is read
-from the node's copy, or from the shard while it is fetched into the cache (datasets/shard_cache.py). With use_bbox_info, each payload comes Boxed with its box: from the index's bbox
-column where it has one, else from the sample's json member.
+from the node's copy, or from the shard while it is fetched into the cache (datasets/shard_cache/).
+With use_bbox_info, each payload comes Boxed with its box: from the index's bbox column where it has
+one, else from the sample's json member.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def _raw_samples(stream, items):
     # use_bbox_info: the box from the index when it has the column (no json member to read);
     # otherwise (old indexes, shards scanned without one) from each sample's json.
     boxes_indexed = stream.use_bbox_info and columns.has_boxes
-    cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache.py), or None
+    cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache/), or None
+    if cache is not None:
+        cache.plan_rows(columns, items, source.locate)  # what it prefetches (cache_prefetch)
     # Items are rows of the columnar index; each run's records are built as it is read.
     for rows, run in _row_runs(columns, items, source.locate):
         if cache is not None and cache.covers(run):  # read from the cache, or while filling it

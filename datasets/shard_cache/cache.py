@@ -1,41 +1,9 @@
-"""A node-local cache of whole shards read from s3://, http(s):// or a local path marked remote (NFS).
-
-    cache = ShardCache.for_dataset(directory, metadata, limit="200GB", remote_paths=False, prefetch=0)
-    with cache.serve(run) as (served, cached): ...   # a shard_reader.Run, read from the cache or while filling it
-
-Layout: `<directory>/<dataset key>/<shard name>` (the key is metadata.json's `checksum`, so two datasets,
-or a re-uploaded one, never share entries) with, beside each shard:
-    <shard>.meta     {"size", "mtime_ns", "sha256"} of the entry, written after the rename: an entry is
-                     served only while the file's size and mtime equal these and sha256 equals metadata.json's;
-    <shard>.lock     the fill lock (flock LOCK_EX, held by the process fetching the shard: one fetch per
-                     shard per node; a process that finds it held waits, then reads the finished entry);
-    <shard>.pin      the in-use lock (LOCK_SH while any process reads the entry; eviction takes LOCK_EX
-                     without waiting and skips what it cannot get); its mtime is the entry's last use (LRU);
-    <shard>.part.*   a fill in progress: never served by name; a killed fill leaves one behind, removed by the
-                     next fill of that shard (under the fill lock, so it is never someone's live file).
-
-A fill is one GET of the whole shard in a thread of the process that first needs it: every chunk is
-written to the part file and hashed, and the run being read follows the part file as it grows (the
-same streaming pass, no second GET). At the end the size and sha256 are compared with metadata.json's
-record: equal -> renamed into place (atomic) and the cache trimmed to its limit (LRU by bytes, pinned
-entries never evicted); different -> the part file is removed, the event reported, and nothing cached.
-The bytes a failed fill served are the store's bytes, exactly what an uncached read gets: the
-loader's per-sample CRC32C checks name the damaged samples as they always do.
-
-On a hit the loader reads the local file through the format's fast path and still checks every
-sample's CRC32C. A sample of a cached shard that fails (CRC, framing) drops the entry; the shard is
-fetched again and the rest of the run read from the new copy (`read_run`); the event is reported.
-An entry whose size or mtime changed is dropped and fetched again too. Events are counted per
-process (`take_events`) and reported in the loader's EpochReport.
-
-Not fsynced: a cache survives a killed process (the page cache holds the bytes), not necessarily a
-power cut; what a power cut could damage is caught by the size/mtime and CRC32C checks above.
-"""
+"""The ShardCache: entries, serving a run, the fill lock, pins, the LRU limit, prefetch (see
+datasets/shard_cache/__init__.py for the contract)."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import io
@@ -45,19 +13,21 @@ import os
 import re
 import shutil
 import threading
-import weakref
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from datasets import storage
+from datasets.shard_cache.events import new_events
+from datasets.shard_cache.fill import CHUNK, Fill, Follower, lock_file, register, unlock
 
 log = logging.getLogger(__name__)
-CHUNK = 1 << 20
 RESERVE = 1 << 30  # the default limit leaves this much of the disk free
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
 SIDE_SUFFIXES = (".meta", ".lock", ".pin")
-EVENT_COUNTS = ("hits", "fills", "waited", "evicted", "bytes_fetched")
 
 
 class CacheError(ValueError):
@@ -88,162 +58,18 @@ def dataset_key(metadata: dict) -> str:
     return "shards-" + hashlib.sha256(json.dumps(records).encode()).hexdigest()[:32]
 
 
-def new_events() -> dict:
-    return {**{name: 0 for name in EVENT_COUNTS}, "refetched": [], "fill_failed": []}
-
-
-def merge_events(total: dict, more: dict) -> dict:
-    """Add one process's events to `total` (both as made by new_events)."""
-    for name in EVENT_COUNTS:
-        total[name] = total.get(name, 0) + more.get(name, 0)
-    for name in ("refetched", "fill_failed"):
-        total.setdefault(name, []).extend(more.get(name, []))
-    return total
-
-
-# Lock files this process holds: a forked child closes its copies (flock locks belong to the open file,
-# which a fork shares: a child that kept them would hold the parent's locks for its whole life).
-_held = set()
-_caches = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for fd in list(_held):
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held.clear()
-    for cache in list(_caches):
-        cache._reset_process_state()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _lock(path: Path, mode: int, wait: bool = True) -> Optional[int]:
-    """An fd of `path` (created if missing) locked with flock `mode`; None if not waiting and it is taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
-    except OSError as error:
-        os.close(fd)
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
-        raise
-    _held.add(fd)
-    return fd
-
-
-def _unlock(fd: Optional[int]) -> None:
-    if fd is not None and fd in _held:
-        _held.discard(fd)
-        os.close(fd)  # closing the only fd of the open file releases its flock
-
-
-class _Fill:
-    """One shard being fetched into a part file by a thread; readers follow the part file as it grows."""
-
-    def __init__(self, cache: "ShardCache", name: str, location: str, lock_fd: int):
-        self.cache, self.name, self.location, self.lock_fd = cache, name, location, lock_fd
-        self.size, self.sha256 = cache.shards[name]
-        self.part = cache.path(name).with_name(f"{cache.path(name).name}.part.{os.getpid()}.{threading.get_ident()}")
-        self.write_fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.read_fd = os.open(self.part, os.O_RDONLY | os.O_CLOEXEC)
-        self.cond = threading.Condition()
-        self.written = 0
-        self.done = False
-        self.error = None  # the store's error: readers raise it, as an uncached read would
-        self.cache_error = None  # the cache's own (disk full): readers go to the store instead
-        self.thread = threading.Thread(target=self._run, name=f"cache-fill {name}", daemon=True)
-
-    def _run(self) -> None:
-        digest = hashlib.sha256()
-        buffer = bytearray(CHUNK)
-        view = memoryview(buffer)
-        try:
-            with self.cache.open_source(self.location) as stream:
-                # readinto1: what has arrived, so that readers following the part file get it without delay
-                read = getattr(stream, "readinto1", stream.readinto)
-                while count := read(buffer):
-                    self._write(view[:count])
-                    digest.update(view[:count])
-                    with self.cond:
-                        self.written += count
-                        self.cond.notify_all()
-            self.cache.count("bytes_fetched", self.written)
-            self.cache.finish_fill(self, digest.hexdigest())
-        except Exception as error:  # noqa: BLE001 - handed to the readers, who raise it where they read
-            self.cache.count("bytes_fetched", self.written)
-            self.cache.fail_fill(self, error)
-        finally:
-            with self.cond:
-                self.done = True
-                self.cond.notify_all()
-
-    def _write(self, data) -> None:
-        try:
-            while data:
-                data = data[os.write(self.write_fd, data):]
-        except OSError as error:
-            self.cache_error = error
-            raise
-
-    def wait(self) -> None:
-        self.thread.join()
-
-
-class _Follower(io.RawIOBase):
-    """Bytes [start, stop) of a shard being filled, read from its part file as the fill writes it."""
-
-    def __init__(self, fill: _Fill, fd: int, start: int, stop: Optional[int]):
-        super().__init__()
-        self.fill, self.position, self.stop = fill, start, stop
-        self.fd = fd  # the part file's (this object closes it); still readable after its rename or removal
-        self.direct = None  # a stream from the store, if the fill could not write the cache
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self.stop is not None and self.position >= self.stop:
-            return 0
-        wanted = len(buffer) if self.stop is None else min(len(buffer), self.stop - self.position)
-        if self.direct is not None:
-            return self._count(self.direct.readinto(memoryview(buffer)[:wanted]))
-        fill = self.fill
-        with fill.cond:
-            while fill.written <= self.position and not fill.done:
-                fill.cond.wait()
-            available = fill.written - self.position
-            if available <= 0:
-                if fill.cache_error is not None:
-                    log.warning("%s: the cache could not be written (%s); reading the store directly", fill.name,
-                                fill.cache_error)
-                    self.direct = storage.open_byte_range(fill.location, self.position, self.stop) \
-                        if storage.is_url(fill.location) else _local_range(fill.location, self.position)
-                    return self.readinto(buffer)
-                if fill.error is not None:
-                    raise fill.error
-                return 0  # the shard ended (shorter than recorded: the reader says what is missing)
-        return self._count(os.preadv(self.fd, [memoryview(buffer)[:min(wanted, available)]], self.position))
-
-    def _count(self, count: int) -> int:
-        self.position += count
-        return count
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        if self.direct is not None:
-            self.direct.close()
-            self.direct = None
-        super().close()
-
-
-def _local_range(path: str, start: int):
-    handle = open(path, "rb", buffering=0)
-    handle.seek(start)
-    return handle
+def open_cache(directory, metadata: Optional[dict], description: str, limit=None, remote_paths: bool = False,
+               prefetch: int = 0) -> Optional["ShardCache"]:
+    """The node's cache in `directory` (None: no cache) of the dataset `metadata` (a parsed metadata.json)
+    describes; None, with a warning naming `description`, when there is no metadata or it records no shards
+    (nothing to check entries against: shard lists scanned, image folders, synthetic data)."""
+    if directory is None:
+        return None
+    if metadata is None or not any(entry.get("shards") for entry in metadata.get("splits", {}).values()):
+        warnings.warn(f"{description}: not cached (cache_dir={directory}): only shards that a metadata.json "
+                      f"records (name, bytes, sha256) are cached", stacklevel=3)
+        return None
+    return ShardCache.for_dataset(directory, metadata, limit, remote_paths, prefetch)
 
 
 class ShardCache:
@@ -265,7 +91,7 @@ class ShardCache:
         self.key, self.shards, self.limit = key, dict(shards), max(int(limit), 0)
         self.remote_paths, self.prefetch = remote_paths, max(int(prefetch), 0)
         self._reset_process_state()
-        _caches.add(self)
+        register(self)
 
     @classmethod
     def for_dataset(cls, directory, metadata: dict, limit=None, remote_paths: bool = False,
@@ -292,7 +118,7 @@ class ShardCache:
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._reset_process_state()
-        _caches.add(self)
+        register(self)
 
     # ------------------------------------------------------------------ paths and entries
 
@@ -342,7 +168,7 @@ class ShardCache:
         """(run to read, cached): the run on the local entry (cached=True), or on the shard being
         fetched (a Run whose `opener` follows the fill). The entry is pinned while the caller reads."""
         name = run.records[0].shard
-        pin = _lock(self._side(name, ".pin"), fcntl.LOCK_SH)
+        pin = lock_file(self._side(name, ".pin"), fcntl.LOCK_SH)
         fill = None
         try:
             fill, fd = self._follow_or_fill(name, run.location)
@@ -353,11 +179,11 @@ class ShardCache:
                 yield replace(run, location=str(self.path(name))), True
             else:
                 yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
-                    _Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), False
+                    Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), False
         finally:
             if fill is not None:
                 os.close(fd)
-            _unlock(pin)
+            unlock(pin)
 
     def _follow_or_fill(self, name: str, location: str) -> tuple:
         """(None, None) when the entry is valid (serve it); else (the fill to follow: this process's, or a
@@ -368,9 +194,9 @@ class ShardCache:
                 return fill, os.dup(fill.read_fd)
         if self._valid(name) is not None:
             return None, None
-        lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX, wait=False)
+        lock = lock_file(self._side(name, ".lock"), fcntl.LOCK_EX, wait=False)
         if lock is None:  # another process is fetching it: wait for its entry
-            lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX)
+            lock = lock_file(self._side(name, ".lock"), fcntl.LOCK_EX)
             self.count("waited")
         return self._fill_locked(name, location, lock)
 
@@ -379,16 +205,16 @@ class ShardCache:
         the lock, an fd of its part file for the caller to close)."""
         try:
             if self._valid(name) is not None:
-                _unlock(lock)
+                unlock(lock)
                 return None, None
             changed = self._changed(name)
             if changed:
                 log.warning("%s: cached shard %s dropped and fetched again: %s", self.directory, name, changed)
                 self._record("refetched", name, changed)
             self._remove_entry(name, parts=True)
-            fill = _Fill(self, name, location, lock)
+            fill = Fill(self, name, location, lock)
         except BaseException:
-            _unlock(lock)
+            unlock(lock)
             raise
         fd = os.dup(fill.read_fd)
         with self._mutex:
@@ -418,11 +244,11 @@ class ShardCache:
 
     def drop(self, name: str, reason: str) -> None:
         """Remove an entry found bad (it is fetched again when next read); reported as refetched."""
-        lock = _lock(self._side(name, ".lock"), fcntl.LOCK_EX)
+        lock = lock_file(self._side(name, ".lock"), fcntl.LOCK_EX)
         try:
             self._remove_entry(name)
         finally:
-            _unlock(lock)
+            unlock(lock)
         log.warning("%s: cached shard %s dropped and fetched again: %s", self.directory, name, reason)
         self._record("refetched", name, reason)
 
@@ -436,7 +262,7 @@ class ShardCache:
 
     # ------------------------------------------------------------------ the fill thread's ends
 
-    def finish_fill(self, fill: _Fill, sha256: str) -> None:
+    def finish_fill(self, fill: Fill, sha256: str) -> None:
         try:
             if fill.written != fill.size or sha256 != fill.sha256:
                 what = (f"{fill.written} bytes, metadata.json says {fill.size}" if fill.written != fill.size
@@ -459,7 +285,7 @@ class ShardCache:
             return
         self._end_fill(fill)
 
-    def fail_fill(self, fill: _Fill, error: Exception, finished: bool = False) -> None:
+    def fail_fill(self, fill: Fill, error: Exception, finished: bool = False) -> None:
         if not finished and fill.cache_error is None:
             fill.error = error
         fill.part.unlink(missing_ok=True)
@@ -467,7 +293,7 @@ class ShardCache:
         self._record("fill_failed", fill.name, f"{type(error).__name__}: {error}")
         self._end_fill(fill)
 
-    def _end_fill(self, fill: _Fill) -> None:
+    def _end_fill(self, fill: Fill) -> None:
         if fill.write_fd is not None:
             os.close(fill.write_fd)
             fill.write_fd = None
@@ -475,7 +301,7 @@ class ShardCache:
             if self._fills.get(fill.name) is fill:
                 del self._fills[fill.name]
             os.close(fill.read_fd)  # readers hold their own copies
-        _unlock(fill.lock_fd)
+        unlock(fill.lock_fd)
 
     # ------------------------------------------------------------------ limit, prefetch, events
 
@@ -506,21 +332,26 @@ class ShardCache:
         for _, size, path, pin in entries:
             if total <= self.limit:
                 return
-            fd = _lock(pin, fcntl.LOCK_EX, wait=False)
+            fd = lock_file(pin, fcntl.LOCK_EX, wait=False)
             if fd is None:
                 continue
             try:
                 Path(str(path) + ".meta").unlink(missing_ok=True)
                 path.unlink(missing_ok=True)
             finally:
-                _unlock(fd)
+                unlock(fd)
             total -= size
             self.count("evicted")
 
-    def plan(self, runs_locations: list) -> None:
-        """This reader's shards in reading order [(shard name, location)]: `prefetch` > 0 fetches the
-        next ones ahead of the reader."""
-        self._plan = [(name, location) for name, location in runs_locations if name in self.shards]
+    def plan_rows(self, columns, rows, locate) -> None:
+        """This reader's plan (rows of a sample_columns.SampleColumns, reading order; `locate(shard name)`
+        gives its location): with `prefetch` > 0, the shards it reads next are fetched ahead of it."""
+        if not self.prefetch:
+            return
+        ids = columns.shard_ids[np.asarray(rows, dtype=np.int64)]
+        ids = ids[np.r_[True, ids[1:] != ids[:-1]]] if len(ids) else ids
+        names = [columns.shard_names[i] for i in ids.tolist()]
+        self._plan = [(name, locate(name)) for name in names if name in self.shards]
         self._place = {name: n for n, (name, _) in enumerate(self._plan)}
 
     def _start_prefetch(self, name: str) -> None:
@@ -533,7 +364,7 @@ class ShardCache:
                     continue
             if self._valid(ahead) is not None:
                 continue
-            lock = _lock(self._side(ahead, ".lock"), fcntl.LOCK_EX, wait=False)
+            lock = lock_file(self._side(ahead, ".lock"), fcntl.LOCK_EX, wait=False)
             if lock is not None:  # taken: someone is fetching it already
                 fill, fd = self._fill_locked(ahead, location, lock)
                 if fd is not None:
@@ -560,14 +391,3 @@ class ShardCache:
 
 def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
-
-
-def cache_summary(events: dict) -> str:
-    """One line of an EpochReport's cache events."""
-    text = (f"shard cache: {events.get('hits', 0)} runs served from it, {events.get('fills', 0)} shards fetched into it "
-            f"({events.get('bytes_fetched', 0) / 1e6:.1f} MB from the store), {events.get('waited', 0)} waits for "
-            f"another process's fetch, {events.get('evicted', 0)} evicted, {len(events.get('refetched', []))} "
-            f"dropped and fetched again, {len(events.get('fill_failed', []))} not cached")
-    for item in (events.get("refetched", []) + events.get("fill_failed", []))[:5]:
-        text += f"\n  {item['shard']}: {item['reason']}"
-    return text
