@@ -81,7 +81,8 @@ def main():
         code = host_benchmark.main([
             "--compare", str(args.out), "--formats", "img", "--split", "validation", "--batch-size",
             str(args.batch_size), "--dataloader-worker", str(args.workers), "--normalization-location", "device",
-            "--seconds", str(args.seconds), "--rounds", str(args.rounds), "--compare-transport", f"http://127.0.0.1:{proxy_port}/img", remote,
+            "--seconds", str(args.seconds), "--rounds", str(args.rounds),
+            "--compare-transport", f"http://127.0.0.1:{proxy_port}/img", remote,
             "--s3-endpoint", server.endpoint, "--cache-dir", str(args.out / "cache"), "--cache-prefetch",
             str(args.prefetch), "--json", str(report)])
         if code != 0:
@@ -96,7 +97,8 @@ def main():
     goals = [g for g in compared["goals"] if g["goal"].startswith("cache_")]
     result = {"dataset": str(local), "cpus": len(os.sched_getaffinity(0)), "load_before": load_before,
               "http": {"latency_ms": args.latency_ms, "mb_per_s": args.mbps}, "workers": args.workers,
-              "batch_size": args.batch_size, "prefetch": args.prefetch, "rounds": args.rounds, "rows": rows, "goals": goals,
+              "batch_size": args.batch_size, "prefetch": args.prefetch, "rounds": args.rounds, "rows": rows,
+              "goals": goals,
               "command": " ".join(sys.argv)}
     (args.out / "cache_benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
     from datasets.hostbench.cache_epochs import format_cache_table

@@ -1,5 +1,6 @@
 """The node-local shard cache (datasets/shard_cache/, get_data(cache_dir=...)) against the real SeaweedFS
-(tests/s3_server.py), with the fault proxy (tests/fault_proxy.py) in front of it counting every GET by key (test_s3_faults' fixture)."""
+(tests/s3_server.py), with the fault proxy (tests/fault_proxy.py, test_s3_faults' fixture) in front of it
+counting every GET by key."""
 
 import json
 import os
@@ -82,9 +83,11 @@ def test_cold_epoch_fills_each_shard_once_and_warm_epochs_fetch_nothing(proxy, d
         events = cached.report.cache
         if epoch == 0:  # both workers read the shard their shares split: still one GET of it
             assert gets == {name: 1 for name in shards}
-            assert events["fills"] == len(shards) and events["bytes_fetched"] == sum(entries(tmp_path / "cache").values())
+            assert events["fills"] == len(shards)
+            assert events["bytes_fetched"] == sum(entries(tmp_path / "cache").values())
         else:
-            assert gets == {} and events["fills"] == 0 and events["bytes_fetched"] == 0 and events["hits"] >= len(shards)
+            assert gets == {} and events["fills"] == 0 and events["bytes_fetched"] == 0
+            assert events["hits"] >= len(shards)
         assert not events["refetched"] and not events["fill_failed"]
     assert sorted(entries(tmp_path / "cache")) == sorted(shards)
 
@@ -103,7 +106,8 @@ for epoch in range(2):
     reference.set_epoch(epoch)
     got = [(b.keys, b.labels.tolist(), int(b.images.sum())) for b in loader]
     expected = [(b.keys, b.labels.tolist(), int(b.images.sum())) for b in reference]
-    result.append({"same": got == expected, "keys": [k for batch in got for k in batch[0]], "cache": loader.report.cache})
+    keys = [k for batch in got for k in batch[0]]
+    result.append({"same": got == expected, "keys": keys, "cache": loader.report.cache})
 with open(out, "w") as handle:
     json.dump(result, handle)
 """
@@ -124,8 +128,9 @@ def test_two_processes_with_two_workers_fetch_each_shard_once(s3_server, proxy, 
                    target, str(local), str(cache), str(tmp_path / "out-RANK.json"), mode]
         processes = [subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)]
     else:
-        processes = [subprocess.Popen([PYTHON, str(script), target, str(local), str(cache), str(tmp_path / f"out-{n}.json"),
-                                       mode], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        processes = [subprocess.Popen([PYTHON, str(script), target, str(local), str(cache),
+                                       str(tmp_path / f"out-{n}.json"), mode],
+                                      env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
                      for n in range(2)]
     for process in processes:
         output = process.communicate(timeout=300)[0].decode(errors="replace")
@@ -289,6 +294,19 @@ def test_a_shard_whose_stored_bytes_differ_from_metadata_is_never_cached(s3_serv
         assert [item["shard"] for item in failed] == [record.shard] and "sha256" in failed[0]["reason"]
         assert shard_gets(proxy.requests[before:]).get(record.shard) == 1
     assert record.shard not in entries(tmp_path / "cache")
+
+
+def test_prefetch_fetches_the_next_shards_ahead_once_each(proxy, dataset, tmp_path):
+    """cache_prefetch=2: opening a shard starts the fetch of the next two of the reader's plan; still one GET
+    per shard, and the epoch is the local one."""
+    target, local = dataset
+    cached = get_data(target, "train", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache", cache_prefetch=2, **OPTIONS)
+    reference = get_data(str(local), "train", 4, 0, instance=SINGLE, **OPTIONS)
+    before = len(proxy.requests)
+    assert same(read_epoch(cached, 0), read_epoch(reference, 0))
+    shards = shard_names(local)
+    assert shard_gets(proxy.requests[before:]) == {name: 1 for name in shards}
+    assert cached.report.cache["fills"] == len(shards) and sorted(entries(tmp_path / "cache")) == sorted(shards)
 
 
 def test_local_paths_marked_remote_are_cached(converted, tmp_path):

@@ -145,7 +145,8 @@ def evaluate_cache_goals(rows: list, copies: list) -> list:
         local, uncached = by_id.get(f"{base}@local/second"), by_id.get(f"{base}@{copy.name}/first")
         cold, warm = by_id.get(f"{base}@{copy.name}+cache/cold"), by_id.get(f"{base}@{copy.name}+cache/warm")
         goals.append(_ratio_goal(f"cache_warm_vs_local@{copy.name}", warm, local, WARM_VS_LOCAL,
-                                 f"warm epoch from the {copy.transport} cache >= {WARM_VS_LOCAL:g}x local, per CPU-second"))
+                                 f"warm epoch from the {copy.transport} cache >= {WARM_VS_LOCAL:g}x local, per "
+                                 "CPU-second"))
         goals.append(_ratio_goal(f"cache_cold_vs_uncached@{copy.name}", cold, uncached, COLD_VS_UNCACHED,
                                  f"cold epoch via the cache >= {COLD_VS_UNCACHED:g}x uncached {copy.transport}, per "
                                  "CPU-second"))

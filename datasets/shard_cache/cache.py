@@ -277,7 +277,7 @@ class ShardCache:
             temporary = meta.with_name(meta.name + f".{os.getpid()}")
             temporary.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}))
             os.replace(temporary, meta)
-            os.utime(self._side(fill.name, ".pin"))
+            self._side(fill.name, ".pin").touch()  # the last use (LRU); created if no reader pinned it yet (prefetch)
             self.count("fills")
             self.evict()
         except Exception as error:  # noqa: BLE001

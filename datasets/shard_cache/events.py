@@ -26,7 +26,8 @@ def cache_summary(events: dict, prefix: str = "") -> str:
     """`prefix` + a line of an EpochReport's cache events (and the shards dropped or not cached); "" without a cache."""
     if not events:
         return ""
-    text = prefix + (f"shard cache: {events.get('hits', 0)} runs served from it, {events.get('fills', 0)} shards fetched into it "
+    text = prefix + (f"shard cache: {events.get('hits', 0)} runs served from it, {events.get('fills', 0)} shards "
+                     f"fetched into it "
             f"({events.get('bytes_fetched', 0) / 1e6:.1f} MB from the store), {events.get('waited', 0)} waits for "
             f"another process's fetch, {events.get('evicted', 0)} evicted, {len(events.get('refetched', []))} "
             f"dropped and fetched again, {len(events.get('fill_failed', []))} not cached")
