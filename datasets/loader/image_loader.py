@@ -48,6 +48,7 @@ are not checked (validate_dataset.py checks those sha256).
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Optional
@@ -585,7 +586,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           verify=verify)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
-    loader.source_argument = source if isinstance(source, str) else None
+    loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,
              " + ".join(pipeline.steps) or "none",
              f" (stored: {' + '.join(map(str, skipped_steps))})" if skipped_steps else "",
