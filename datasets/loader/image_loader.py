@@ -11,6 +11,10 @@
             ...
         print(train.report.summary())         # samples, skipped (with reasons), padded/dropped keys
 
+Mid-epoch resume: `state_dict()` after a batch, `load_state_dict(state)` on restart (the same counts:
+exactly the batches that followed; other counts: every rank's states, what was left dealt anew);
+`write_ledger(path)` writes what this rank delivered. The arithmetic: datasets/loader/resume.py.
+
 How the work is shared (datasets/loader/share_plan.py has the rules and their proofs in tests):
   * every instance (poprun / torchrun / SLURM / OpenMPI process, see datasets/launcher.py) computes
     the same epoch order: shards permuted by (seed, epoch), samples in shard order;
