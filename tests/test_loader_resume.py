@@ -17,7 +17,7 @@ import pytest
 from conftest import PYTHON, REPO, run_script
 from datasets.ledger import main as ledger_main
 from datasets.loader import get_data
-from datasets.loader.resume import ResumeError, buffer_order
+from datasets.loader.resume import ResumeError, buffer_order, shuffled
 
 SEED = 7
 
@@ -53,6 +53,7 @@ def test_buffer_order_is_a_permutation_that_depends_on_the_generator():
     assert sorted(order.tolist()) == list(range(50)) and order.tolist() != list(range(50))
     assert order.tolist() == buffer_order(50, 8, random.Random(1)).tolist()
     assert buffer_order(50, 1, random.Random(1)).tolist() == list(range(50))
+    assert list(shuffled(range(50), 8, random.Random(1))) == order.tolist()  # the streaming form: same order
 
 
 @pytest.mark.parametrize("split,batch", [("train", 3), ("validation", 2)])

@@ -67,7 +67,8 @@ from datasets.loader.batch_ring import BatchRing, RingMessage, batch_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import Segment, identity as resume_identity, load as resume_load
 from datasets.loader.resume import state as resume_state, write_ledger
-from datasets.loader.resume import SubOrder, augment_rng, buffer_order, in_order, order_rng, pick, plan_segment
+from datasets.loader.resume import (SubOrder, augment_rng, buffer_order, in_order, order_rng, pick, plan_segment,
+                                    shuffled)
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
@@ -292,13 +293,14 @@ class ImageStream(IterableDataset):
         its own generator, so a resumed worker yields what the uninterrupted one would have."""
         logical, worker = workers
         tag = (self.seed, self.epoch, segment, self.instance.index, logical)
-        order = buffer_order(len(items), self.shuffle_buffer if self.shuffle else 0, order_rng(*tag))
-        first_batch, position = int(start[0]), int(start[1])
-        todo = order[position:]
-        inputs = np.sort(todo)
-        raw = self._raw_samples(pick(items, inputs))
-        if not np.array_equal(inputs, todo):
-            raw = in_order(raw, inputs, todo)
+        size, first_batch, position = self.shuffle_buffer if self.shuffle else 0, int(start[0]), int(start[1])
+        if position == 0:
+            raw = self._raw_samples(items)
+            raw = shuffled(raw, size, order_rng(*tag)) if size > 1 else raw
+        else:  # resumed: read only what is left, emit it in the order the buffer would have
+            todo = buffer_order(len(items), size, order_rng(*tag))[position:]
+            inputs = np.sort(todo)
+            raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
         builder = _BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
                                 self.normalization == "host", self.dtype, self.scale, self.bias, shared,
                                 self.ring, worker)

@@ -84,6 +84,21 @@ def buffer_order(count: int, size: int, rng) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def shuffled(items, size: int, rng):
+    """The streaming twin of `buffer_order`: the same draws, so the same order, without computing
+    it first (a fresh epoch's first batch waits for no pass over the worker's items)."""
+    buffer = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        slot = rng.randrange(size)
+        yield buffer[slot]
+        buffer[slot] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
 def in_order(raw, inputs: np.ndarray, order: np.ndarray):
     """`raw` yields the samples of `inputs` (ascending input indices) in that order; yield them in
     `order` (a permutation of `inputs`). Holds at most what a shuffle buffer would."""
