@@ -33,6 +33,7 @@ from datasets.loader.resume import LEDGER_VERSION, fingerprint
 from datasets.loader.sources import SYNTHETIC_NAMES, SourceError, resolve_source
 
 HEADER = ("dataset", "split", "seed", "policy", "shuffle", "epoch")
+ENTRY = ("segment", "instance", "instances", "complete", "batches", "keys", "labels", "padded", "dropped")
 NAMED = 10  # keys named per problem; the rest are counted
 
 
@@ -67,6 +68,11 @@ def read_ledgers(paths) -> list:
             raise LedgerError(f"{path}: cannot read the ledger: {error}") from None
         if not isinstance(ledger, dict) or ledger.get("ledger") != LEDGER_VERSION:
             raise LedgerError(f"{path}: not a ledger of version {LEDGER_VERSION}")
+        missing = [name for name in (*HEADER, "entries") if name not in ledger]
+        missing += sorted({f"entries[].{name}" for entry in ledger.get("entries", []) for name in ENTRY
+                           if not isinstance(entry, dict) or name not in entry})
+        if missing:
+            raise LedgerError(f"{path}: malformed ledger, missing {', '.join(missing)}")
         ledger["path"] = str(path)
         ledgers.append(ledger)
     return ledgers

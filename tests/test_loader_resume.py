@@ -144,6 +144,10 @@ def test_ledger_is_red_when_a_sample_is_missing_or_repeated(img, tmp_path, capsy
     assert f"{before[0]} x2" in out and lost in out
     assert ledger_main(["verify", *ledgers[:2]]) == 1  # instance 2's ledger missing
     assert "no ledger holds instance(s) [2]" in capsys.readouterr().out
+    del entry["labels"]
+    open(ledgers[2], "w").write(json.dumps(ledger))
+    assert ledger_main(["verify", *ledgers]) == 1
+    assert f"{ledgers[2]}: malformed ledger, missing entries[].labels" in capsys.readouterr().err
 
 
 def test_a_state_of_another_dataset_or_seed_is_refused(img, converted):

@@ -54,7 +54,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -65,10 +64,9 @@ from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.batch_ring import BatchRing, RingMessage, batch_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
-from datasets.loader.resume import Segment, identity as resume_identity, load as resume_load
-from datasets.loader.resume import state as resume_state, write_ledger
-from datasets.loader.resume import (SubOrder, augment_rng, buffer_order, in_order, order_rng, pick, plan_segment,
-                                    shuffled)
+from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
+                                    load as resume_load, order_rng, pick, plan_segment, shuffled,
+                                    state as resume_state, write_ledger)
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
