@@ -103,6 +103,8 @@ def test_two_to_three_instances_delivers_what_is_left_once(img, tmp_path, split,
     before, states = simulate(img, split, batch, 2, (1, 2), policy=policy)
     with pytest.raises(ResumeError, match=r"missing instance\(s\) \[1\]"):
         make(img, split, batch, 0, (0, 3), policy=policy).load_state_dict(states[0])
+    with pytest.raises(ResumeError, match="instance 1 needs its own"):
+        make(img, split, batch, 0, (1, 2), policy=policy).load_state_dict(states[0])
     after, dropped, padded = finish(img, split, batch, 3, states, tmp_path, policy=policy)
     read = Counter(before + after)
     if split == "validation":

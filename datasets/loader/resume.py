@@ -306,6 +306,10 @@ def load(states, identity: dict, instance: int, current: Segment) -> Optional[Re
                   identity["drop_last"])
     if saved.config() == current.config() and instance in progress:
         current.progress = {instance: progress[instance]}
+    elif saved.config() == current.config():
+        raise ResumeError(f"the state(s) given are of instance(s) {sorted(progress)} of {saved.instances}; instance "
+                          f"{instance} needs its own, or the list of every instance's (e.g. gathered with "
+                          f"torch.distributed.all_gather_object)")
     else:
         missing = sorted(set(range(saved.instances)) - set(progress))
         if missing:
