@@ -36,7 +36,7 @@ from typing import Optional
 
 import numpy as np
 
-from datasets.loader.share_plan import InstancePlan, PlanError, plan_instance
+from datasets.loader.share_plan import InstancePlan, plan_instance
 
 STATE_VERSION = 1
 LEDGER_VERSION = 1
@@ -144,8 +144,7 @@ def plan_segment(order: SubOrder, instance: int, count: int, policy: str, batch_
     total = len(order)
     if total and not (policy == "drop" and total < count):
         return plan_instance(order, instance, count, policy, batch_size, drop_last)
-    if policy != "drop" and total:  # cannot happen for spread/pad with samples left: plan_instance deals them
-        raise PlanError(f"cannot deal {total} samples to {count} instances")
+    # nothing left, or "drop" with fewer left than instances: every instance gets none, the rest is dropped
     empty = order.take(np.zeros(0, dtype=np.int64))
     return InstancePlan(empty, batch_size, drop_last, policy, [0] * count, policy_dropped=order.take(np.arange(total)))
 
