@@ -32,6 +32,7 @@ class RingMessage(NamedTuple):
     images: Optional[torch.Tensor]
     labels: torch.Tensor
     keys: list
+    progress: tuple = ()  # (worker as planned, its batches handed over, its reading position): for resume
 
 
 class BatchRing:

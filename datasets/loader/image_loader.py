@@ -11,6 +11,10 @@
             ...
         print(train.report.summary())         # samples, skipped (with reasons), padded/dropped keys
 
+Mid-epoch resume: `state_dict()` after a batch, `load_state_dict(state)` on restart (the same counts:
+exactly the batches that followed; other counts: every rank's states, what was left dealt anew);
+`write_ledger(path)` writes what this rank delivered. The arithmetic: datasets/loader/resume.py.
+
 How the work is shared (datasets/loader/share_plan.py has the rules and their proofs in tests):
   * every instance (poprun / torchrun / SLURM / OpenMPI process, see datasets/launcher.py) computes
     the same epoch order: shards permuted by (seed, epoch), samples in shard order;
@@ -48,10 +52,9 @@ are not checked (validate_dataset.py checks those sha256).
 from __future__ import annotations
 
 import logging
-import random
+import os
 import warnings
-from dataclasses import asdict, dataclass, field
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -60,12 +63,16 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.batch_ring import BatchRing, RingMessage, batch_tensor
+from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
+from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
+                                    load as resume_load, order_rng, pick, plan_segment, shuffled,
+                                    state as resume_state, write_ledger)
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
 from datasets.loader.sources import Source, load_own_share, resolve_source
-from datasets.shard_cache import cache_summary, merge_events, open_cache, warn_cache_problems
+from datasets.shard_cache import open_cache, warn_cache_problems
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -73,81 +80,6 @@ ON_ERROR = ("skip", "fail")
 
 class SampleError(RuntimeError):
     """A sample that cannot be read or decoded (on_error="fail"): names the shard and the key."""
-
-
-class Batch(NamedTuple):
-    images: torch.Tensor
-    labels: torch.Tensor
-    keys: list
-
-
-@dataclass
-class Skipped:
-    key: str
-    shard: str
-    reason: str
-
-
-@dataclass
-class WorkerReport:
-    """Sent by each worker after its last batch, so skip counts reach the main process."""
-
-    worker: int
-    samples: int = 0
-    batches: int = 0
-    skipped: list = field(default_factory=list)
-    substituted: list = field(default_factory=list)  # (skipped key, key repeated in its place)
-    partial_dropped: list = field(default_factory=list)  # keys of a final partial batch left out
-    cache: dict = field(default_factory=dict)  # the shard cache's events in this worker (shard_cache.new_events)
-
-
-@dataclass
-class EpochReport:
-    """What one instance did in one epoch; complete once the epoch's iteration finished."""
-
-    epoch: int
-    instance: int
-    instances: int
-    split: str
-    source: str
-    policy: str
-    repartition: Optional[str]
-    planned_samples: int
-    planned_batches: int
-    samples: int = 0
-    batches: int = 0
-    skipped: list = field(default_factory=list)
-    substituted: list = field(default_factory=list)
-    padded: list = field(default_factory=list)  # keys this instance reads twice (policy "pad")
-    policy_dropped: list = field(default_factory=list)  # keys no instance reads this epoch ("drop")
-    last_batch_dropped: list = field(default_factory=list)  # keys of this instance's partial last batch
-    workers_reported: int = 0
-    complete: bool = False
-    cache: dict = field(default_factory=dict)  # the node's shard cache, this instance's events (empty: no cache)
-
-    def add_worker(self, worker: WorkerReport) -> None:
-        self.workers_reported += 1
-        self.cache = merge_events(self.cache, worker.cache)
-        self.skipped.extend(worker.skipped)
-        self.substituted.extend(worker.substituted)
-        self.last_batch_dropped.extend(worker.partial_dropped)
-
-    def summary(self) -> str:
-        text = (f"epoch {self.epoch}, instance {self.instance} of {self.instances}, {self.split}: "
-                f"{self.samples} samples in {self.batches} batches (planned {self.planned_samples} in "
-                f"{self.planned_batches}), policy {self.policy}"
-                f"{' from ' + self.repartition if self.repartition else ''}; "
-                f"skipped {len(self.skipped)}, substituted {len(self.substituted)}, padded {len(self.padded)}, "
-                f"dropped by policy {len(self.policy_dropped)}, in the dropped last batch {len(self.last_batch_dropped)}")
-        text += cache_summary(self.cache, "\n  ")
-        for item in self.skipped[:10]:
-            text += f"\n  skipped {item.key} in {item.shard}: {item.reason}"
-        if len(self.skipped) > 10:
-            text += f"\n  ... and {len(self.skipped) - 10} more skipped"
-        return text
-
-    def to_json(self) -> dict:
-        return asdict(self)
 
 
 # Substitutes for skipped samples are drawn from the first samples a worker read well; keeping
@@ -163,6 +95,7 @@ class _BatchBuilder:
         self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
         self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
         self.ring, self.worker = ring, worker
+        self.progress = [worker, 0, 0]  # sent with each batch: (worker as planned, batches, reading position)
         self.shape = (batch_size, 3, size, size)
         self.count = 0
         self.labels = [0] * batch_size
@@ -208,23 +141,10 @@ class _BatchBuilder:
             slot, out, new = self.slot_number, self.images, self.new
             self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
         message = RingMessage(self.worker, slot, n, out if new else None,
-                               torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]))
+                               torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]),
+                               tuple(self.progress))
         self.count = 0
         return message
-
-
-def _shuffled(items, size: int, rng):
-    """A shuffle buffer of `size` raw (undecoded) samples: cheap to hold, decoded when drawn."""
-    buffer = []
-    for item in items:
-        if len(buffer) < size:
-            buffer.append(item)
-            continue
-        j = rng.randrange(size)
-        yield buffer[j]
-        buffer[j] = item
-    rng.shuffle(buffer)
-    yield from buffer
 
 
 class ImageStream(IterableDataset):
@@ -261,6 +181,10 @@ class ImageStream(IterableDataset):
         if source.repartition is not None and use_repartition:
             self.own_share = self._choose_repartition(source.repartition)
         self._plans = {}
+        # A loaded state (datasets/loader/resume.py) applies to its epoch while this flag (shared
+        # with persistent workers) is 1; it is cleared once that epoch's iteration finished.
+        self.resume = None
+        self._resume_on = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.ring = BatchRing(1, 3)  # ImageLoader gives it one sized for its workers
 
     def _choose_repartition(self, repartition):
@@ -302,11 +226,17 @@ class ImageStream(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self._epoch[0] = int(epoch)
 
+    def resume_for(self, epoch: int):
+        """The loaded resume.Resume if it applies to `epoch`, else None."""
+        resume = self.resume
+        return resume if resume is not None and int(self._resume_on[0]) and resume.epoch == epoch else None
+
     def plan(self, epoch: Optional[int] = None):
         epoch = self.epoch if epoch is None else epoch
-        if epoch not in self._plans:
-            self._plans = {epoch: self._make_plan(epoch)}  # keep one: plans of 1.28M items are large
-        return self._plans[epoch]
+        key = (epoch, self.resume_for(epoch) is not None)
+        if key not in self._plans:
+            self._plans = {key: self._make_plan(epoch)}  # keep one: plans of 1.28M items are large
+        return self._plans[key]
 
     def _make_plan(self, epoch):
         if self.own_share is not None:
@@ -331,6 +261,10 @@ class ImageStream(IterableDataset):
             sequence = epoch_order(*self.source.columns.group_ranges(), self.seed, epoch, self.shuffle)
         else:
             sequence = epoch_sequence(self.source.groups, self.seed, epoch, self.shuffle)
+        resume = self.resume_for(epoch)
+        if resume is not None and resume.positions is not None:  # a later segment: what is left, dealt anew
+            return plan_segment(SubOrder(sequence, resume.positions), self.instance.index, self.instance.count,
+                                self.policy, self.batch_size, self.drop_last)
         return plan_instance(sequence, self.instance.index, self.instance.count, self.policy, self.batch_size,
                              self.drop_last)
 
@@ -340,27 +274,41 @@ class ImageStream(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         plan = self.plan()
-        items = plan.worker_items(worker, workers)
-        report = WorkerReport(worker)
+        resume = self.resume_for(self.epoch)
+        # Resumed: DataLoader worker d plays planned worker (d + next) % W, from where it stopped.
+        rotation, done = resume.start(self.instance.index, workers) if resume is not None else (0, None)
+        logical = (worker + rotation) % workers
+        items = plan.worker_items(logical, workers)
+        report = WorkerReport(logical)
         if len(items):
             torch.set_num_threads(1)
-            yield from self._batches(items, plan, worker, report, shared=info is not None)
+            yield from self._batches(items, plan, (logical, worker), resume.number if resume else 0,
+                                     done[logical] if done else (0, 0), report, shared=info is not None)
         report.cache = self.source.cache.take_events() if self.source.cache is not None else {}
         yield report
 
-    def _rng(self, worker: int):
-        return random.Random(f"{self.seed}/{self.epoch}/{self.instance.index}/{worker}")
-
-    def _batches(self, items, plan, worker, report, shared):
-        rng = self._rng(worker)
+    def _batches(self, items, plan, workers, segment, start, report, shared):
+        """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
+        shuffle buffer's order, computed on indices (resume.buffer_order), each batch augmented with
+        its own generator, so a resumed worker yields what the uninterrupted one would have."""
+        logical, worker = workers
+        tag = (self.seed, self.epoch, segment, self.instance.index, logical)
+        size, first_batch, position = self.shuffle_buffer if self.shuffle else 0, int(start[0]), int(start[1])
+        if position == 0:
+            raw = self._raw_samples(items)
+            raw = shuffled(raw, size, order_rng(*tag)) if size > 1 else raw
+        else:  # resumed: read only what is left, emit it in the order the buffer would have
+            todo = buffer_order(len(items), size, order_rng(*tag))[position:]
+            inputs = np.sort(todo)
+            raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
         builder = _BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
                                 self.normalization == "host", self.dtype, self.scale, self.bias, shared,
                                 self.ring, worker)
-        raw = self._raw_samples(items)
-        if self.shuffle and self.shuffle_buffer > 1:
-            raw = _shuffled(raw, self.shuffle_buffer, rng)
+        progress = builder.progress = [logical, first_batch, position]
+        rng = augment_rng(*tag, first_batch)
         good = []
         for item, shard, label, payload, kind, error in raw:
+            progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder.slot(), rng)
             if error is not None:
@@ -371,9 +319,11 @@ class ImageStream(IterableDataset):
             report.samples += 1
             if builder.add(label, self.key_of(item)):
                 report.batches += 1
+                progress[1] += 1
                 yield builder.emit()
-        deficit = len(items) - report.samples
-        if deficit and plan.policy != "spread":
+                rng = augment_rng(*tag, progress[1])
+        deficit = len(items) - first_batch * self.batch_size - report.samples
+        if deficit > 0 and plan.policy != "spread":
             yield from self._substitute(good, deficit, builder, report, rng, worker)
         if builder.count:
             if self.drop_last and builder.count < self.batch_size:
@@ -381,6 +331,7 @@ class ImageStream(IterableDataset):
                 builder.count = 0
             else:
                 report.batches += 1
+                progress[1] += 1
                 yield builder.emit()
 
     def _substitute(self, good, deficit, builder, report, rng, worker):
@@ -402,6 +353,7 @@ class ImageStream(IterableDataset):
                 report.samples += 1
                 if builder.add(label, self.key_of(item)):
                     report.batches += 1
+                    builder.progress[1] += 1
                     yield builder.emit()
 
     def _bad(self, report, key, shard, error):
@@ -444,6 +396,9 @@ class ImageLoader:
         dataset.ring = BatchRing(workers, (prefetch_factor or 2) + 3 if workers else 3)
         self.report: Optional[EpochReport] = None
         self._loader = None
+        self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
+        self._identity = None
+        self.source_argument = None  # what get_data was given, named in ledgers
 
     @property
     def instance(self) -> Instance:
@@ -468,6 +423,49 @@ class ImageLoader:
     def __len__(self) -> int:
         return self.batches_per_epoch
 
+    # -- resume and ledger (the arithmetic is in datasets/loader/resume.py)
+    def _identity_and_segment(self):
+        dataset = self.dataset
+        if self._identity is None:
+            self._identity = resume_identity(dataset)
+        return self._identity, Segment(self.instance.count, max(self.workers, 1), dataset.batch_size,
+                                       dataset.shuffle_buffer if dataset.shuffle else 0)
+
+    def state_dict(self) -> dict:
+        """Where this instance is in its epoch (torchdata's StatefulDataLoader convention): a JSON-able
+        dict of a few hundred bytes, no sample list. Save it after each batch with the model."""
+        identity, segment = self._identity_and_segment()
+        live, index = self._live, self.instance.index
+        if live is not None and not live["complete"]:
+            progress = {"next": live["next"], "done": [list(d) for d in live["done"]]}
+            return resume_state(identity, live["epoch"], live["resume"], segment, index, progress)
+        pending = self.dataset.resume_for(self.epoch)  # loaded, not yet iterated
+        if pending is not None:
+            rotation, done = pending.start(index, segment.workers)
+            return resume_state(identity, self.epoch, pending, segment, index, {"next": rotation, "done": done})
+        return resume_state(identity, self.epoch, None, None, index, None)
+
+    def load_state_dict(self, state) -> None:
+        """Continue from `state_dict()`: this instance's own state (the same instance and worker
+        counts, batch size: exactly the batches that followed), or the list of every instance's
+        states (any instance or worker count: what was left, dealt anew). Sets the epoch. Raises
+        ResumeError naming what differs (dataset, seed, split, policy...) or what is missing."""
+        identity, segment = self._identity_and_segment()
+        states = [state] if isinstance(state, dict) else list(state)
+        resume = resume_load(states, identity, self.instance.index, segment)
+        dataset = self.dataset
+        dataset.set_epoch(int(states[0]["epoch"]))
+        dataset.resume, dataset._plans, self._live = resume, {}, None
+        dataset._resume_on[0] = int(resume is not None)
+        self._loader = None  # workers started before hold no resume: start new ones
+
+    def write_ledger(self, path) -> dict:
+        """Write (and return) the ledger of the epoch being or last iterated: the keys and labels
+        each instance delivered, in order, per segment (the earlier ones of a resume included),
+        derived from the plan and progress. `python -m datasets.ledger verify` checks a run's ledgers."""
+        identity, segment = self._identity_and_segment()
+        return write_ledger(path, self, identity, segment)
+
     def __iter__(self):
         dataset = self.dataset
         epoch = dataset.epoch
@@ -480,6 +478,10 @@ class ImageLoader:
             last_batch_dropped=dataset.keys_of(plan.last_batch_dropped),
         )
         self.report = report
+        resume, workers = dataset.resume_for(epoch), max(self.workers, 1)
+        rotation, done = resume.start(self.instance.index, workers) if resume else (0, [[0, 0]] * workers)
+        live = self._live = {"epoch": epoch, "resume": resume, "next": rotation, "done": list(done),
+                             "complete": False}
         if self._loader is None:
             options = {}
             if self.workers > 0:
@@ -502,6 +504,8 @@ class ImageLoader:
                     report.add_worker(item)
                     continue
                 batch = Batch(ring.receive(item), item.labels, item.keys)
+                worker, batches, position = item.progress
+                live["done"][worker], live["next"] = (batches, position), (worker + 1) % workers
                 item = None
                 if pin:
                     batch = Batch(batch.images.pin_memory(), batch.labels.pin_memory(), batch.keys)
@@ -512,7 +516,8 @@ class ImageLoader:
                 batch = None
         finally:
             dataset.set_epoch(epoch + 1)
-        report.complete = True
+        report.complete = live["complete"] = True
+        dataset._resume_on[0] = 0  # a loaded state applies to its epoch only
         if report.skipped and not report.samples:
             first = report.skipped[0]
             raise SampleError(f"{dataset.source.description}: every sample of this instance's {dataset.split} share "
@@ -592,6 +597,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           verify=verify)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
+    loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,
              " + ".join(pipeline.steps) or "none",
              f" (stored: {' + '.join(map(str, skipped_steps))})" if skipped_steps else "",

@@ -182,7 +182,7 @@ def plan_instance(sequence: Sequence, instance: int, count: int, policy: str, ba
         raise PlanError(f"instance {instance} is out of range for {count} instances")
     dealt = balance(len(sequence), count, policy)
     start, stop = dealt.ranges[instance]
-    if isinstance(sequence, GroupedOrder):  # rows of a columnar index, as int arrays
+    if hasattr(sequence, "take"):  # a GroupedOrder (rows of a columnar index, int arrays) or a resume's SubOrder
         def pick(first, last):
             return sequence.take(np.arange(first, last, dtype=np.int64) % dealt.total)
         items = pick(start, stop)
