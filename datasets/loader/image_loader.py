@@ -65,6 +65,7 @@ from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
 from datasets.loader.sources import Source, load_own_share, resolve_source
+from datasets.loader.user_transforms import build_pipeline
 
 log = logging.getLogger(__name__)
 ON_ERROR = ("skip", "fail")
@@ -154,8 +155,9 @@ class _BatchBuilder:
     """Fills a uint8 batch slot by slot; hands it out (normalised into a float buffer for host)."""
 
     def __init__(self, batch_size, size, channels_last, host, dtype, scale, bias, shared, ring: BatchRing,
-                 worker: int):
+                 worker: int, batch_transform=None):
         self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
+        self.batch_transform = batch_transform  # user_transforms.BatchTransform: on the batch, labels in and out
         self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
         self.ring, self.worker = ring, worker
         self.shape = (batch_size, 3, size, size)
@@ -202,8 +204,10 @@ class _BatchBuilder:
         else:
             slot, out, new = self.slot_number, self.images, self.new
             self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
-        message = RingMessage(self.worker, slot, n, out if new else None,
-                               torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]))
+        labels = torch.tensor(self.labels[:n], dtype=torch.int64)
+        if self.batch_transform is not None:
+            labels = self.batch_transform(out[:n], labels)
+        message = RingMessage(self.worker, slot, n, out if new else None, labels, list(self.keys[:n]))
         self.count = 0
         return message
 
@@ -233,7 +237,7 @@ class ImageStream(IterableDataset):
                  policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
                  normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
                  use_repartition: bool = True, use_bbox_info: bool = False,
-                 verify: bool = True):
+                 verify: bool = True, batch_transform=None, torch_random=None):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if policy not in POLICIES:
@@ -249,6 +253,7 @@ class ImageStream(IterableDataset):
         self.scale, self.bias = scale_and_bias(mean, std)
         self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
         self.verify = verify
+        self.batch_transform, self.torch_random = batch_transform, torch_random  # see user_transforms.py
         self.own_share = None
         # Bounding boxes (from the sample index, else each sample's json) steer RandomResizedCrop: train only.
         self.source_kind = get_source_kind(source.kind)
@@ -347,9 +352,11 @@ class ImageStream(IterableDataset):
 
     def _batches(self, items, plan, worker, report, shared):
         rng = self._rng(worker)
+        if self.torch_random is not None:
+            self.torch_random.begin(f"{self.seed}/{self.epoch}/{self.instance.index}/{worker}")
         builder = _BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
                                 self.normalization == "host", self.dtype, self.scale, self.bias, shared,
-                                self.ring, worker)
+                                self.ring, worker, self.batch_transform)
         raw = self._raw_samples(items)
         if self.shuffle and self.shuffle_buffer > 1:
             raw = _shuffled(raw, self.shuffle_buffer, rng)
@@ -447,6 +454,11 @@ class ImageLoader:
     def epoch(self) -> int:
         return self.dataset.epoch
 
+    @property
+    def classes(self) -> Optional[list]:
+        """Class index -> class name (wnid) as the dataset records them, or None where it does not."""
+        return self.dataset.source.classes
+
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
 
@@ -519,13 +531,14 @@ class ImageLoader:
 def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
              normalization: str = "host", dtype="float32", instance=None, seed: int = 0, epoch: int = 0,
              policy: Optional[str] = None, train: Optional[bool] = None, shuffle: Optional[bool] = None,
-             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: int = 224,
+             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: Optional[int] = None,
              resize_size: Optional[int] = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), mean=IMAGENET_MEAN,
              std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
-             use_bbox_info: bool = False, verify: bool = True) -> ImageLoader:
+             use_bbox_info: bool = False, verify: bool = True, transform=None,
+             batch_transform=None) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -538,7 +551,9 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     train           pipeline and defaults of training (default: split == "train").
     shuffle, drop_last  default: as `train`.
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
-    image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
+    image_size, resize_size  output side (224, or `transform`'s crop size) and the validation Resize (256/224 of it).
+    transform, batch_transform  torchvision v2 transforms per sample (a leading RandomResizedCrop [+ flip] runs
+                    fused in the decoder) and per batch (MixUp/CutMix); see datasets/loader/user_transforms.py.
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     use_bbox_info   train: RandomResizedCrop prefers a crop whose overlap with the sample's bounding box
                     is at least 0.1 of the crop's area, up to 10 draws (the reference harness's option);
@@ -562,14 +577,11 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     drop_last = train if drop_last is None else drop_last
     location = normalization_location(normalization)
     dtype = float_dtype(dtype)
-    resize_size = resize_size or int(round(image_size * 256 / 224))
-    resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
-                              label_offset)
-    pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
-                                          use_draft, jpeg_decode)
-    if get_source_kind(resolved.kind).output_sized:
-        pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft,
-                                 pipeline.decode_path)
+    resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
+                              use_repartition, label_offset)
+    pipeline, notes, torch_random, batch_transform = build_pipeline(
+        transform, batch_transform, train, image_size, resize_size, resolved.stored_steps, scale, ratio, use_draft,
+        jpeg_decode, get_source_kind(resolved.kind).output_sized)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
     skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
@@ -578,7 +590,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
                           shuffle_buffer=shuffle_buffer, channels_last=channels_last,
                           use_repartition=use_repartition, use_bbox_info=use_bbox_info,
-                          verify=verify)
+                          verify=verify, torch_random=torch_random, batch_transform=batch_transform)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,

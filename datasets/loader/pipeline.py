@@ -199,7 +199,7 @@ class ImagePipeline:
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view).
         `bbox` (normalised [x1, y1, x2, y2]): RandomResizedCrop prefers crops overlapping it."""
-        _write(slot, *self.image_pixels(payload, rng, bbox))
+        write_pixels(slot, *self.image_pixels(payload, rng, bbox))
 
     def image_pixels(self, payload, rng, bbox=None):
         """(HWC uint8 pixels, flip): `image_into`'s result before the flip and the write; with no
@@ -286,7 +286,7 @@ class ImagePipeline:
 
     def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng, bbox=None) -> None:
         """Process an HWC uint8 array (a read-only view is fine) into `slot`."""
-        _write(slot, *self.array_pixels(pixels, rng, bbox))
+        write_pixels(slot, *self.array_pixels(pixels, rng, bbox))
 
     def array_pixels(self, pixels: np.ndarray, rng, bbox=None):
         """(HWC uint8 pixels, flip): `array_into`'s result before the flip and the write."""
@@ -351,7 +351,8 @@ def _center_crop(pixels: np.ndarray, size: int) -> np.ndarray:
     return pixels[top:top + size, left:left + size]
 
 
-def _write(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
+def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
+    """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
     if pixels.shape != slot.shape:
         raise PipelineError(
             f"processed image is {pixels.shape[1]}x{pixels.shape[0]} px, the batch expects "
