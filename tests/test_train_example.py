@@ -96,3 +96,36 @@ def test_the_library_named_for_hugging_face_code(tmp_path):
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert "not Hugging Face's `datasets`" in last and "ImageNet-shards library" in last
+
+
+def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
+    """`pip install -e .` into a throwaway environment (the pinned stack reached through a .pth, so
+    nothing is downloaded and .venv is not touched): the library imports from anywhere; with
+    another `datasets` package installed there too (as Hugging Face's would be), importing the
+    loader is refused in one line naming both."""
+    import sysconfig
+
+    env_dir = tmp_path / "env"
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "pinned-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", "-e", str(REPO)], capture_output=True, text=True, env=env,
+                             timeout=300, cwd=tmp_path)
+    assert install.returncode == 0, install.stdout + install.stderr
+    probe = "import datasets, datasets.loader; print(datasets.__file__)"
+    found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=120)
+    assert found.returncode == 0 and found.stdout.strip() == str(REPO / "datasets" / "__init__.py"), found.stderr
+
+    (site / "datasets").mkdir()
+    (site / "datasets" / "__init__.py").write_text("load_dataset = None\n")
+    shadowed = subprocess.run([str(python), "-c", "from datasets.loader import get_data"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=120)
+    assert shadowed.returncode == 1
+    last = shadowed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: `datasets` is another package of that name"), shadowed.stderr
+    assert str(site / "datasets") in last and str(REPO / "datasets") in last
