@@ -34,10 +34,10 @@ def _photos(n):
 
 
 @pytest.mark.parametrize("decode_path", DECODE_PATHS)
-@pytest.mark.parametrize("with_flip", [True, False])
-def test_fused_prefix_equals_torchvision_on_a_pil_decode(decode_path, with_flip):
+@pytest.mark.parametrize("flip_p", [0.5, 0.3, None])
+def test_fused_prefix_equals_torchvision_on_a_pil_decode(decode_path, flip_p):
     """Same generator state -> the same box, the same flip, the same pixels, and the same state after."""
-    steps = [v2.RandomResizedCrop(96)] + ([v2.RandomHorizontalFlip()] if with_flip else [])
+    steps = [v2.RandomResizedCrop(96, scale=(0.05, 1.0))] + ([v2.RandomHorizontalFlip(flip_p)] if flip_p else [])
     transform = v2.Compose(steps)
     stream = TorchRandom()
     pipeline, _ = build_user_pipeline(transform, True, None, None, [], False, decode_path, stream)
