@@ -42,8 +42,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from datasets.loader.pipeline import (CENTER_CROP, FLIP, RANDOM_RESIZED_CROP, RESIZE, ImagePipeline, PipelineError,
-                                      Step, runtime_steps, tensor_array, write_pixels)
+from datasets.loader.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
+from datasets.preprocess import RandomHorizontalFlip as FlipStep, RandomResizedCrop as CropStep
 
 
 def _v2():
@@ -176,7 +176,7 @@ def split_transform(transform) -> Fusion:
         size = _square(first.size)
         flip = steps[1] if len(steps) > 1 and type(steps[1]) is v2.RandomHorizontalFlip else None
         rest = steps[2:] if flip is not None else steps[1:]
-        wanted = [Step(RANDOM_RESIZED_CROP, size)] + ([Step(FLIP)] if flip is not None else [])
+        wanted = [CropStep(size)] + ([FlipStep()] if flip is not None else [])
         return Fusion(wanted, size, None, tuple(first.scale), tuple(first.ratio), TorchvisionDraws(first, flip),
                       _compose(rest))
     if (type(first) is v2.Resize and len(steps) > 1 and type(steps[1]) is v2.CenterCrop and _bilinear(first)
