@@ -23,6 +23,9 @@ Per batch, B (`v2.MixUp`, `v2.CutMix`, `v2.RandomChoice([...])`, any callable (i
     (off by at most 0.5/255 from the float mix), so batches stay uint8 for `NormalizeOnDevice`.
   The labels B returns are the batch's labels: MixUp/CutMix give float32 (N, num_classes) soft
   targets whose rows sum to 1 (torch's CrossEntropyLoss takes them as they are).
+  Cost: the float copy and torchvision's full-batch copies, ~1.7 ms per 224 px image on the 2-core
+  dev VM (host_benchmark --compare's -strong-mix rows); with device normalisation, MixUp/CutMix on
+  the accelerator after NormalizeOnDevice cost the host nothing.
 
 Randomness: T and B draw from torch's global generator, seeded per (seed, epoch, instance, worker)
 at the start of each worker's epoch (`TorchRandom.begin`), so an epoch's augmentations repeat
