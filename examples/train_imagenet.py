@@ -211,7 +211,10 @@ def train_loop(args, instance, device):
     model = NormalizeOnDevice(net).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp = DistributedDataParallel(model) if instance.count > 1 else model
+    if instance.count > 1:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    else:
+        ddp = model
     lr = args.lr * args.batch_size * instance.count / 256
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum, weight_decay=args.weight_decay)
     total = args.epochs * len(train) if args.max_steps is None else min(args.max_steps, args.epochs * len(train))
