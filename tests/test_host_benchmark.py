@@ -19,7 +19,9 @@ EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside
     "bare_decode_augment",
     "baseline_imagefolder", "folder/host", "folder/device", "folder/device-pil",
     "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
+    "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix",  # user transforms (issue 21)
     "baseline_webdataset_npy", "tensor/host", "tensor/device", "tensor/device-noverify",
+    "tensor/device-tv-rrc-flip", "tensor/device-strong", "tensor/device-strong-mix",
 ]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -267,7 +269,9 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
     # MB/s counts the stored bytes per image: the tensor shards hold more per image than the JPEGs.
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
     assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder",
-                                                          "tensor_vs_stock_npy", "img_verify_cost", "tensor_verify_cost"]
+                                                          "tensor_vs_stock_npy", "img_verify_cost", "tensor_verify_cost",
+                                                          "jpeg_user_transform_fused"]
+    assert by_id["img/device-strong-mix"]["batch_dtype"] == "uint8" and by_id["img/device-strong"]["decode"] == "crop"
     assert by_id["img/device-noverify"]["label"].endswith("verify off") and by_id["img/device-noverify"]["decode"] == "crop"
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"])
     assert report["config"]["formats"] == ["folder", "img", "tensor"]
@@ -291,9 +295,11 @@ def test_compare_with_a_format_filter(tmp_path, compare_dir):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
     assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device", "img/device-pil",
-                                                     "img/device-noverify"]
-    assert {goal["status"] for goal in report["goals"] if goal["goal"] != "img_verify_cost"} == {"not measured"}
-    assert {goal["goal"]: goal["status"] for goal in report["goals"]}["img_verify_cost"] in ("met", "not met")
+                                                     "img/device-noverify", "img/device-tv-rrc-flip", "img/device-strong",
+                                                     "img/device-strong-mix"]
+    measured = ("img_verify_cost", "jpeg_user_transform_fused")
+    assert {goal["status"] for goal in report["goals"] if goal["goal"] not in measured} == {"not measured"}
+    assert all(goal["status"] in ("met", "not met") for goal in report["goals"] if goal["goal"] in measured)
     bad = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "tfrecord", "--batches", 1)
     assert bad.returncode == 1 and "tfrecord not found" in bad.stderr
 

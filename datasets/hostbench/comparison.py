@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from datasets.hostbench.timing import combine_instances, measure_batches
-from datasets.hostbench.pipelines import BASELINES, IMAGE_SIZE, bare_decode_augment, loader_batches, validation_resize
+from datasets.hostbench.pipelines import (AUGMENTATIONS, BASELINES, IMAGE_SIZE, augmented_loader_batches,
+                                          bare_decode_augment, loader_batches, validation_resize)
 from datasets.hostbench.sources import FORMATS, folder_split_dir, list_folder_images
 from datasets.loader import jpeg_crop
 
 NORMALIZATIONS = ("host", "device")
 NO_VERIFY = "-noverify"  # row id suffix of a loader row with verify=False
+AUGMENTED_FORMATS = ("img", "tensor")  # formats that get the user-transform rows (train, device normalisation)
 
 
 @dataclass
@@ -101,7 +103,22 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
                 (entry.description if entry else f"format {source.format!r}") + " via datasets.loader.get_data",
                 decode,
             ))
+        if split == "train" and source.format in AUGMENTED_FORMATS and "device" in normalizations:
+            rows.extend(_augmented_rows(source, split, batch_size, workers, instance, seed, loader_options,
+                                        loader_decode if jpeg else ""))
     return rows
+
+
+def _augmented_rows(source, split, batch_size, workers, instance, seed, options, decode) -> list:
+    """The loader with a user transform (get_data(transform=..., batch_transform=...)): what the
+    fused path keeps and what strong augmentation and MixUp/CutMix cost, device normalisation."""
+    return [RowPlan(
+        f"{source.name or source.format}/device-{recipe}", f"{source.label}, device normalisation, {recipe}",
+        "loader", source.format, "device", workers, source.bytes_per_image.get(split, 0.0), str(source.path),
+        lambda r=recipe: augmented_loader_batches(source.path, split, batch_size, workers, "device", instance, r,
+                                                  seed=seed, **options),
+        text + " via datasets.loader.get_data", decode,
+    ) for recipe, text in AUGMENTATIONS.items()]
 
 
 def run_comparison(rows: list, *, warmup_batches: int, max_batches=None, max_seconds=None, rounds: int = 1,
@@ -204,6 +221,10 @@ GOALS = (
          "img loader with CRC32C verification >= 98% of it without, per CPU-second", "images_per_s"),
     Goal("tensor_verify_cost", "tensor/device", "tensor/device" + NO_VERIFY, "images_per_cpu_s", 0.95,
          "tensor loader with CRC32C verification >= 95% of it without, per CPU-second", "images_per_s"),
+    # Issue 21: a user transform that begins with RandomResizedCrop + flip keeps the fused decode.
+    Goal("jpeg_user_transform_fused", "img/device-tv-rrc-flip", "img/device", "images_per_cpu_s", 0.95,
+         "img loader with a torchvision RandomResizedCrop + flip transform >= 95% of its built-in recipe, "
+         "per CPU-second", "images_per_s"),
 )
 
 

@@ -212,6 +212,31 @@ def loader_batches(source, split, batch_size, workers, normalization, instance, 
     return EpochBatches(epoch_loader, max_epochs=None)
 
 
+AUGMENTATIONS = {
+    "tv-rrc-flip": "torchvision v2 RandomResizedCrop + flip as a user transform (fused in the decoder)",
+    "strong": "strong augmentation: RandomResizedCrop + flip (fused) + TrivialAugmentWide + RandomErasing",
+    "strong-mix": "strong augmentation + MixUp/CutMix per batch (in the worker)",
+}
+
+
+def augmented_loader_batches(source, split, batch_size, workers, normalization, instance, recipe, seed=0,
+                             image_size=IMAGE_SIZE, **options):
+    """`loader_batches` with a user transform recipe (AUGMENTATIONS) passed to get_data."""
+    from datasets.loader.image_loader import get_data
+    from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation
+    from datasets.torchvision_cpu import transforms_v2 as v2
+
+    if recipe == "tv-rrc-flip":
+        options["transform"] = v2.Compose([v2.RandomResizedCrop(image_size), v2.RandomHorizontalFlip()])
+    else:
+        options["transform"] = strong_augmentation(image_size)
+    if recipe == "strong-mix":  # MixUp/CutMix need the class count the dataset records
+        classes = get_data(str(source), split, batch_size, 0, instance=instance, seed=seed, image_size=image_size,
+                           **{k: v for k, v in options.items() if k != "transform"}).classes
+        options["batch_transform"] = mixup_cutmix(len(classes) if classes else 1000)
+    return loader_batches(source, split, batch_size, workers, normalization, instance, seed=seed, **options)
+
+
 class Rebatched:
     """Batches of `batch_size` joined from a loader's smaller (images, labels) batches; a last
     incomplete batch is dropped, as the reference's rebatching does for training."""

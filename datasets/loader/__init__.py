@@ -2,7 +2,19 @@
 
 `get_data` lives in `datasets.loader.image_loader`; it is resolved lazily here so that the
 light modules of this package (share_plan, shard_reader) can be imported without torch.
+
+If another package named `datasets` (Hugging Face's) was imported first, an editable install
+(`pip install -e .`) would still find this subpackage and attach it to the other one; it refuses
+with one line instead of failing somewhere deep.
 """
+
+import sys as _sys
+
+if not getattr(_sys.modules.get("datasets"), "IMAGENET_SHARDS", False):
+    _other = getattr(_sys.modules.get("datasets"), "__file__", None)
+    raise ImportError(f"`datasets` is another package of that name ({_other}), e.g. Hugging Face's, imported before "
+                      f"the ImageNet-shards library ({__file__.rsplit('/loader/', 1)[0]}); put the library first on "
+                      f"sys.path (PYTHONPATH) or use an environment without the other one")
 
 __all__ = ["get_data"]
 

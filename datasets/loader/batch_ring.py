@@ -1,6 +1,9 @@
 """The loader's output buffers: each worker's batches are written into a few reused shared-memory
 tensors (`BatchRing`), so a batch costs no fresh shared memory and sending it copies nothing.
 
+`BatchBuilder` fills one batch sample by sample into such a buffer (normalising it for host
+normalisation, applying a batch transform) and makes the message.
+
 Used by datasets/loader/image_loader.py: a worker `acquire`s a slot's buffer and sends a
 `RingMessage`; the main process `receive`s it and, as batches are let go, `release_returned`.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
+import numpy as np
 import torch
 
 
@@ -102,3 +106,66 @@ def batch_tensor(shape, dtype, shared, channels_last):
     if channels_last:
         return _new_tensor((n, h, w, c), dtype, shared).permute(0, 3, 1, 2)
     return _new_tensor(shape, dtype, shared)
+
+
+class BatchBuilder:
+    """Fills a uint8 batch slot by slot; hands it out (normalised into a float buffer for host)."""
+
+    def __init__(self, batch_size, size, channels_last, host, dtype, scale, bias, shared, ring: BatchRing,
+                 worker: int, batch_transform=None):
+        self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
+        self.batch_transform = batch_transform  # user_transforms.BatchTransform: on the batch, labels in and out
+        self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
+        self.ring, self.worker = ring, worker
+        self.progress = [worker, 0, 0]  # sent with each batch: (worker as planned, batches, reading position)
+        self.shape = (batch_size, 3, size, size)
+        self.count = 0
+        self.labels = [0] * batch_size
+        self.keys = [None] * batch_size
+        self.work = None
+        if host:  # the uint8 batch never leaves the worker: one, reused
+            self.images = batch_tensor(self.shape, torch.uint8, False, channels_last)
+            self._set_views()
+        else:
+            self.images = None
+
+    def _set_views(self):
+        # HWC-shaped numpy views of each sample's slot: the pipeline writes pixels straight in.
+        self.hwc = self.images.numpy().transpose(0, 2, 3, 1) if not self.channels_last else \
+            self.images.permute(0, 2, 3, 1).numpy()
+
+    def slot(self) -> np.ndarray:
+        if self.images is None:  # device: the next ring buffer is the batch itself
+            self.slot_number, self.images, self.new = self.ring.acquire(
+                self.worker, self.shape, torch.uint8, self.shared, self.channels_last)
+            self._set_views()
+        return self.hwc[self.count]
+
+    def add(self, label: int, key: str) -> bool:
+        self.labels[self.count], self.keys[self.count] = label, key
+        self.count += 1
+        return self.count == self.batch_size
+
+    def emit(self) -> RingMessage:
+        n = self.count
+        if self.host:
+            slot, out, new = self.ring.acquire(self.worker, self.shape, self.dtype, self.shared, self.channels_last)
+            images = self.images[:n]
+            if self.dtype == torch.float32:
+                out[:n].copy_(images).mul_(self.scale).add_(self.bias)
+            else:  # computed in float32, rounded once, like NormalizeOnDevice
+                if self.work is None:
+                    self.work = torch.empty(self.images.shape, dtype=torch.float32)
+                work = self.work[:n]
+                work.copy_(images).mul_(self.scale).add_(self.bias)
+                out[:n].copy_(work)
+        else:
+            slot, out, new = self.slot_number, self.images, self.new
+            self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
+        labels = torch.tensor(self.labels[:n], dtype=torch.int64)
+        if self.batch_transform is not None:
+            labels = self.batch_transform(out[:n], labels)
+        message = RingMessage(self.worker, slot, n, out if new else None, labels, list(self.keys[:n]),
+                              tuple(self.progress))
+        self.count = 0
+        return message

@@ -62,7 +62,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from datasets.loader.batch_ring import BatchRing, RingMessage, batch_tensor
+from datasets.loader.batch_ring import BatchBuilder, BatchRing
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
                                     load as resume_load, order_rng, pick, plan_segment, shuffled,
@@ -72,6 +72,7 @@ from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
 from datasets.loader.sources import Source, load_own_share, resolve_source
+from datasets.loader.user_transforms import build_pipeline
 from datasets.shard_cache import open_cache, warn_cache_problems
 
 log = logging.getLogger(__name__)
@@ -87,66 +88,6 @@ class SampleError(RuntimeError):
 GOOD_KEPT = 4096
 
 
-class _BatchBuilder:
-    """Fills a uint8 batch slot by slot; hands it out (normalised into a float buffer for host)."""
-
-    def __init__(self, batch_size, size, channels_last, host, dtype, scale, bias, shared, ring: BatchRing,
-                 worker: int):
-        self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
-        self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
-        self.ring, self.worker = ring, worker
-        self.progress = [worker, 0, 0]  # sent with each batch: (worker as planned, batches, reading position)
-        self.shape = (batch_size, 3, size, size)
-        self.count = 0
-        self.labels = [0] * batch_size
-        self.keys = [None] * batch_size
-        self.work = None
-        if host:  # the uint8 batch never leaves the worker: one, reused
-            self.images = batch_tensor(self.shape, torch.uint8, False, channels_last)
-            self._set_views()
-        else:
-            self.images = None
-
-    def _set_views(self):
-        # HWC-shaped numpy views of each sample's slot: the pipeline writes pixels straight in.
-        self.hwc = self.images.numpy().transpose(0, 2, 3, 1) if not self.channels_last else \
-            self.images.permute(0, 2, 3, 1).numpy()
-
-    def slot(self) -> np.ndarray:
-        if self.images is None:  # device: the next ring buffer is the batch itself
-            self.slot_number, self.images, self.new = self.ring.acquire(
-                self.worker, self.shape, torch.uint8, self.shared, self.channels_last)
-            self._set_views()
-        return self.hwc[self.count]
-
-    def add(self, label: int, key: str) -> bool:
-        self.labels[self.count], self.keys[self.count] = label, key
-        self.count += 1
-        return self.count == self.batch_size
-
-    def emit(self) -> RingMessage:
-        n = self.count
-        if self.host:
-            slot, out, new = self.ring.acquire(self.worker, self.shape, self.dtype, self.shared, self.channels_last)
-            images = self.images[:n]
-            if self.dtype == torch.float32:
-                out[:n].copy_(images).mul_(self.scale).add_(self.bias)
-            else:  # computed in float32, rounded once, like NormalizeOnDevice
-                if self.work is None:
-                    self.work = torch.empty(self.images.shape, dtype=torch.float32)
-                work = self.work[:n]
-                work.copy_(images).mul_(self.scale).add_(self.bias)
-                out[:n].copy_(work)
-        else:
-            slot, out, new = self.slot_number, self.images, self.new
-            self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
-        message = RingMessage(self.worker, slot, n, out if new else None,
-                               torch.tensor(self.labels[:n], dtype=torch.int64), list(self.keys[:n]),
-                               tuple(self.progress))
-        self.count = 0
-        return message
-
-
 class ImageStream(IterableDataset):
     """One instance's share of a split, as batches, for torch.utils.data.DataLoader(batch_size=None).
 
@@ -158,7 +99,7 @@ class ImageStream(IterableDataset):
                  policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
                  normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
                  use_repartition: bool = True, use_bbox_info: bool = False,
-                 verify: bool = True):
+                 verify: bool = True, batch_transform=None, torch_random=None):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if policy not in POLICIES:
@@ -174,6 +115,7 @@ class ImageStream(IterableDataset):
         self.scale, self.bias = scale_and_bias(mean, std)
         self.on_error, self.shuffle_buffer, self.channels_last = on_error, shuffle_buffer, channels_last
         self.verify = verify
+        self.batch_transform, self.torch_random = batch_transform, torch_random  # see user_transforms.py
         self.own_share = None
         # Bounding boxes (from the sample index, else each sample's json) steer RandomResizedCrop: train only.
         self.source_kind = get_source_kind(source.kind)
@@ -301,11 +243,11 @@ class ImageStream(IterableDataset):
             todo = buffer_order(len(items), size, order_rng(*tag))[position:]
             inputs = np.sort(todo)
             raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
-        builder = _BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
+        builder = BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
                                 self.normalization == "host", self.dtype, self.scale, self.bias, shared,
-                                self.ring, worker)
+                                self.ring, worker, self.batch_transform)
         progress = builder.progress = [logical, first_batch, position]
-        rng = augment_rng(*tag, first_batch)
+        rng = self._augment_rng(tag, first_batch)
         good = []
         for item, shard, label, payload, kind, error in raw:
             progress[2] += 1
@@ -321,7 +263,7 @@ class ImageStream(IterableDataset):
                 report.batches += 1
                 progress[1] += 1
                 yield builder.emit()
-                rng = augment_rng(*tag, progress[1])
+                rng = self._augment_rng(tag, progress[1])
         deficit = len(items) - first_batch * self.batch_size - report.samples
         if deficit > 0 and plan.policy != "spread":
             yield from self._substitute(good, deficit, builder, report, rng, worker)
@@ -333,6 +275,13 @@ class ImageStream(IterableDataset):
                 report.batches += 1
                 progress[1] += 1
                 yield builder.emit()
+
+    def _augment_rng(self, tag, batch: int):
+        """The generator of one batch's augmentation; a user transform's torch draws are seeded alike,
+        so that a resumed worker draws what the uninterrupted one did."""
+        if self.torch_random is not None:
+            self.torch_random.begin("/".join(map(str, (*tag, batch))))
+        return augment_rng(*tag, batch)
 
     def _substitute(self, good, deficit, builder, report, rng, worker):
         """Keep the batch count: repeat samples this worker read well in place of the skipped ones."""
@@ -407,6 +356,11 @@ class ImageLoader:
     @property
     def epoch(self) -> int:
         return self.dataset.epoch
+
+    @property
+    def classes(self) -> Optional[list]:
+        """Class index -> class name (wnid) as the dataset records them, or None where it does not."""
+        return self.dataset.source.classes
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
@@ -531,14 +485,15 @@ class ImageLoader:
 def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
              normalization: str = "host", dtype="float32", instance=None, seed: int = 0, epoch: int = 0,
              policy: Optional[str] = None, train: Optional[bool] = None, shuffle: Optional[bool] = None,
-             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: int = 224,
+             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: Optional[int] = None,
              resize_size: Optional[int] = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), mean=IMAGENET_MEAN,
              std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
              prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
              use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
              use_bbox_info: bool = False, verify: bool = True, cache_dir=None, cache_limit=None,
-             cache_remote_paths: bool = False, cache_prefetch: int = 0) -> ImageLoader:
+             cache_remote_paths: bool = False, cache_prefetch: int = 0, transform=None,
+             batch_transform=None) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -551,7 +506,9 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     train           pipeline and defaults of training (default: split == "train").
     shuffle, drop_last  default: as `train`.
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
-    image_size, resize_size  output side (224) and the validation Resize (default 256/224 * image_size).
+    image_size, resize_size  output side (224, or `transform`'s crop size) and the validation Resize (256/224 of it).
+    transform, batch_transform  torchvision v2 transforms per sample (a leading RandomResizedCrop [+ flip] runs
+                    fused in the decoder) and per batch (MixUp/CutMix); see datasets/loader/user_transforms.py.
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     use_bbox_info   train: RandomResizedCrop prefers a crop whose overlap with the sample's bounding box
                     is at least 0.1 of the crop's area, up to 10 draws (the reference harness's option);
@@ -576,16 +533,13 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     drop_last = train if drop_last is None else drop_last
     location = normalization_location(normalization)
     dtype = float_dtype(dtype)
-    resize_size = resize_size or int(round(image_size * 256 / 224))
-    resolved = resolve_source(source, split, instance.count, image_size, synthetic_length, seed, use_repartition,
-                              label_offset)
+    resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
+                              use_repartition, label_offset)
     resolved.cache = open_cache(cache_dir, resolved.metadata, resolved.description, cache_limit, cache_remote_paths,
                                 cache_prefetch)
-    pipeline, notes = ImagePipeline.build(train, image_size, resize_size, resolved.stored_steps, scale, ratio,
-                                          use_draft, jpeg_decode)
-    if get_source_kind(resolved.kind).output_sized:
-        pipeline = ImagePipeline(train, image_size, resize_size, tuple(scale), tuple(ratio), (), use_draft,
-                                 pipeline.decode_path)
+    pipeline, notes, torch_random, batch_transform = build_pipeline(
+        transform, batch_transform, train, image_size, resize_size, resolved.stored_steps, scale, ratio, use_draft,
+        jpeg_decode, get_source_kind(resolved.kind).output_sized)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
     skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
@@ -594,7 +548,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
                           shuffle_buffer=shuffle_buffer, channels_last=channels_last,
                           use_repartition=use_repartition, use_bbox_info=use_bbox_info,
-                          verify=verify)
+                          verify=verify, torch_random=torch_random, batch_transform=batch_transform)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor)
     loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None

@@ -37,7 +37,7 @@ else:
 FORCE_ENV = "DATASETS_JPEG_DECODE"  # "pil": decode whole images with PIL even where _jpeg_crop is built
 CROP, PIL_FULL = "crop", "pil"
 BILINEAR_SUPPORT = 1.0  # PIL's bilinear filter support, scaled by max(1, downscale factor)
-_EDGE_MARGIN = 3  # px beyond what PIL reads: covers the cut's outermost pixel (fancy upsampling) with slack
+EDGE_MARGIN = _EDGE_MARGIN = 3  # px beyond what PIL reads: covers the cut's outermost pixel (fancy upsampling) with slack
 _EOI_TAIL = 1024  # bytes at the end searched for the End Of Image marker
 _CANVAS_LIMIT = 64 << 20  # bytes of canvas kept between calls (per thread); larger ones are freed
 

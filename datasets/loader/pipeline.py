@@ -54,13 +54,16 @@ def runtime_steps(train: bool, size: int, resize: int) -> list:
     return [Resize(resize), CenterCrop(size)]
 
 
-def plan_steps(train: bool, size: int, resize: int, stored: Sequence[Step]):
-    """(steps still to run, warnings) given the steps the converter already applied."""
-    wanted = runtime_steps(train, size, resize)
+def plan_steps(train: bool, size: int, resize: int, stored: Sequence[Step], wanted=None):
+    """(steps still to run, warnings) given the steps the converter already applied; `wanted`:
+    the runtime steps, default `runtime_steps(train, size, resize)`."""
+    wanted = runtime_steps(train, size, resize) if wanted is None else list(wanted)
     stored = list(stored)
     warnings = []
     if stored and stored == wanted[: len(stored)]:
         return wanted[len(stored):], warnings
+    if not wanted:
+        return wanted, warnings
     # What the stored images look like: the short side after a Resize, both sides after a CenterCrop.
     short_side, square = None, False
     for step in stored:
@@ -115,14 +118,17 @@ BBOX_MIN_OVERLAP = 0.1  # of the crop's area (the reference harness's intent)
 BBOX_DRAWS = 10
 
 
-def bbox_crop_box(width: int, height: int, scale, ratio, rng, bbox, min_overlap=BBOX_MIN_OVERLAP, draws=BBOX_DRAWS):
+def bbox_crop_box(width: int, height: int, scale, ratio, rng, bbox, min_overlap=BBOX_MIN_OVERLAP, draws=BBOX_DRAWS,
+                  draw=None):
     """`random_resized_crop_box`, drawn again (up to `draws` times) until the crop's overlap with
     `bbox` (normalised [x1, y1, x2, y2]) is at least `min_overlap` of the crop's area; the last
     draw if none is. The overlap is the x extent of the intersection times its y extent (the
-    reference harness multiplies an x extent by another x extent)."""
+    reference harness multiplies an x extent by another x extent). `draw(width, height)`, if
+    given, draws the boxes instead (a user's torchvision RandomResizedCrop)."""
     x1, y1, x2, y2 = bbox[0] * width, bbox[1] * height, bbox[2] * width, bbox[3] * height
     for _ in range(draws):
-        box = top, left, h, w = random_resized_crop_box(width, height, scale, ratio, rng)
+        box = top, left, h, w = (draw(width, height) if draw is not None
+                                 else random_resized_crop_box(width, height, scale, ratio, rng))
         overlap_w = min(left + w, x2) - max(left, x1)
         overlap_h = min(top + h, y2) - max(top, y1)
         if overlap_w > 0 and overlap_h > 0 and overlap_w * overlap_h >= min_overlap * w * h:
@@ -154,16 +160,24 @@ class ImagePipeline:
     use_draft: bool = True
     # "crop": decode train JPEGs' crop regions with _jpeg_crop; "pil": whole images with PIL.
     decode_path: str = field(default_factory=jpeg_crop.decode_path)
+    # A user's torchvision transform begins with these steps (datasets/loader/user_transforms.py):
+    # False resamples as today (the filter may read pixels just outside the crop box); True as
+    # torchvision does (crop, then resize: only pixels inside the box), for the same pixels as it.
+    crop_edges: bool = False
+    # None: boxes and flips drawn from the `rng` argument (random.Random); else an object whose
+    # box(width, height) and flip() draw them as the user's transform would (torch's generator).
+    draws: Optional[object] = field(default=None, compare=False)
 
     @classmethod
     def build(cls, train, size=224, resize=256, stored=(), scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-              use_draft=True, decode_path=None):
-        """`decode_path` None: "crop" where native/jpeg_crop is built (unless DATASETS_JPEG_DECODE=pil)."""
+              use_draft=True, decode_path=None, wanted=None):
+        """`decode_path` None: "crop" where native/jpeg_crop is built (unless DATASETS_JPEG_DECODE=pil).
+        `wanted`: the runtime steps (default `runtime_steps(train, size, resize)`); () decodes whole images."""
         if decode_path not in (None, jpeg_crop.CROP, jpeg_crop.PIL_FULL):
             raise PipelineError(f"decode path {decode_path!r}: expected {jpeg_crop.CROP!r} or {jpeg_crop.PIL_FULL!r}")
         if decode_path == jpeg_crop.CROP and not jpeg_crop.available():
             raise PipelineError(f"the crop decode path is not available: {jpeg_crop.UNAVAILABLE_REASON}")
-        remaining, warnings = plan_steps(train, size, resize, stored)
+        remaining, warnings = plan_steps(train, size, resize, stored, wanted)
         return cls(train, size, resize, tuple(scale), tuple(ratio), tuple(s.name for s in remaining),
                    use_draft, decode_path or jpeg_crop.decode_path()), warnings
 
@@ -171,13 +185,25 @@ class ImagePipeline:
 
     def crop_box(self, width, height, rng, bbox=None):
         """RandomResizedCrop's box; with a bounding box, one that overlaps it (`bbox_crop_box`)."""
+        draw = self.draws.box if self.draws is not None else None
         if bbox is None:
-            return random_resized_crop_box(width, height, self.scale, self.ratio, rng)
-        return bbox_crop_box(width, height, self.scale, self.ratio, rng, bbox)
+            return draw(width, height) if draw else random_resized_crop_box(width, height, self.scale, self.ratio, rng)
+        return bbox_crop_box(width, height, self.scale, self.ratio, rng, bbox, draw=draw)
+
+    def flip_draw(self, rng) -> bool:
+        """Whether this sample is flipped (a draw only when the steps hold the flip)."""
+        if FLIP not in self.steps:
+            return False
+        return self.draws.flip() if self.draws is not None else rng.random() < 0.5
 
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view).
         `bbox` (normalised [x1, y1, x2, y2]): RandomResizedCrop prefers crops overlapping it."""
+        write_pixels(slot, *self.image_pixels(payload, rng, bbox))
+
+    def image_pixels(self, payload, rng, bbox=None):
+        """(HWC uint8 pixels, flip): `image_into`'s result before the flip and the write; with no
+        steps, the whole decoded RGB image."""
         flip = False
         if RANDOM_RESIZED_CROP in self.steps:
             size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
@@ -192,7 +218,7 @@ class ImagePipeline:
                     pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
             if pixels is None:
                 pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
-            flip = FLIP in self.steps and rng.random() < 0.5
+            flip = self.flip_draw(rng)
         else:
             image = Image.open(io.BytesIO(payload))
             if RESIZE in self.steps:
@@ -205,17 +231,17 @@ class ImagePipeline:
             pixels = np.asarray(image)
             if CENTER_CROP in self.steps:
                 pixels = _center_crop(pixels, self.size)
-        _write(slot, pixels, flip)
+        return pixels, flip
 
     def _decoded_then_cropped(self, image, width, height, box) -> np.ndarray:
         """The whole-image path: (draft-scaled) full decode, then crop + resize in one PIL call."""
         top, left, h, w = box
         image = self._draft(image, width * self.size / w, height * self.size / h)
         fx, fy = image.size[0] / width, image.size[1] / height
-        image = _rgb(image).resize(
-            (self.size, self.size), Image.BILINEAR, box=(left * fx, top * fy, (left + w) * fx, (top + h) * fy)
-        )
-        return np.asarray(image)
+        box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
+        if self.crop_edges:
+            image, box = _cropped_to(image, box)
+        return np.asarray(_rgb(image).resize((self.size, self.size), Image.BILINEAR, box=box))
 
     def _crop_decoded(self, payload, width, height, box) -> Optional[np.ndarray]:
         """The region path: what `_decoded_then_cropped` returns, decoding only the pixels the resize reads.
@@ -232,12 +258,20 @@ class ImagePipeline:
         scaled_width, scaled_height = -(-width // scale), -(-height // scale)
         fx, fy = scaled_width / width, scaled_height / height
         resize_box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
-        x0, x1 = jpeg_crop.resample_span(resize_box[0], resize_box[2], self.size, scaled_width)
-        y0, y1 = jpeg_crop.resample_span(resize_box[1], resize_box[3], self.size, scaled_height)
+        if self.crop_edges:  # only the box's pixels, and a margin for the cut's outermost ones
+            x0, y0, x1, y1 = _enclosing(resize_box)
+            x0, y0 = max(0, x0 - jpeg_crop.EDGE_MARGIN), max(0, y0 - jpeg_crop.EDGE_MARGIN)
+            x1, y1 = min(scaled_width, x1 + jpeg_crop.EDGE_MARGIN), min(scaled_height, y1 + jpeg_crop.EDGE_MARGIN)
+        else:
+            x0, x1 = jpeg_crop.resample_span(resize_box[0], resize_box[2], self.size, scaled_width)
+            y0, y1 = jpeg_crop.resample_span(resize_box[1], resize_box[3], self.size, scaled_height)
         decoded = jpeg_crop.decode_region(payload, scale, x0, y0, x1, y1, size=(width, height))
         if decoded is None:
             return None
-        image = decoded[0].resize((self.size, self.size), Image.BILINEAR, box=resize_box)
+        image = decoded[0]
+        if self.crop_edges:
+            image, resize_box = _cropped_to(image, resize_box)
+        image = image.resize((self.size, self.size), Image.BILINEAR, box=resize_box)
         return np.asarray(image)[:, :, :3]
 
     def _draft(self, image, want_width, want_height):
@@ -252,15 +286,22 @@ class ImagePipeline:
 
     def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng, bbox=None) -> None:
         """Process an HWC uint8 array (a read-only view is fine) into `slot`."""
+        write_pixels(slot, *self.array_pixels(pixels, rng, bbox))
+
+    def array_pixels(self, pixels: np.ndarray, rng, bbox=None):
+        """(HWC uint8 pixels, flip): `array_into`'s result before the flip and the write."""
         if pixels.ndim != 3 or pixels.shape[2] != 3:
             raise PipelineError(f"expected an HWC array with 3 channels, got shape {pixels.shape}")
         flip = False
         if RANDOM_RESIZED_CROP in self.steps:
             height, width = pixels.shape[:2]
             top, left, h, w = self.crop_box(width, height, rng, bbox)
-            flip = FLIP in self.steps and rng.random() < 0.5
+            flip = self.flip_draw(rng)
             if (h, w) == (self.size, self.size):
                 pixels = pixels[top:top + h, left:left + w]  # a crop at output size needs no resampling
+            elif self.crop_edges:  # torchvision's crop, then resize
+                image = Image.fromarray(np.ascontiguousarray(pixels[top:top + h, left:left + w]))
+                pixels = np.asarray(image.resize((self.size, self.size), Image.BILINEAR))
             else:
                 image = Image.fromarray(np.ascontiguousarray(pixels))
                 pixels = np.asarray(
@@ -274,13 +315,28 @@ class ImagePipeline:
                     pixels = np.asarray(Image.fromarray(np.ascontiguousarray(pixels)).resize(target, Image.BILINEAR))
             if CENTER_CROP in self.steps:
                 pixels = _center_crop(pixels, self.size)
-        _write(slot, pixels, flip)
+        return pixels, flip
 
     def tensor_into(self, payload, layout: str, slot: np.ndarray, rng, bbox=None) -> None:
-        array = decode_npy(payload)
-        if layout == "CHW":
-            array = array.transpose(1, 2, 0)
-        self.array_into(array, slot, rng, bbox)
+        self.array_into(tensor_array(payload, layout), slot, rng, bbox)
+
+
+def tensor_array(payload, layout: str) -> np.ndarray:
+    """A `.npy` payload as an HWC uint8 view (`layout` "CHW" is transposed, not copied)."""
+    array = decode_npy(payload)
+    return array.transpose(1, 2, 0) if layout == "CHW" else array
+
+
+def _enclosing(box) -> tuple:
+    """The integer pixel rectangle (x0, y0, x1, y1) that contains a fractional box."""
+    return math.floor(box[0]), math.floor(box[1]), math.ceil(box[2]), math.ceil(box[3])
+
+
+def _cropped_to(image, box):
+    """(image cut to the pixels enclosing `box`, `box` in the cut's coordinates): a resize of the
+    result reads no pixel outside the box, as torchvision's crop-then-resize (exact for integer boxes)."""
+    x0, y0, x1, y1 = _enclosing(box)
+    return image.crop((x0, y0, x1, y1)), (box[0] - x0, box[1] - y0, box[2] - x0, box[3] - y0)
 
 
 def _rgb(image):
@@ -295,7 +351,8 @@ def _center_crop(pixels: np.ndarray, size: int) -> np.ndarray:
     return pixels[top:top + size, left:left + size]
 
 
-def _write(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
+def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
+    """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
     if pixels.shape != slot.shape:
         raise PipelineError(
             f"processed image is {pixels.shape[1]}x{pixels.shape[0]} px, the batch expects "

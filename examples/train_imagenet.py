@@ -1,0 +1,307 @@
+#!/usr/bin/env python
+"""Train a torchvision ResNet from ImageNet shards: a training loop to copy.
+
+It shows how the pieces fit: the launcher (torchrun, poprun, SLURM: `datasets.launcher`), the loader
+(`get_data`, one share per instance), uint8 batches normalised on the accelerator
+(`NormalizeOnDevice`), DistributedDataParallel (nccl on GPUs, gloo on CPU), SGD with a cosine
+schedule, an optional strong-augmentation recipe, checkpoints every N steps and `--resume`.
+
+    torchrun --nproc_per_node 8 examples/train_imagenet.py --data /data/imagenet-img --epochs 90 \\
+        --batch-size 256 --workers 8 [--strong-aug] [--checkpoint ckpt.pt --checkpoint-every 1000 --resume]
+    # a small CPU run (2 processes, gloo)
+    torchrun --nproc_per_node 2 examples/train_imagenet.py --data sample-img --arch resnet18 \\
+        --image-size 64 --batch-size 16 --workers 1 --max-steps 20 --no-val
+
+Per step it prints the images/s and the data-wait fraction: the time the step waited for the
+loader divided by the step's time. Near 0 the host keeps up with the accelerator; a large fraction
+says the input pipeline is the bottleneck (more workers, the `tensor` format, fewer host-side
+augmentations; `host_benchmark.py --compare` prices each per CPU-second).
+
+Resume: the checkpoint records the epoch and the batches done in it. The loader's order and its
+augmentation draws are fixed by (seed, epoch, instance, worker), so a resumed run with the same
+instance count, batch size and seed re-creates the epoch and skips the batches already trained on:
+it continues with exactly the samples (and pixels) the uninterrupted run would have seen. Skipping
+decodes the skipped batches once; `restore_loader` is the one place to use the loader's own
+mid-epoch state instead, where the loader has `state_dict()` (issue #22).
+
+Exit codes: 0 done, 1 a data problem, 2 a usage problem (bad options, a checkpoint that does not
+match the run, another package named `datasets` imported instead of this library).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if __name__ == "__main__" and str(REPO) not in sys.path:
+    sys.path.append(str(REPO))  # run from a checkout; after `pip install -e .` the library is found anyway
+
+
+def fail(message: str, code: int = 2):
+    """One line on stderr, then exit (2: usage, 1: data)."""
+    print(f"train_imagenet.py: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def require_this_datasets() -> None:
+    """Exit 2 with one line when `import datasets` gives another package (e.g. Hugging Face's)."""
+    import datasets
+
+    if not getattr(datasets, "IMAGENET_SHARDS", False):
+        where = getattr(datasets, "__file__", None) or list(getattr(datasets, "__path__", []))
+        fail(f"`import datasets` found another package of that name ({where}), e.g. Hugging Face's, before "
+             f"the ImageNet-shards library; put the library first (PYTHONPATH={REPO}) or use an environment "
+             f"without the other one")
+
+
+require_this_datasets()
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from datasets.launcher import LauncherError, detect_instance  # noqa: E402
+from datasets.loader import get_data  # noqa: E402
+from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
+from datasets.normalization import NormalizeOnDevice  # noqa: E402
+from datasets.torchvision_cpu import torchvision  # noqa: E402
+
+CHECKPOINT_VERSION = 1
+MUST_MATCH = ("data", "seed", "batch_size", "world_size", "image_size", "strong_aug")  # for a skip-based resume
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="converted dataset (folder, http(s)://, s3://) or 'synthetic'")
+    p.add_argument("--arch", default="resnet50", help="a torchvision.models name (resnet50, resnet18, ...)")
+    p.add_argument("--epochs", type=int, default=90)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in all")
+    p.add_argument("--batch-size", type=int, default=256, help="per instance")
+    p.add_argument("--workers", type=int, default=8, help="DataLoader workers per instance")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--lr", type=float, default=0.1, help="for a global batch of 256, scaled linearly")
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--label-smoothing", type=float, default=0.0)
+    p.add_argument("--strong-aug", action="store_true",
+                   help="RandomResizedCrop + flip + TrivialAugmentWide + RandomErasing, MixUp/CutMix per batch")
+    p.add_argument("--normalization", default="device", choices=("device", "host"))
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--amp", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-val", action="store_true", help="skip the validation pass after each epoch")
+    p.add_argument("--checkpoint", default="checkpoint.pt")
+    p.add_argument("--checkpoint-every", type=int, default=1000, help="steps; 0: only at the end of an epoch")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    p.add_argument("--print-every", type=int, default=1)
+    p.add_argument("--keys-log", default=None, help="directory: each rank appends its batches' keys per step")
+    p.add_argument("--kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL rank 0 there
+    args = p.parse_args(argv)
+    if args.batch_size < 1 or args.workers < 0 or args.image_size < 8:
+        p.error("--batch-size must be >= 1, --workers >= 0, --image-size >= 8")
+    if args.arch not in torchvision.models.list_models(module=torchvision.models):
+        p.error(f"--arch {args.arch}: not a torchvision classification model")
+    return args
+
+
+def setup_distributed():
+    """(instance, device): the launcher's instance; a process group when there are several."""
+    instance = detect_instance()
+    cuda = torch.cuda.is_available()
+    local = instance.local_rank if instance.local_rank is not None else int(os.environ.get("SLURM_LOCALID", 0))
+    device = torch.device("cuda", local % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if instance.count > 1:
+        missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+        if missing:
+            raise LauncherError(f"{instance.describe()}: set {' and '.join(missing)} for the process group "
+                                f"(torchrun sets them; under srun or poprun export the first host and a free port)")
+        dist.init_process_group("nccl" if cuda else "gloo", rank=instance.index, world_size=instance.count)
+    return instance, device
+
+
+def make_loaders(args, instance):
+    common = dict(batch_size=args.batch_size, workers=args.workers, normalization=args.normalization,
+                  seed=args.seed, instance=instance, channels_last=args.channels_last,
+                  pin_memory=torch.cuda.is_available(), with_keys=True)
+    transform = strong_augmentation(args.image_size) if args.strong_aug else None
+    image_size = None if transform is not None else args.image_size
+    train = get_data(args.data, "train", transform=transform, image_size=image_size, **common)
+    if args.strong_aug:  # MixUp/CutMix need the class count, which the loader read from the dataset
+        train = get_data(args.data, "train", transform=transform, image_size=image_size,
+                         batch_transform=mixup_cutmix(len(train.classes)), **common)
+    val = None if args.no_val else get_data(args.data, "validation", image_size=args.image_size, **common)
+    return train, val
+
+
+def save_checkpoint(path, model, optimizer, scheduler, train, position, args, instance):
+    """Rank 0 writes the checkpoint atomically (a killed write leaves the previous one intact)."""
+    if instance.index != 0:
+        return
+    state = {"version": CHECKPOINT_VERSION, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict(), **position,
+             "run": {**{k: getattr(args, k) for k in MUST_MATCH if hasattr(args, k)}, "world_size": instance.count},
+             # The loader's mid-epoch state, where the loader has one (issue #22); else the plan rebuilds it.
+             "loader": json.dumps(train.state_dict()) if hasattr(train, "state_dict") else None}
+    tmp = Path(f"{path}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, args, instance):
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        fail(f"--resume: {path} does not exist")
+    run = {**{k: getattr(args, k) for k in MUST_MATCH if hasattr(args, k)}, "world_size": instance.count}
+    differ = [f"{k} {state['run'].get(k)!r} -> {v!r}" for k, v in run.items() if state["run"].get(k) != v]
+    if state.get("version") != CHECKPOINT_VERSION or (differ and state.get("loader") is None):
+        fail(f"{path} was written by another run ({'; '.join(differ) or 'version'}); resuming mid-epoch needs "
+             f"the same values")
+    return state
+
+
+def restore_loader(train, state) -> int:
+    """Put the loader where the checkpoint left it; returns the batches of that epoch still to skip.
+
+    THE place for the loader's own mid-epoch state: where the loader has `load_state_dict`
+    (issue #22) it is restored and nothing is skipped; until then the epoch is re-created from
+    its deterministic plan and the batches already done are read again and dropped.
+    """
+    train.set_epoch(state["epoch"])
+    if state.get("loader") is not None and hasattr(train, "load_state_dict"):
+        train.load_state_dict(json.loads(state["loader"]))
+        return 0
+    return state["step_in_epoch"]
+
+
+def evaluate(model, val, device, instance) -> float:
+    """Top-1 over every validation sample once (the loader's "spread" policy), across instances.
+
+    Uses the bare model: instances may get one batch more or less, and DDP's forward would wait
+    for a peer that has none."""
+    model.eval()
+    correct = torch.zeros(2, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for images, labels, _ in val:
+            logits = model(images.to(device, non_blocking=True))
+            correct[0] += (logits.argmax(1).cpu() == labels).sum().item()
+            correct[1] += len(labels)
+    if instance.count > 1:
+        dist.all_reduce(correct)
+    model.train()
+    return float(correct[0] / max(correct[1], 1))
+
+
+def train_loop(args, instance, device):
+    train, val = make_loaders(args, instance)
+    if instance.index == 0:
+        print(f"{instance.describe()}; {len(train)} batches of {args.batch_size} per instance per epoch",
+              flush=True)
+    num_classes = len(train.classes) if train.classes else 1000
+    net = torchvision.models.get_model(args.arch, num_classes=num_classes)
+    model = NormalizeOnDevice(net).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if instance.count > 1:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    else:
+        ddp = model
+    lr = args.lr * args.batch_size * instance.count / 256
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum, weight_decay=args.weight_decay)
+    total = args.epochs * len(train) if args.max_steps is None else min(args.max_steps, args.epochs * len(train))
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(total, 1))
+    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+
+    start_epoch, step, skip = 0, 0, 0
+    if args.resume:
+        state = load_checkpoint(args.checkpoint, args, instance)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, step, skip = state["epoch"], state["global_step"], restore_loader(train, state)
+        if instance.index == 0:
+            print(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {step} ({skip} batches of the "
+                  f"epoch skipped by replaying its plan)", flush=True)
+    log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
+
+    for epoch in range(start_epoch, args.epochs):
+        if not (args.resume and epoch == start_epoch):  # restore_loader set the resumed epoch
+            train.set_epoch(epoch)
+        batches = iter(train)
+        for _ in range(skip):
+            next(batches)
+        in_epoch, skip = (skip, 0)
+        while step < total:
+            t0 = time.perf_counter()
+            try:
+                images, labels, keys = next(batches)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
+                loss = criterion(ddp(images), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            loss_value = loss.item()  # waits for the device: the step's time is its real time
+            t2 = time.perf_counter()
+            step, in_epoch = step + 1, in_epoch + 1
+            if log:
+                log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys,
+                                      "pixels": int(images.sum().item())}) + "\n")
+                log.flush()
+            if instance.index == 0 and step % args.print_every == 0:
+                rate = len(keys) / (t2 - t0)
+                print(f"epoch {epoch} step {step}/{total} loss {loss_value:.4f} lr {scheduler.get_last_lr()[0]:.4g} "
+                      f"| {rate:,.0f} img/s per instance ({rate * instance.count:,.0f} all) "
+                      f"| data wait {(t1 - t0) / (t2 - t0):.0%} ({(t1 - t0) * 1e3:.1f} of {(t2 - t0) * 1e3:.1f} ms)",
+                      flush=True)
+            position = {"epoch": epoch, "step_in_epoch": in_epoch, "global_step": step}
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                save_checkpoint(args.checkpoint, model, optimizer, scheduler, train, position, args, instance)
+                if instance.index == 0:
+                    print(f"checkpoint {args.checkpoint} at step {step}", flush=True)
+            if args.kill_at_step == step and instance.index == 0:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash, for the resume test
+        if step >= total:
+            break
+        save_checkpoint(args.checkpoint, model, optimizer, scheduler, train,
+                        {"epoch": epoch + 1, "step_in_epoch": 0, "global_step": step}, args, instance)
+        if val is not None:
+            top1 = evaluate(model, val, device, instance)
+            if instance.index == 0:
+                print(f"epoch {epoch}: validation top-1 {top1:.2%}; {train.report.summary()}", flush=True)
+    if instance.index == 0:
+        print(f"done: {step} steps", flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(args.seed)  # the same initial weights on every instance
+    try:
+        instance, device = setup_distributed()
+    except LauncherError as error:
+        fail(str(error))
+    try:
+        train_loop(args, instance, device)
+    except (OSError, ValueError) as error:
+        fail(f"{type(error).__name__}: {error}", 1)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""examples/train_imagenet.py under real torchrun (2 processes, gloo, CPU): killed with SIGKILL mid-epoch,
+resumed, it trains on exactly the batches (keys and pixels) of an uninterrupted run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, REPO
+
+SCRIPT = REPO / "examples" / "train_imagenet.py"
+
+
+def torchrun(*args, cwd, timeout=420):
+    command = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(SCRIPT),
+               *map(str, args)]
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+
+
+def steps_of(directory: Path) -> dict:
+    """(rank, step) -> (keys, pixel sum): the last record of each step (a replayed step overwrites)."""
+    found = {}
+    for rank in (0, 1):
+        for line in (directory / f"rank{rank}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            found[(rank, record["step"])] = (record["epoch"], record["keys"], record["pixels"])
+    return found
+
+
+def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_path):
+    """SIGKILL after step 4, the checkpoint at step 3 (mid-epoch): the resumed run replays epoch 0's plan,
+    skips 3 batches, trains step 4 again and crosses into epoch 1 (36 train samples, 2 instances,
+    batches of 4: 4 batches per instance and epoch). Strong augmentation and MixUp/CutMix included:
+    the pixels must repeat too."""
+    common = ["--data", converted("img"), "--arch", "resnet18", "--image-size", "32", "--batch-size", "4",
+              "--workers", "1", "--max-steps", "7", "--strong-aug", "--no-val", "--checkpoint-every", "3"]
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "resumed").mkdir()
+    whole = torchrun(*common, "--checkpoint", "whole.pt", "--keys-log", "whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+    assert "data wait" in whole.stdout and "img/s per instance" in whole.stdout
+
+    killed = torchrun(*common, "--checkpoint", "resumed.pt", "--keys-log", "resumed", "--kill-at-step", "4",
+                      cwd=tmp_path)
+    assert killed.returncode != 0 and "done:" not in killed.stdout
+    assert "checkpoint resumed.pt at step 3" in killed.stdout and "epoch 1" not in killed.stdout
+    resumed = torchrun(*common, "--checkpoint", "resumed.pt", "--keys-log", "resumed", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resumed from resumed.pt: epoch 0, step 3 (3 batches of the epoch skipped" in resumed.stdout
+    assert "done: 7 steps" in resumed.stdout
+
+    expected, got = steps_of(tmp_path / "whole"), steps_of(tmp_path / "resumed")
+    assert sorted(expected) == sorted(got) == [(r, s) for r in (0, 1) for s in range(1, 8)]
+    assert {epoch for epoch, _, _ in got.values()} == {0, 1}
+    for key in expected:
+        assert got[key] == expected[key], f"rank {key[0]} step {key[1]}"
+
+
+def test_a_checkpoint_of_another_run_is_refused(converted, tmp_path):
+    checkpoint = tmp_path / "c.pt"
+    import torch
+
+    torch.save({"version": 1, "run": {"data": "elsewhere", "seed": 0, "batch_size": 4, "world_size": 2,
+                                      "image_size": 32, "strong_aug": False}, "loader": None}, checkpoint)
+    result = subprocess.run([PYTHON, str(SCRIPT), "--data", str(converted("img")), "--arch", "resnet18",
+                             "--image-size", "32", "--batch-size", "4", "--workers", "0", "--checkpoint",
+                             str(checkpoint), "--resume", "--no-val"], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "was written by another run" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_another_datasets_package_imported_first_is_one_clear_line(tmp_path):
+    """A package named `datasets` (as Hugging Face's) imported before the library: one line, exit 2."""
+    fake = tmp_path / "elsewhere" / "datasets"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("load_dataset = None\n")
+    code = (f"import sys; sys.path.insert(0, {str(fake.parent)!r}); import datasets; import runpy; "
+            f"sys.argv = ['train_imagenet.py', '--data', 'synthetic']; runpy.run_path({str(SCRIPT)!r}, "
+            f"run_name='__main__')")
+    result = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "found another package of that name" in result.stderr and str(fake) in result.stderr
+
+
+def test_the_library_named_for_hugging_face_code(tmp_path):
+    """Code written for Hugging Face's `datasets` that gets this one fails on its first attribute, saying so."""
+    result = subprocess.run([PYTHON, "-c", "import datasets; datasets.load_dataset('imagenet-1k')"],
+                            capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "not Hugging Face's `datasets`" in last and "ImageNet-shards library" in last
+
+
+def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
+    """`pip install -e .` into a throwaway environment (the pinned stack reached through a .pth, so
+    nothing is downloaded and .venv is not touched): the library imports from anywhere; with
+    another `datasets` package installed there too (as Hugging Face's would be), importing the
+    loader is refused in one line naming both."""
+    import sysconfig
+
+    env_dir = tmp_path / "env"
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "pinned-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                              "--no-index", "-e", str(REPO)], capture_output=True, text=True, env=env,
+                             timeout=300, cwd=tmp_path)
+    assert install.returncode == 0, install.stdout + install.stderr
+    probe = "import datasets, datasets.loader; print(datasets.__file__)"
+    found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=120)
+    assert found.returncode == 0 and found.stdout.strip() == str(REPO / "datasets" / "__init__.py"), found.stderr
+
+    (site / "datasets").mkdir()
+    (site / "datasets" / "__init__.py").write_text("load_dataset = None\n")
+    shadowed = subprocess.run([str(python), "-c", "from datasets.loader import get_data"], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=120)
+    assert shadowed.returncode == 1
+    last = shadowed.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: `datasets` is another package of that name"), shadowed.stderr
+    assert str(site / "datasets") in last and str(REPO / "datasets") in last
