@@ -17,12 +17,14 @@ loader divided by the step's time. Near 0 the host keeps up with the accelerator
 says the input pipeline is the bottleneck (more workers, the `tensor` format, fewer host-side
 augmentations; `host_benchmark.py --compare` prices each per CPU-second).
 
-Resume: the checkpoint records the epoch and the batches done in it. The loader's order and its
-augmentation draws are fixed by (seed, epoch, instance, worker), so a resumed run with the same
-instance count, batch size and seed re-creates the epoch and skips the batches already trained on:
-it continues with exactly the samples (and pixels) the uninterrupted run would have seen. Skipping
-decodes the skipped batches once; `restore_loader` is the one place to use the loader's own
-mid-epoch state instead, where the loader has `state_dict()` (issue #22).
+Resume: the checkpoint holds every instance's loader state (`state_dict()`, a few hundred bytes
+each, gathered to rank 0). With the same instance count the resumed run continues with exactly the
+batches (samples and pixels) the uninterrupted run would have had; with another count the loader
+deals what no instance had delivered yet in that epoch (`load_state_dict` of the list). A checkpoint
+without loader states (written by an earlier version) is resumed by replaying the epoch's plan and
+skipping the batches already done. `--ledger DIR` writes each instance's order ledger at every
+epoch's end: `python -m datasets.ledger verify DIR/epoch0-*.json` proves the epoch delivered every
+sample once.
 
 Exit codes: 0 done, 1 a data problem, 2 a usage problem (bad options, a checkpoint that does not
 match the run, another package named `datasets` imported instead of this library).
@@ -101,6 +103,7 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=1000, help="steps; 0: only at the end of an epoch")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--print-every", type=int, default=1)
+    p.add_argument("--ledger", default=None, help="directory: each rank writes epoch<E>-rank<R>.json, its order ledger")
     p.add_argument("--keys-log", default=None, help="directory: each rank appends its batches' keys per step")
     p.add_argument("--kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL rank 0 there
     args = p.parse_args(argv)
@@ -143,14 +146,19 @@ def make_loaders(args, instance):
 
 
 def save_checkpoint(path, model, optimizer, scheduler, train, position, args, instance):
-    """Rank 0 writes the checkpoint atomically (a killed write leaves the previous one intact)."""
+    """Rank 0 writes the checkpoint atomically (a killed write leaves the previous one intact), with
+    every rank's loader state (so a resume onto another instance count knows what each delivered)."""
+    loader_states = [None] * instance.count
+    if instance.count > 1:
+        dist.all_gather_object(loader_states, train.state_dict())  # every rank takes part
+    else:
+        loader_states[0] = train.state_dict()
     if instance.index != 0:
         return
     state = {"version": CHECKPOINT_VERSION, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict(), **position,
              "run": {**{k: getattr(args, k) for k in MUST_MATCH if hasattr(args, k)}, "world_size": instance.count},
-             # The loader's mid-epoch state, where the loader has one (issue #22); else the plan rebuilds it.
-             "loader": json.dumps(train.state_dict()) if hasattr(train, "state_dict") else None}
+             "loader": json.dumps(loader_states)}
     tmp = Path(f"{path}.tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
@@ -163,7 +171,9 @@ def load_checkpoint(path, args, instance):
         fail(f"--resume: {path} does not exist")
     run = {**{k: getattr(args, k) for k in MUST_MATCH if hasattr(args, k)}, "world_size": instance.count}
     differ = [f"{k} {state['run'].get(k)!r} -> {v!r}" for k, v in run.items() if state["run"].get(k) != v]
-    if state.get("version") != CHECKPOINT_VERSION or (differ and state.get("loader") is None):
+    # With the loaders' states any instance count resumes (the loader refuses another dataset or seed);
+    # replaying the plan (an earlier checkpoint without them) needs the same run.
+    if state.get("version") != CHECKPOINT_VERSION or (differ and state.get("loader") is None and state.get("step_in_epoch", 1)):
         fail(f"{path} was written by another run ({'; '.join(differ) or 'version'}); resuming mid-epoch needs "
              f"the same values")
     return state
@@ -172,13 +182,18 @@ def load_checkpoint(path, args, instance):
 def restore_loader(train, state) -> int:
     """Put the loader where the checkpoint left it; returns the batches of that epoch still to skip.
 
-    THE place for the loader's own mid-epoch state: where the loader has `load_state_dict`
-    (issue #22) it is restored and nothing is skipped; until then the epoch is re-created from
-    its deterministic plan and the batches already done are read again and dropped.
+    Mid-epoch, every rank's loader state is loaded (the loader continues exactly, or deals what was
+    left onto another instance count); at an epoch's end there is nothing to restore. A checkpoint
+    without loader states is resumed by replaying the epoch's plan and dropping the batches done.
     """
     train.set_epoch(state["epoch"])
-    if state.get("loader") is not None and hasattr(train, "load_state_dict"):
-        train.load_state_dict(json.loads(state["loader"]))
+    if not state["step_in_epoch"]:
+        return 0
+    if state.get("loader") is not None:
+        try:
+            train.load_state_dict(json.loads(state["loader"]))
+        except ValueError as error:  # ResumeError: another dataset, seed, split... named
+            fail(f"--resume: the loader cannot continue from {state.get('path', 'the checkpoint')}: {error}")
         return 0
     return state["step_in_epoch"]
 
@@ -221,16 +236,18 @@ def train_loop(args, instance, device):
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(total, 1))
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
 
-    start_epoch, step, skip = 0, 0, 0
+    start_epoch, step, skip, done_in_epoch = 0, 0, 0, 0
     if args.resume:
         state = load_checkpoint(args.checkpoint, args, instance)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_epoch, step, skip = state["epoch"], state["global_step"], restore_loader(train, state)
+        done_in_epoch = state["step_in_epoch"]
         if instance.index == 0:
-            print(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {step} ({skip} batches of the "
-                  f"epoch skipped by replaying its plan)", flush=True)
+            how = f"{skip} batches skipped by replaying its plan" if skip else "the loader continues from its state"
+            print(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {step}, {done_in_epoch} batches "
+                  f"into the epoch ({how})", flush=True)
     log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
 
     for epoch in range(start_epoch, args.epochs):
@@ -239,7 +256,7 @@ def train_loop(args, instance, device):
         batches = iter(train)
         for _ in range(skip):
             next(batches)
-        in_epoch, skip = (skip, 0)
+        in_epoch, skip, done_in_epoch = done_in_epoch, 0, 0
         while step < total:
             t0 = time.perf_counter()
             try:
@@ -274,6 +291,9 @@ def train_loop(args, instance, device):
                     print(f"checkpoint {args.checkpoint} at step {step}", flush=True)
             if args.kill_at_step == step and instance.index == 0:
                 os.kill(os.getpid(), signal.SIGKILL)  # a crash, for the resume test
+        if args.ledger:
+            Path(args.ledger).mkdir(parents=True, exist_ok=True)
+            train.write_ledger(Path(args.ledger) / f"epoch{epoch}-rank{instance.index}.json")
         if step >= total:
             break
         save_checkpoint(args.checkpoint, model, optimizer, scheduler, train,

@@ -32,10 +32,10 @@ def steps_of(directory: Path) -> dict:
 
 
 def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_path):
-    """SIGKILL after step 4, the checkpoint at step 3 (mid-epoch): the resumed run replays epoch 0's plan,
-    skips 3 batches, trains step 4 again and crosses into epoch 1 (36 train samples, 2 instances,
+    """SIGKILL after step 4, the checkpoint at step 3 (mid-epoch): the resumed run loads both ranks'
+    loader states, trains step 4 again and crosses into epoch 1 (36 train samples, 2 instances,
     batches of 4: 4 batches per instance and epoch). Strong augmentation and MixUp/CutMix included:
-    the pixels must repeat too."""
+    the pixels must repeat too. The epoch's ledgers, the killed run's part included, verify."""
     common = ["--data", converted("img"), "--arch", "resnet18", "--image-size", "32", "--batch-size", "4",
               "--workers", "1", "--max-steps", "7", "--strong-aug", "--no-val", "--checkpoint-every", "3"]
     (tmp_path / "whole").mkdir()
@@ -48,9 +48,11 @@ def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_
                       cwd=tmp_path)
     assert killed.returncode != 0 and "done:" not in killed.stdout
     assert "checkpoint resumed.pt at step 3" in killed.stdout and "epoch 1" not in killed.stdout
-    resumed = torchrun(*common, "--checkpoint", "resumed.pt", "--keys-log", "resumed", "--resume", cwd=tmp_path)
+    resumed = torchrun(*common, "--checkpoint", "resumed.pt", "--keys-log", "resumed", "--resume",
+                       "--ledger", "ledger", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resumed from resumed.pt: epoch 0, step 3 (3 batches of the epoch skipped" in resumed.stdout
+    assert ("resumed from resumed.pt: epoch 0, step 3, 3 batches into the epoch (the loader continues from its "
+            "state)") in resumed.stdout
     assert "done: 7 steps" in resumed.stdout
 
     expected, got = steps_of(tmp_path / "whole"), steps_of(tmp_path / "resumed")
@@ -58,6 +60,11 @@ def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_
     assert {epoch for epoch, _, _ in got.values()} == {0, 1}
     for key in expected:
         assert got[key] == expected[key], f"rank {key[0]} step {key[1]}"
+    ledgers = sorted(str(p) for p in (tmp_path / "ledger").glob("epoch0-rank*.json"))
+    assert len(ledgers) == 2
+    verified = subprocess.run([PYTHON, "-m", "datasets.ledger", "verify", *ledgers], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
 def test_a_checkpoint_of_another_run_is_refused(converted, tmp_path):
