@@ -137,7 +137,8 @@ def test_user_transforms_repeat_per_epoch_and_leave_the_callers_random_stream(co
 
 def test_fused_rrc_and_flip_equal_torchvision_through_the_loader(converted, sample_source):
     """Through get_data (workers, batches): each sample equals torchvision's RRC + flip on its PIL decode,
-    with the generator state the loader's stream had for it."""
+    with the generator state the loader's stream had for it (seeded per batch, so that a resumed
+    worker draws what the uninterrupted one did)."""
     dataset = converted("img")
     transform = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip()])
     loader = get_data(dataset, "train", 4, 0, normalization="device", instance=SINGLE, with_keys=True,
@@ -150,11 +151,12 @@ def test_fused_rrc_and_flip_equal_torchvision_through_the_loader(converted, samp
         for sample in iter_tar_samples(shard):
             payloads[sample["__key__"]] = bytes(sample["jpg"])
     stream = TorchRandom()
-    stream.begin("0/0/0/0")  # the loader's seed text for seed 0, epoch 0, instance 0, worker 0
     saved = torch.get_rng_state()
-    torch.set_rng_state(stream.state)
     try:
-        for image, key in zip(images, keys):
+        for n, (image, key) in enumerate(zip(images, keys)):
+            if n % 4 == 0:  # the loader's seed text: seed 0, epoch 0, segment 0, instance 0, worker 0, batch
+                stream.begin(f"0/0/0/0/0/{n // 4}")
+                torch.set_rng_state(stream.state)
             expected = transform(Image.open(io.BytesIO(payloads[key.rsplit("/", 1)[-1]])).convert("RGB"))
             assert np.array_equal(image.permute(1, 2, 0).numpy(), np.asarray(expected)), key
     finally:
