@@ -38,6 +38,7 @@ from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_fo
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.formats.tar import TarFormatError
+from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_metadata, sample_index_name
 from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
@@ -163,6 +164,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     metadata_location = join_location(base, METADATA_FILE)
     try:
         metadata_bytes = read_bytes(metadata_location)
+        _warn_if_edited(metadata_location, metadata_bytes)
         metadata = parse_metadata(metadata_bytes, metadata_location)
     except FileNotFoundError:
         raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
@@ -199,6 +201,22 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     if use_repartition and instance_count > 1:
         source.repartition = _repartition(base, split, instance_count, sha256_bytes(metadata_bytes))
     return source
+
+
+_WARNED_EDITED = set()  # metadata.json locations already warned about in this process
+
+
+def _warn_if_edited(location: str, data: bytes) -> None:
+    """One warning per process and location when metadata.json does not match its own digest
+    (datasets.metadata_digest): the loader still reads it, since every sample is checked on read,
+    but its shard list, steps and class table may not be what was written."""
+    try:
+        status, message = digest_status(json.loads(data))
+    except ValueError:
+        return  # parse_metadata names it
+    if status in (EDITED, MALFORMED) and location not in _WARNED_EDITED:
+        _WARNED_EDITED.add(location)
+        warnings.warn(f"{location}: {message}", stacklevel=4)
 
 
 def _reference(base: str, split: str, metadata: dict) -> Source:
@@ -291,8 +309,10 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     metadata_location = join_location(base, METADATA_FILE)
     metadata, reference = None, None
     if same_folder and exists(metadata_location):
+        metadata_bytes = read_bytes(metadata_location)
+        _warn_if_edited(metadata_location, metadata_bytes)
         try:
-            metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+            metadata = parse_metadata(metadata_bytes, metadata_location)
         except ReferenceMetadataError:  # the reference harness's shards: scanned below
             reference = json.loads(read_bytes(metadata_location))
     if metadata is not None:

@@ -60,7 +60,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datasets import reference_layout
+from datasets import metadata_digest, reference_layout
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
@@ -307,6 +307,19 @@ def _task_bytes(task):
         return 0
 
 
+def check_metadata_digest(metadata_bytes, problems, notes):
+    """metadata.json against its own digest (datasets.metadata_digest): edited is an error, absent a note."""
+    try:
+        metadata = json.loads(metadata_bytes)
+    except ValueError:
+        return  # parse_metadata names it
+    status, message = metadata_digest.digest_status(metadata)
+    if status == metadata_digest.ABSENT:
+        notes.append(message)
+    elif status != metadata_digest.OK:
+        problems.append(error(METADATA_FILE, message))
+
+
 def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
     root = Path(root)
     started = time.perf_counter()
@@ -316,10 +329,12 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         metadata_bytes = (root / METADATA_FILE).read_bytes()
     except OSError as exc:
         raise ValidationUsageError(f"{root / METADATA_FILE}: cannot read: {exc.strerror or exc}") from None
+    check_metadata_digest(metadata_bytes, problems, report.notes)
     try:
         metadata = parse_metadata(metadata_bytes, METADATA_FILE)
     except DatasetError as exc:
         problems.append(error(METADATA_FILE, str(exc).removeprefix(f"{METADATA_FILE}: ")))
+        report.problems = _sorted_problems(problems)
         report.verdicts["Dataset"] = False
         report.stats = {"seconds": round(time.perf_counter() - started, 3)}
         return report
@@ -332,7 +347,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.verdicts["Dataset"] = False
         return report
     payload_ext = payload_extension_of(metadata)
-    classes = tuple(metadata.get("classes") or ())
+    classes = tuple(metadata["classes"]) if isinstance(metadata.get("classes"), list) else ()  # else named below
     layout = metadata.get("tensor_layout")
     try:
         split_shards = _check_metadata(metadata, problems)
@@ -495,6 +510,10 @@ def _check_reference_checksum(root, metadata, states, results, problems, notes):
         index = metadata["splits"][split].get("index") or {}
         if not index.get("md5"):
             return  # written before md5s were recorded: the check would read every shard
+        if not isinstance(index["md5"], str) or not re.fullmatch(r"[0-9a-f]{32}", index["md5"]):
+            problems.append(error(METADATA_FILE, f"split {split!r}: the index's md5 {index['md5']!r} is not an md5 "
+                                                 f"hex digest"))
+            return
         known[index["name"]] = index["md5"]
         for shard in state.shards:
             result = results.get(shard.name)
