@@ -12,6 +12,12 @@ bare decode+augment ceiling and the ImageFolder and stock webdataset baselines:
 
     python host_benchmark.py --compare DIR --seconds 5 --json results.json --plot results.png
 
+Which format and how many workers deliver R images/s per instance (the arithmetic shown), measured
+now or from a saved report:
+
+    python host_benchmark.py --compare DIR --recommend --target-rate 3000 [--instances N] [--cores-per-instance C]
+    python host_benchmark.py --recommend results.json --target-rate 2000 --instances 8 --recommend-plot rec.png
+
 The same dataset read locally and from copies of it over http(s) and s3 (GETs per epoch, time to
 first byte, and the transport ceiling: raw ranged GETs with no decode):
 
@@ -145,6 +151,23 @@ def build_parser():
                         help="with --compare: measure every row this many times, interleaved, and report the "
                              "round with the median images/s (default 1)")
 
+    decision = parser.add_argument_group("the format decision (datasets/hostbench/recommend.py)")
+    decision.add_argument("--recommend", nargs="?", const="", default=None, metavar="SAVED.json",
+                          help="with --compare: after measuring, recommend one format and --dataloader-worker count "
+                               "for --target-rate, with the arithmetic; or, without --compare, from the rows of a "
+                               "saved --json report (nothing is measured)")
+    decision.add_argument("--target-rate", type=positive_float, metavar="R",
+                          help="images/s each instance must receive (e.g. what one accelerator consumes)")
+    decision.add_argument("--instances", type=positive_int, default=1, metavar="N",
+                          help="instances per host, sharing its cores and its storage ceiling (default 1)")
+    decision.add_argument("--cores-per-instance", type=positive_float, metavar="C",
+                          help="cores each instance may use (default: the measuring host's usable CPUs / N)")
+    decision.add_argument("--dataset-images", type=positive_int, metavar="IMAGES",
+                          help="images in the split to be trained on, for the page-cache check (default: the "
+                               "split's samples in DIR; ImageNet train: 1281167)")
+    decision.add_argument("--recommend-plot", metavar="FILE.png",
+                          help="draw images/s per instance against worker count for each format, with the target")
+
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     output.add_argument("--plot", metavar="FILE.png", help="write a bar chart (PNG)")
@@ -177,7 +200,23 @@ def parse_args(argv=None):
         args.dataloader_worker = usable_cpus()
     if args.warmup_batches is None:
         args.warmup_batches = max(2, 2 * args.dataloader_worker)
-    if args.compare is not None:
+    if args.recommend is not None:
+        if args.target_rate is None:
+            parser.error("--recommend needs --target-rate R (images/s per instance)")
+        if args.compare is None and not args.recommend:
+            parser.error("--recommend needs --compare DIR (measure, then recommend) or a saved report: "
+                         "--recommend SAVED.json")
+        if args.compare is not None and args.recommend:
+            parser.error("--recommend SAVED.json reads a saved report instead of measuring: drop --compare")
+        if args.recommend and not os.path.isfile(args.recommend):
+            parser.error(f"--recommend {args.recommend}: no such file")
+    elif any(getattr(args, name) is not None for name in ("target_rate", "cores_per_instance", "dataset_images",
+                                                          "recommend_plot")) or args.instances != 1:
+        parser.error("--target-rate, --instances, --cores-per-instance, --dataset-images and --recommend-plot "
+                     "apply to --recommend only")
+    if args.recommend:
+        pass  # a saved report: nothing below is measured
+    elif args.compare is not None:
         if not os.path.isdir(args.compare):
             parser.error(f"--compare {args.compare}: no such directory")
         if args.batches is None and args.seconds is None:
@@ -207,10 +246,10 @@ def parse_args(argv=None):
         parser.error(f"--dataloader-rebatch-size {args.dataloader_rebatch_size} is larger than --batch-size "
                      f"{args.batch_size}: rebatching joins smaller worker batches into batches of --batch-size")
     _check_cache_arguments(parser, args)
-    for name in ("json", "plot"):
+    for name in ("json", "plot", "recommend_plot"):
         target = getattr(args, name)
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
-            parser.error(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
+            parser.error(f"--{name.replace('_', '-')} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
     return args
 
 
@@ -247,6 +286,16 @@ def main(argv=None):
     warnings.formatwarning = lambda message, category, *_, **__: f"host_benchmark: warning: {message}\n"
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
     from datasets.hostbench.timing import BenchmarkError
+
+    if args.recommend:  # a saved report: nothing measured, no torch
+        from datasets.hostbench.decision import recommend_from_saved
+
+        try:
+            recommend_from_saved(args)
+        except (BenchmarkError, OSError) as error:
+            print(f"host_benchmark: {one_line(error, (BenchmarkError, OSError))}", file=sys.stderr)
+            return 1
+        return 0
     from datasets.hostbench.run import CannotStart, run_host_benchmark
     from datasets.storage import StorageUnavailable
 
