@@ -60,13 +60,15 @@ def build_parser():
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
     source = parser.add_argument_group("what to read")
-    source.add_argument("--data", choices=("real", "generated", "synthetic", "imagenet"), default="real",
+    source.add_argument("--data", choices=("real", "generated", "synthetic", "imagenet", "cifar10"), default="real",
                         help="imagenet: whatever --imagenet-data-path holds, detected as the reference harness "
                              "does: metadata.json -> WebDataset shards (made here or by the reference harness), "
                              "<split>/ class folders -> ImageFolder, otherwise TFRecord shards; real: a dataset "
                              "converted to shards only (a directory, shard list or URL pattern; an extracted "
                              "folder is refused; the reference's `real` is instead a few bundled sample images); "
-                             "generated or synthetic: images made in memory (no reads). Default: real")
+                             "generated or synthetic: images made in memory (no reads); cifar10: CIFAR-10's python "
+                             "batches in --imagenet-data-path (PATH/cifar-10-batches-py/, never downloaded; loaded "
+                             "with a restricted unpickler). Default: real")
     source.add_argument("--imagenet-data-path", metavar="PATH",
                         help="the converted dataset or the extracted folder to read (--data real or imagenet)")
     add_s3_arguments(source)
@@ -232,6 +234,15 @@ def parse_args(argv=None):
             args.data = "generated"  # the reference's name for the same images made in memory
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:
             parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
+        if args.data == "cifar10":
+            from datasets.cifar10 import WHERE, CifarError, batches_folder  # light: numpy only
+
+            if not args.imagenet_data_path:
+                parser.error(f"--data cifar10 reads local files only (nothing is downloaded): {WHERE}")
+            try:
+                batches_folder(args.imagenet_data_path)
+            except CifarError as error:
+                parser.error(str(error))
         path = args.imagenet_data_path
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):

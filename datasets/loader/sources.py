@@ -14,10 +14,12 @@
     ImageNet folder     the extracted layout (<root>/<split>/<class>/<image>, `val` accepted for
                         `validation`), with torchvision ImageFolder semantics (sorted classes,
                         sorted files, the same extensions); groups = single images.
+    CIFAR-10 batches    a folder holding cifar-10-batches-py/ (or the batches themselves): the
+                        reference harness's --data cifar10, read by datasets.cifar10 (never downloaded).
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
 
 A Source's `kind` is a key of datasets.loader.source_kinds.SOURCE_KINDS (the first four above are
-the shard kind, then the folder and synthetic kinds): the loader reads its items through that kind.
+the shard kind, then the folder, cifar10 and synthetic kinds): the loader reads its items through that kind.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 
+from datasets.cifar10 import is_cifar_folder, load_split
 from datasets.fileio import sha256_bytes
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
@@ -89,6 +92,7 @@ class Source:
     repartition: Optional[dict] = None  # see _repartition; load_own_share() reads this instance's part
     synthetic_shape: tuple = (224, 224, 3)
     synthetic_classes: int = 1000
+    arrays: Optional[tuple] = None  # cifar10: (images uint8 [N, 32, 32, 3], labels int64 [N]), read once here
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
     # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
     columns: Optional[SampleColumns] = None
@@ -132,6 +136,8 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         return _shard_list([text], split, label_offset)
     if (path / METADATA_FILE).is_file():
         return _converted(str(path), split, instance_count, use_repartition)
+    if is_cifar_folder(path):
+        return _cifar(path, split)
     folder = _split_folder(path, split)
     if folder is not None:
         return _image_folder(folder, split)
@@ -149,6 +155,15 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
         f"({split}/<class>/<image>), nor a folder of .tar shards"
     )
+
+
+def _cifar(path: Path, split: str) -> Source:
+    """CIFAR-10's python batches (datasets.cifar10: a restricted unpickler), held as two arrays that
+    forked DataLoader workers share; items are row numbers."""
+    images, labels, names = load_split(path, split)
+    return Source("cifar10", f"{path} (CIFAR-10 python batches, {split}: {len(labels):,} images "
+                             f"{images.shape[2]}x{images.shape[1]})", [list(range(len(labels)))], "array",
+                  classes=names, arrays=(images, labels))
 
 
 def _read_json(location: str, what: str):
