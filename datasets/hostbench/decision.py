@@ -32,6 +32,7 @@ def make_recommendation(args, rows: list, config: dict) -> dict:
                                    cores_per_instance=cores, split_images=images, page_cache_bytes=page_cache,
                                    bytes_per_image={fmt: e.get("bytes_per_image") for fmt, e in by_format.items()})
     decision["split"] = config.get("split")
+    print()
     print(recommend.format_recommendation(decision))
     if args.recommend_plot:
         recommend.plot_recommendation(args.recommend_plot, decision)

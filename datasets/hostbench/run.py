@@ -218,12 +218,8 @@ def compare_formats(args, instance, collective) -> list:
                              max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
                              progress=progress)
     cache_rows = measure_cache_rows(args, copies, instance, collective, loader_options, progress)
-    if getattr(args, "recommend", None) is not None:  # the storage side of the decision: local read ceilings
-        progress("local read ceilings (for --recommend)")
-        covered = {f"transport_ceiling/{copy.source.name}@local" for copy in copies}
-        results += transports.measure_local_ceilings(sources, args.split, instance, rounds=args.rounds,
-                                                     max_seconds=args.seconds, gather=collective.gather,
-                                                     skip=covered)
+    if getattr(args, "recommend", None) is not None:
+        results += local_ceilings(args, sources, copies, instance, collective, progress)
     if copies:
         progress("transport ceilings")
         results += transports.measure_ceilings(copies, args.split, instance, rounds=args.rounds,
@@ -254,15 +250,10 @@ def compare_formats(args, instance, collective) -> list:
     print(report.format_goals(goals))
     config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
                        formats=[s.format for s in sources],
-                       sources={s.name or s.format: {"format": s.format, "samples": s.samples.get(args.split, 0),
-                                                     "bytes_per_image": s.bytes_per_image.get(args.split, 0.0)}
-                                for s in sources},
+                       sources=sources_config(sources, args.split),
                        compare_transport=[{"location": c.location, "transport": c.transport, "copy_of": str(c.source.path)}
                                           for c in copies])
-    decision = None
-    if getattr(args, "recommend", None) is not None:
-        print()
-        decision = make_recommendation(args, results, config)
+    decision = make_recommendation(args, results, config) if getattr(args, "recommend", None) is not None else None
     write_outputs(args, results + cache_rows, goals, config, decision)
     return [r["id"] for r in results + cache_rows if "error" in r]
 
@@ -288,6 +279,21 @@ def measure_cache_rows(args, copies, instance, collective, loader_options, progr
         copies, args.split, args.batch_size, args.dataloader_worker, instance, args.cache_dir,
         cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch, seed=args.seed, size=args.image_size,
         loader_options=loader_options, gather=collective.gather, progress=progress, rounds=args.rounds)
+
+
+def local_ceilings(args, sources, copies, instance, collective, progress) -> list:
+    """--recommend's storage side: each source's split read once from the local files (no decode), except
+    those a --compare-transport copy already measured."""
+    progress("local read ceilings (for --recommend)")
+    covered = {f"transport_ceiling/{copy.source.name}@local" for copy in copies}
+    return transports.measure_local_ceilings(sources, args.split, instance, rounds=args.rounds,
+                                             max_seconds=args.seconds, gather=collective.gather, skip=covered)
+
+
+def sources_config(sources, split: str) -> dict:
+    """What --recommend needs of each source besides its rows: format, samples, stored bytes per image."""
+    return {s.name or s.format: {"format": s.format, "samples": s.samples.get(split, 0),
+                                 "bytes_per_image": s.bytes_per_image.get(split, 0.0)} for s in sources}
 
 
 def write_outputs(args, rows, goals, config, decision=None) -> None:

@@ -334,7 +334,6 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         metadata = parse_metadata(metadata_bytes, METADATA_FILE)
     except DatasetError as exc:
         problems.append(error(METADATA_FILE, str(exc).removeprefix(f"{METADATA_FILE}: ")))
-        report.problems = _sorted_problems(problems)
         report.verdicts["Dataset"] = False
         report.stats = {"seconds": round(time.perf_counter() - started, 3)}
         return report
