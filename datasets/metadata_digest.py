@@ -28,8 +28,7 @@ _PREFIX = "sha256:"
 OK, ABSENT, EDITED, MALFORMED = "ok", "absent", "edited", "malformed"
 
 ABSENT_NOTE = (f"metadata.json has no {DIGEST_KEY} (written before metadata.json recorded one): an edit to it "
-               f"cannot be detected; `create_webdataset.py --resume` or `validate_dataset.py --adopt` rewrite it "
-               f"with one")
+               f"cannot be detected (a conversion with this version records one)")
 
 
 def canonical_bytes(metadata: dict) -> bytes:

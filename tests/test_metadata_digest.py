@@ -105,6 +105,20 @@ def test_repartitioning_refuses_an_edited_metadata_json(dataset):
     assert not (dataset / "distributed").exists()
 
 
+def test_a_repartition_manifest_carries_a_digest_and_an_edit_is_named(dataset):
+    result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2, "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    path = dataset / "distributed/2-instances/manifest.json"
+    manifest = json.loads(path.read_text())
+    assert digest_status(manifest)[0] == OK
+    assert validate(dataset).ok
+    manifest["splits"]["train"]["policy"] = "pad"
+    path.write_text(json.dumps(manifest))
+    report = validate(dataset)
+    assert any(p.file == "distributed/2-instances/manifest.json" and "edited since it was written" in p.problem
+               for p in report.errors), [p.line() for p in report.problems]
+
+
 def test_adopting_a_reference_dataset_writes_a_digest(tmp_path, sample_source):
     from reference_layout import write_reference_dataset
 

@@ -593,6 +593,9 @@ def _plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, paylo
             problems.append(error(manifest_name, f"unreadable repartition manifest: {exc}"))
             plans.append(_RepartitionPlan(relative, {}, [], {}, {manifest_name}))
             continue
+        status, message = metadata_digest.digest_status(manifest)
+        if status in (metadata_digest.EDITED, metadata_digest.MALFORMED):  # absent: made before manifests had one
+            problems.append(error(manifest_name, message))
         plan = _RepartitionPlan(relative, manifest, [], {}, {manifest_name})
         plans.append(plan)
         try:
