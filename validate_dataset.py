@@ -149,7 +149,7 @@ def main(argv=None):
 
 def same_as_main(args) -> int:
     """--same-as: exit 0 same samples, 1 a difference (named), 2 a dataset that cannot be read."""
-    from datasets.validate.same_as import render as render_same_as, same_as
+    from datasets.same_as import render as render_same_as, same_as
 
     apply_s3_arguments(args)
     try:

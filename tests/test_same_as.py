@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_script
 from datasets.index import encode_sample_index, read_sample_index
-from datasets.validate.same_as import LOSSY_BOUND, same_as
+from datasets.same_as import LOSSY_BOUND, same_as
 from datasets.validate.validator import ValidationUsageError
 
 
