@@ -7,9 +7,9 @@ Light to import (no torch): `host_benchmark.py --recommend SAVED.json` measures 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from datasets.cli_args import usable_cpus
 from datasets.fileio import atomic_write_bytes
 from datasets.hostbench import recommend
 from datasets.hostbench.host_info import memory_available_bytes
@@ -24,7 +24,7 @@ def make_recommendation(args, rows: list, config: dict) -> dict:
     for entry in sources.values():  # the first source of each format (row ids `<format>/...`)
         by_format.setdefault(entry["format"], entry)
     instances = args.instances
-    cores = args.cores_per_instance or max(1.0, (config.get("cpus") or usable_cpus()) / instances)
+    cores = args.cores_per_instance or max(1.0, (config.get("cpus") or os.cpu_count() or 1) / instances)
     images = {fmt: args.dataset_images if args.dataset_images else entry.get("samples", 0)
               for fmt, entry in by_format.items()}
     page_cache = config.get("memory_available_bytes") or memory_available_bytes() or 0

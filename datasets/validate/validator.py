@@ -337,8 +337,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.verdicts["Dataset"] = False
         report.stats = {"seconds": round(time.perf_counter() - started, 3)}
         return report
-    metadata_sha256 = sha256_bytes(metadata_bytes)
-    fmt = metadata.get("format")
+    metadata_sha256, fmt = sha256_bytes(metadata_bytes), metadata.get("format")
     try:
         shard_format = get_format(fmt)
     except UnknownFormatError as exc:
