@@ -12,6 +12,12 @@ bare decode+augment ceiling and the ImageFolder and stock webdataset baselines:
 
     python host_benchmark.py --compare DIR --seconds 5 --json results.json --plot results.png
 
+Which format and how many workers deliver R images/s per instance (the arithmetic shown), measured
+now or from a saved report:
+
+    python host_benchmark.py --compare DIR --recommend --target-rate 3000 [--instances N] [--cores-per-instance C]
+    python host_benchmark.py --recommend results.json --target-rate 2000 --instances 8 --recommend-plot rec.png
+
 The same dataset read locally and from copies of it over http(s) and s3 (GETs per epoch, time to
 first byte, and the transport ceiling: raw ranged GETs with no decode):
 
@@ -54,13 +60,15 @@ def build_parser():
         epilog="\n\n".join(__doc__.split("\n\n")[1:]),
     )
     source = parser.add_argument_group("what to read")
-    source.add_argument("--data", choices=("real", "generated", "synthetic", "imagenet"), default="real",
+    source.add_argument("--data", choices=("real", "generated", "synthetic", "imagenet", "cifar10"), default="real",
                         help="imagenet: whatever --imagenet-data-path holds, detected as the reference harness "
                              "does: metadata.json -> WebDataset shards (made here or by the reference harness), "
                              "<split>/ class folders -> ImageFolder, otherwise TFRecord shards; real: a dataset "
                              "converted to shards only (a directory, shard list or URL pattern; an extracted "
                              "folder is refused; the reference's `real` is instead a few bundled sample images); "
-                             "generated or synthetic: images made in memory (no reads). Default: real")
+                             "generated or synthetic: images made in memory (no reads); cifar10: CIFAR-10's python "
+                             "batches in --imagenet-data-path (PATH/cifar-10-batches-py/, never downloaded; loaded "
+                             "with a restricted unpickler). Default: real")
     source.add_argument("--imagenet-data-path", metavar="PATH",
                         help="the converted dataset or the extracted folder to read (--data real or imagenet)")
     add_s3_arguments(source)
@@ -145,6 +153,23 @@ def build_parser():
                         help="with --compare: measure every row this many times, interleaved, and report the "
                              "round with the median images/s (default 1)")
 
+    decision = parser.add_argument_group("the format decision (datasets/hostbench/recommend.py)")
+    decision.add_argument("--recommend", nargs="?", const="", default=None, metavar="SAVED.json",
+                          help="with --compare: after measuring, recommend one format and --dataloader-worker count "
+                               "for --target-rate, with the arithmetic; or, without --compare, from the rows of a "
+                               "saved --json report (nothing is measured)")
+    decision.add_argument("--target-rate", type=positive_float, metavar="R",
+                          help="images/s each instance must receive (e.g. what one accelerator consumes)")
+    decision.add_argument("--instances", type=positive_int, default=1, metavar="N",
+                          help="instances per host, sharing its cores and its storage ceiling (default 1)")
+    decision.add_argument("--cores-per-instance", type=positive_float, metavar="C",
+                          help="cores each instance may use (default: the measuring host's usable CPUs / N)")
+    decision.add_argument("--dataset-images", type=positive_int, metavar="IMAGES",
+                          help="images in the split to be trained on, for the page-cache check (default: the "
+                               "split's samples in DIR; ImageNet train: 1281167)")
+    decision.add_argument("--recommend-plot", metavar="FILE.png",
+                          help="draw images/s per instance against worker count for each format, with the target")
+
     output = parser.add_argument_group("output")
     output.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     output.add_argument("--plot", metavar="FILE.png", help="write a bar chart (PNG)")
@@ -177,7 +202,23 @@ def parse_args(argv=None):
         args.dataloader_worker = usable_cpus()
     if args.warmup_batches is None:
         args.warmup_batches = max(2, 2 * args.dataloader_worker)
-    if args.compare is not None:
+    if args.recommend is not None:
+        if args.target_rate is None:
+            parser.error("--recommend needs --target-rate R (images/s per instance)")
+        if args.compare is None and not args.recommend:
+            parser.error("--recommend needs --compare DIR (measure, then recommend) or a saved report: "
+                         "--recommend SAVED.json")
+        if args.compare is not None and args.recommend:
+            parser.error("--recommend SAVED.json reads a saved report instead of measuring: drop --compare")
+        if args.recommend and not os.path.isfile(args.recommend):
+            parser.error(f"--recommend {args.recommend}: no such file")
+    elif any(getattr(args, name) is not None for name in ("target_rate", "cores_per_instance", "dataset_images",
+                                                          "recommend_plot")) or args.instances != 1:
+        parser.error("--target-rate, --instances, --cores-per-instance, --dataset-images and --recommend-plot "
+                     "apply to --recommend only")
+    if args.recommend:
+        pass  # a saved report: nothing below is measured
+    elif args.compare is not None:
         if not os.path.isdir(args.compare):
             parser.error(f"--compare {args.compare}: no such directory")
         if args.batches is None and args.seconds is None:
@@ -193,6 +234,15 @@ def parse_args(argv=None):
             args.data = "generated"  # the reference's name for the same images made in memory
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:
             parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
+        if args.data == "cifar10":
+            from datasets.cifar10 import WHERE, CifarError, batches_folder  # light: numpy only
+
+            if not args.imagenet_data_path:
+                parser.error(f"--data cifar10 reads local files only (nothing is downloaded): {WHERE}")
+            try:
+                batches_folder(args.imagenet_data_path)
+            except CifarError as error:
+                parser.error(str(error))
         path = args.imagenet_data_path
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):
@@ -207,10 +257,10 @@ def parse_args(argv=None):
         parser.error(f"--dataloader-rebatch-size {args.dataloader_rebatch_size} is larger than --batch-size "
                      f"{args.batch_size}: rebatching joins smaller worker batches into batches of --batch-size")
     _check_cache_arguments(parser, args)
-    for name in ("json", "plot"):
+    for name in ("json", "plot", "recommend_plot"):
         target = getattr(args, name)
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
-            parser.error(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
+            parser.error(f"--{name.replace('_', '-')} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
     return args
 
 
@@ -247,6 +297,16 @@ def main(argv=None):
     warnings.formatwarning = lambda message, category, *_, **__: f"host_benchmark: warning: {message}\n"
     # Imported after parsing so that --help and argument errors are instant (torch is slow to import).
     from datasets.hostbench.timing import BenchmarkError
+
+    if args.recommend:  # a saved report: nothing measured, no torch
+        from datasets.hostbench.decision import recommend_from_saved
+
+        try:
+            recommend_from_saved(args)
+        except (BenchmarkError, OSError) as error:
+            print(f"host_benchmark: {one_line(error, (BenchmarkError, OSError))}", file=sys.stderr)
+            return 1
+        return 0
     from datasets.hostbench.run import CannotStart, run_host_benchmark
     from datasets.storage import StorageUnavailable
 

@@ -4,6 +4,7 @@
     python validate_dataset.py PATH ...
     python validate_dataset.py s3://BUCKET/PREFIX [--quick] [--s3-endpoint URL] ...
     python validate_dataset.py PATH --adopt     a dataset made by the reference harness: check, then index it
+    python validate_dataset.py A --same-as B    do A and B (any formats, copies, repartitions) hold the same samples?
 
 PATH is either a converted dataset (it has metadata.json: shards, sample indexes and
 repartitions are checked) or a raw image folder with train/ and validation/ (the reference
@@ -55,6 +56,12 @@ def parse_args(argv):
                         "folder checksum and shards check out, write this project's sample indexes and metadata.json "
                         "beside the shards (no shard byte changes; the folder checksum in metadata.json is updated "
                         "to include them, so the reference validator still accepts the folder)")
+    parser.add_argument("--same-as", metavar="B", help="instead of checking PATH alone: prove that PATH and B (any "
+                        "formats, local or http(s)/s3, or a repartition DIR/distributed/<N>-instances) hold the same "
+                        "samples: keys, classes, boxes and pixels (after the recorded steps B adds to PATH, or PATH to "
+                        "B, within a stated bound); names the first differing keys and counts each kind")
+    parser.add_argument("--split", choices=("train", "validation"), action="append", default=None,
+                        help="with --same-as: only this split (repeatable; default: every split of either)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--quick", action="store_true", help="s3:// only: check object sizes and the checksums the "
                         "server stored at upload, without reading the shards")
@@ -71,6 +78,10 @@ def parse_args(argv):
         args.workers = usable_cpus()
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    if args.same_as is None and args.split:
+        parser.error("--split applies to --same-as only")
+    if args.same_as is not None and (args.deep or args.write_manifest or args.adopt or args.quick):
+        parser.error("--same-as compares two datasets; --deep, --write-manifest, --adopt and --quick check one")
     if args.quick and not is_s3(args.path):
         parser.error("--quick is for s3:// datasets (a local check reads the shards anyway)")
     return args
@@ -113,6 +124,8 @@ def render(report):
 def main(argv=None):
     args = parse_args(argv)
     progress = None if args.no_progress else progress_bar
+    if args.same_as is not None:
+        return same_as_main(args)
     try:
         if is_s3(args.path):
             from datasets.validate.remote import validate_s3
@@ -131,6 +144,29 @@ def main(argv=None):
         return 130
     for line in render(report):
         print(line)
+    return write_json_report(args, report) or report.exit_code
+
+
+def same_as_main(args) -> int:
+    """--same-as: exit 0 same samples, 1 a difference (named), 2 a dataset that cannot be read."""
+    from datasets.same_as import render as render_same_as, same_as
+
+    apply_s3_arguments(args)
+    try:
+        report = same_as(args.path, args.same_as, args.split)
+    except (ValidationUsageError, StorageUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("validate_dataset.py: interrupted; nothing was compared to the end", file=sys.stderr)
+        return 130
+    for line in render_same_as(report):
+        print(line)
+    return write_json_report(args, report) or report.exit_code
+
+
+def write_json_report(args, report) -> int:
+    """Write --json FILE; 2 when it cannot be written, else 0."""
     if args.json_path:
         try:
             with open(args.json_path, "w") as handle:
@@ -139,7 +175,7 @@ def main(argv=None):
         except OSError as exc:
             print(f"error: cannot write the JSON report {args.json_path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    return report.exit_code
+    return 0
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ see datasets.validate.raw_checksum) and adds:
                                             inside the checksum)
     "payload_extension": "pth",             only where it differs from the format's (datasets.formats.payload_extension_of)
                                             (an adopted reference tensor dataset)
+    "metadata_digest": "sha256:<hex>",      last: the sha256 of the canonical JSON of every other key
+                                            (datasets.metadata_digest; absent: written before it existed)
 
 A metadata.json of the reference harness itself (its keys only, no "splits") is recognised by
 `is_reference_metadata`; datasets.reference_layout reads, checks and adopts such datasets.
@@ -57,6 +59,7 @@ import crc32c
 
 from datasets.layout import METADATA_FILE, SPLITS  # noqa: F401  (re-exported: the records' readers use them)
 from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
+from datasets.metadata_digest import DIGEST_KEY, sealed
 
 FORMAT_VERSION = 1
 # metadata.json key (see above): true when the converter's .convert-state/ is outside `checksum` and removed.
@@ -89,9 +92,10 @@ def split_of_index_name(name: str):
 
 
 def is_reference_metadata(metadata) -> bool:
-    """True for the reference harness's metadata.json (its keys, none of this project's)."""
-    return (isinstance(metadata, dict) and "splits" not in metadata and "format" in metadata
-            and any(f"{split}_length" in metadata for split in SPLITS))
+    """True for the reference harness's metadata.json (its keys, none of this project's: a metadata.json
+    that carries this project's digest is ours, even with its "splits" deleted)."""
+    return (isinstance(metadata, dict) and "splits" not in metadata and DIGEST_KEY not in metadata
+            and "format" in metadata and any(f"{split}_length" in metadata for split in SPLITS))
 
 
 class ReferenceMetadataError(DatasetError):
@@ -330,13 +334,20 @@ def parse_metadata(data: bytes, source=METADATA_FILE) -> dict:
     for key in ("format", "splits", "classes"):
         if key not in metadata:
             raise DatasetError(f"{source}: the key {key!r} is missing")
-    if metadata.get("format_version", FORMAT_VERSION) > FORMAT_VERSION:
-        raise DatasetError(f"{source}: format_version {metadata['format_version']} is newer than this tool")
+    version = metadata.get("format_version", FORMAT_VERSION)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise DatasetError(f"{source}: format_version {version!r} is not a version number")
+    if version > FORMAT_VERSION:
+        raise DatasetError(f"{source}: format_version {version} is newer than this tool")
     return metadata
 
 
-def write_metadata(directory, metadata: dict) -> None:
+def write_metadata(directory, metadata: dict) -> dict:
+    """Write metadata.json atomically, sealed with the digest of its own content
+    (datasets.metadata_digest); returns what was written. Every writer of a metadata.json goes here."""
+    metadata = sealed(metadata)
     atomic_write_json(Path(directory) / METADATA_FILE, metadata)
+    return metadata
 
 
 def shard_records(metadata: dict, split: str):

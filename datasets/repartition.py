@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from datasets.metadata_digest import EDITED, MALFORMED, digest_status, sealed
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
 from datasets.balance import UnknownPolicyError, check_policy, default_policy, instance_counts
 from datasets.index import (
@@ -403,6 +404,9 @@ def load_dataset(target) -> SourceDataset:
         raise RepartitionUsageError(f"{target}: not a converted dataset ({METADATA_FILE} is missing)")
     data = path.read_bytes()
     metadata = parse_metadata(data, path)
+    status, message = digest_status(metadata)
+    if status in (EDITED, MALFORMED):  # its shard list is what the copies would be made from
+        raise DatasetError(f"{path}: {message}")
     fmt = metadata["format"]
     remainder_format(fmt)
     if not isinstance(metadata["splits"], dict) or not metadata["splits"]:
@@ -871,7 +875,7 @@ def repartition(
             # The manifest must never point at files that are about to be rewritten.
             trimmed = dict(existing, splits=dict(decision.keep))
             with _writing(manifest_path):
-                atomic_write_json(manifest_path, trimmed)
+                atomic_write_json(manifest_path, sealed(trimmed))
         entries = dict(decision.keep)
         for plan in plans:
             entries[plan.split] = _write_split(dataset, plan, out, progress)
@@ -890,7 +894,7 @@ def repartition(
             "splits": ordered,
         }
         with _writing(manifest_path):
-            atomic_write_json(manifest_path, manifest)
+            atomic_write_json(manifest_path, sealed(manifest))  # its own digest, as metadata.json
         for path in out.glob("*.plan.json"):
             path.unlink(missing_ok=True)
     finally:

@@ -42,6 +42,7 @@ def write_legacy_index_and_metadata(target):
         entry["index"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
         for shard in entry["shards"]:
             del shard["md5"]
+    metadata.pop("metadata_digest")  # the earlier version recorded none
     (target / "metadata.json").write_text(json.dumps(metadata, indent=1) + "\n")
 
 

@@ -23,6 +23,7 @@ from datasets.validate import raw_checksum
 from datasets.fileio import sha256_bytes, sha256_file
 from datasets.index import encode_sample_index, read_sample_index
 from datasets.formats import FORMATS
+from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
 from datasets.formats.webdataset import WebDatasetFormat
 from datasets.validate.validator import ERROR, WARNING, validate
@@ -85,7 +86,7 @@ def reseal(ds, index_records=None, split="train"):
                 shard["sha256"], shard["bytes"] = sha256_file(ds / shard["name"])
         index = ds / entry["index"]["name"]
         entry["index"]["sha256"], entry["index"]["bytes"] = sha256_file(index)
-    write_metadata(ds, meta)
+    write_metadata(ds, sealed(meta))  # its own digest too (datasets.metadata_digest)
 
 
 def rewrite_shard(path, change):

@@ -26,11 +26,11 @@ FUNCTION_LINES = 80
 
 # Bottom to top. Units in one tuple are peers and must not import each other.
 LAYERS = [
-    ("fileio", "layout", "torchvision_cpu", "normalization", "launcher"),  # foundations, no data model
+    ("fileio", "layout", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "steps", "balance"),  # the data model: sample index, steps, share policies
     ("sample_columns",),
-    ("formats",),  # one module per on-disk format, one registry
+    ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches
     ("reference", "reference_layout"),  # Graphcore's reference harness: detection, checksum, adopt
     ("repartition",),
     ("validate",),

@@ -55,3 +55,15 @@ def busy_host_warning(usable_cpus: int | None = None, busy: float | None = None)
     return (f"other programs keep this host busy before the benchmark starts ({what} {busy:.1f} of {usable} CPUs): "
             f"wall-clock figures (img/s, per worker, latency) will be low and noisy; images per CPU-second hold "
             f"better")
+
+
+def memory_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (what the page cache could hold without swapping), else None."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

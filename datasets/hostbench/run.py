@@ -12,12 +12,13 @@ import sys
 import time
 
 from datasets.hostbench import cache_epochs, report, transports
+from datasets.hostbench.decision import make_recommendation
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
 from datasets.hostbench.sources import discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
-from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description
+from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
 from datasets.loader import jpeg_crop
 
@@ -69,6 +70,7 @@ def config_of(args, instance, **extra) -> dict:
         "warmup_batches": args.warmup_batches, "batches": args.batches, "seconds": args.seconds,
         "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
         "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), "image_size": args.image_size,
+        "memory_available_bytes": memory_available_bytes(),
         "jpeg_train_decode": jpeg_crop.decode_path(), "jpeg_crop_unavailable": jpeg_crop.UNAVAILABLE_REASON, **extra,
     }
 
@@ -216,6 +218,8 @@ def compare_formats(args, instance, collective) -> list:
                              max_seconds=args.seconds, rounds=args.rounds, gather=collective.gather,
                              progress=progress)
     cache_rows = measure_cache_rows(args, copies, instance, collective, loader_options, progress)
+    if getattr(args, "recommend", None) is not None:
+        results += local_ceilings(args, sources, copies, instance, collective, progress)
     if copies:
         progress("transport ceilings")
         results += transports.measure_ceilings(copies, args.split, instance, rounds=args.rounds,
@@ -246,9 +250,11 @@ def compare_formats(args, instance, collective) -> list:
     print(report.format_goals(goals))
     config = config_of(args, instance, compare=str(args.compare), rounds=args.rounds,
                        formats=[s.format for s in sources],
+                       sources=sources_config(sources, args.split),
                        compare_transport=[{"location": c.location, "transport": c.transport, "copy_of": str(c.source.path)}
                                           for c in copies])
-    write_outputs(args, results + cache_rows, goals, config)
+    decision = make_recommendation(args, results, config) if getattr(args, "recommend", None) is not None else None
+    write_outputs(args, results + cache_rows, goals, config, decision)
     return [r["id"] for r in results + cache_rows if "error" in r]
 
 
@@ -275,9 +281,27 @@ def measure_cache_rows(args, copies, instance, collective, loader_options, progr
         loader_options=loader_options, gather=collective.gather, progress=progress, rounds=args.rounds)
 
 
-def write_outputs(args, rows, goals, config) -> None:
+def local_ceilings(args, sources, copies, instance, collective, progress) -> list:
+    """--recommend's storage side: each source's split read once from the local files (no decode), except
+    those a --compare-transport copy already measured."""
+    progress("local read ceilings (for --recommend)")
+    covered = {f"transport_ceiling/{copy.source.name}@local" for copy in copies}
+    return transports.measure_local_ceilings(sources, args.split, instance, rounds=args.rounds,
+                                             max_seconds=args.seconds, gather=collective.gather, skip=covered)
+
+
+def sources_config(sources, split: str) -> dict:
+    """What --recommend needs of each source besides its rows: format, samples, stored bytes per image."""
+    return {s.name or s.format: {"format": s.format, "samples": s.samples.get(split, 0),
+                                 "bytes_per_image": s.bytes_per_image.get(split, 0.0)} for s in sources}
+
+
+def write_outputs(args, rows, goals, config, decision=None) -> None:
     if args.json:
-        report.write_json(args.json, report.sanitize_nan(report.comparison_report(rows, goals, config)))
+        written = report.comparison_report(rows, goals, config)
+        if decision is not None:
+            written["recommendation"] = decision
+        report.write_json(args.json, report.sanitize_nan(written))
         print(f"wrote {args.json}")
     if args.plot:
         report.plot_comparison(args.plot, rows, config, goals)

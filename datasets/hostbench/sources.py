@@ -169,6 +169,8 @@ def source_bytes_per_image(kind: str, path, split: str) -> float:
         return converted_source(path).bytes_per_image.get(split, 0.0)
     if is_image_folder(path):
         return folder_source(path).bytes_per_image.get(split, 0.0)
+    if kind == "cifar10":
+        return 3 * 32 * 32  # raw pixels, as the batches store them
     return 0.0  # URLs or a list of shards: not counted (reported as 0)
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from datasets import storage
 from datasets.hostbench.comparison import RowPlan
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import BenchmarkSource
+from datasets.hostbench.sources import BenchmarkSource, folder_split_dir, list_folder_images
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE
 
@@ -228,6 +228,35 @@ def measure_ceilings(copies: list, split: str, instance, rounds: int = 1, max_se
         plans.append((f"transport_ceiling/{copy.source.name}@{copy.name}", f"{copy.source.label} {copy.transport} "
                       f"ranged GETs, read only", copy.transport, copy.location,
                       [storage.join_location(copy.location, s["name"]) for s in shards], sizes))
+    return _measure_plans(plans, rounds, max_seconds, gather)
+
+
+def measure_local_ceilings(sources: list, split: str, instance, rounds: int = 1, max_seconds: float | None = None,
+                           gather=None, skip=()) -> list:
+    """Local transport-ceiling rows (`transport_ceiling/<source>@local`) of `sources` (converted: the split's
+    shards; the image folder: its files), except the row ids in `skip`: the storage side of
+    `--recommend` when no remote copy was named. This instance reads every count-th file from its index."""
+    gather = gather or (lambda figures: [figures])
+    plans = []
+    for source in sources:
+        row_id = f"transport_ceiling/{source.name or source.format}@local"
+        if row_id in skip:
+            continue
+        if source.metadata is not None:
+            files = [(source.path / s["name"], int(s["bytes"]))
+                     for s in source.metadata["splits"].get(split, {}).get("shards", [])]
+        else:
+            folder = folder_split_dir(source.path, split)
+            files = [] if folder is None else [(path, path.stat().st_size) for path, _ in list_folder_images(folder)]
+        files = files[instance.index::instance.count]
+        if files:
+            plans.append((row_id, f"{source.label} local files, read only", "local", str(source.path),
+                          [str(path) for path, _ in files], [size for _, size in files]))
+    return _measure_plans(plans, rounds, max_seconds, gather)
+
+
+def _measure_plans(plans: list, rounds: int, max_seconds, gather) -> list:
+    """Each plan (row id, label, transport, location, locations, sizes) read `rounds` times: ceiling rows."""
     measured = {plan[0]: [] for plan in plans}
     for _ in range(rounds):
         for row_id, _, _, _, locations, sizes in plans:

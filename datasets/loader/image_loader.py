@@ -155,7 +155,7 @@ class ImageStream(IterableDataset):
         if self.source.columns is not None:
             return self.columns.key(item)
         if isinstance(item, int):
-            return f"synthetic-{item:09d}"
+            return f"{self.source.kind}-{item:09d}"  # synthetic-000000042, cifar10-000000042
         return item.key
 
     def keys_of(self, items) -> list:

@@ -14,10 +14,12 @@
     ImageNet folder     the extracted layout (<root>/<split>/<class>/<image>, `val` accepted for
                         `validation`), with torchvision ImageFolder semantics (sorted classes,
                         sorted files, the same extensions); groups = single images.
+    CIFAR-10 batches    a folder holding cifar-10-batches-py/ (or the batches themselves): the
+                        reference harness's --data cifar10, read by datasets.cifar10 (never downloaded).
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
 
 A Source's `kind` is a key of datasets.loader.source_kinds.SOURCE_KINDS (the first four above are
-the shard kind, then the folder and synthetic kinds): the loader reads its items through that kind.
+the shard kind, then the folder, cifar10 and synthetic kinds): the loader reads its items through that kind.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from typing import Optional
 
 import numpy as np
 
+from datasets.cifar10 import is_cifar_folder, load_split
 from datasets.fileio import sha256_bytes
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.formats.tar import TarFormatError
+from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_metadata, sample_index_name
 from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
@@ -88,6 +92,7 @@ class Source:
     repartition: Optional[dict] = None  # see _repartition; load_own_share() reads this instance's part
     synthetic_shape: tuple = (224, 224, 3)
     synthetic_classes: int = 1000
+    arrays: Optional[tuple] = None  # cifar10: (images uint8 [N, 32, 32, 3], labels int64 [N]), read once here
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
     # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
     columns: Optional[SampleColumns] = None
@@ -131,6 +136,8 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         return _shard_list([text], split, label_offset)
     if (path / METADATA_FILE).is_file():
         return _converted(str(path), split, instance_count, use_repartition)
+    if is_cifar_folder(path):
+        return _cifar(path, split)
     folder = _split_folder(path, split)
     if folder is not None:
         return _image_folder(folder, split)
@@ -150,6 +157,15 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
     )
 
 
+def _cifar(path: Path, split: str) -> Source:
+    """CIFAR-10's python batches (datasets.cifar10: a restricted unpickler), held as two arrays that
+    forked DataLoader workers share; items are row numbers."""
+    images, labels, names = load_split(path, split)
+    return Source("cifar10", f"{path} (CIFAR-10 python batches, {split}: {len(labels):,} images "
+                             f"{images.shape[2]}x{images.shape[1]})", [list(range(len(labels)))], "array",
+                  classes=names, arrays=(images, labels))
+
+
 def _read_json(location: str, what: str):
     try:
         return json.loads(read_bytes(location))
@@ -163,6 +179,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     metadata_location = join_location(base, METADATA_FILE)
     try:
         metadata_bytes = read_bytes(metadata_location)
+        _warn_if_edited(metadata_location, metadata_bytes)
         metadata = parse_metadata(metadata_bytes, metadata_location)
     except FileNotFoundError:
         raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
@@ -199,6 +216,22 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     if use_repartition and instance_count > 1:
         source.repartition = _repartition(base, split, instance_count, sha256_bytes(metadata_bytes))
     return source
+
+
+_WARNED_EDITED = set()  # metadata.json locations already warned about in this process
+
+
+def _warn_if_edited(location: str, data: bytes) -> None:
+    """One warning per process and location when metadata.json does not match its own digest
+    (datasets.metadata_digest): the loader still reads it, since every sample is checked on read,
+    but its shard list, steps and class table may not be what was written."""
+    try:
+        status, message = digest_status(json.loads(data))
+    except ValueError:
+        return  # parse_metadata names it
+    if status in (EDITED, MALFORMED) and location not in _WARNED_EDITED:
+        _WARNED_EDITED.add(location)
+        warnings.warn(f"{location}: {message}", stacklevel=4)
 
 
 def _reference(base: str, split: str, metadata: dict) -> Source:
@@ -291,8 +324,10 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     metadata_location = join_location(base, METADATA_FILE)
     metadata, reference = None, None
     if same_folder and exists(metadata_location):
+        metadata_bytes = read_bytes(metadata_location)
+        _warn_if_edited(metadata_location, metadata_bytes)
         try:
-            metadata = parse_metadata(read_bytes(metadata_location), metadata_location)
+            metadata = parse_metadata(metadata_bytes, metadata_location)
         except ReferenceMetadataError:  # the reference harness's shards: scanned below
             reference = json.loads(read_bytes(metadata_location))
     if metadata is not None:

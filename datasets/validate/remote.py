@@ -30,6 +30,7 @@ from datasets.storage import head_object, join_location, list_objects, open_byte
 from datasets.formats import get_format
 from datasets.validate.validator import (
     Report,
+    check_metadata_digest,
     ValidationUsageError,
     error,
     validate_converted,
@@ -89,6 +90,7 @@ def _quick(location, objects) -> Report:
                         "samples and repartitions were NOT read (run without --quick for that)")
     with open_byte_range(join_location(location, METADATA_FILE), 0, None) as stream:
         metadata_bytes = stream.read()
+    check_metadata_digest(metadata_bytes, report.problems, report.notes)
     try:
         metadata = json.loads(metadata_bytes)
         expected, companions = {}, set()

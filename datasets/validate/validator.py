@@ -60,7 +60,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datasets import reference_layout
+from datasets import metadata_digest, reference_layout
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
@@ -307,6 +307,19 @@ def _task_bytes(task):
         return 0
 
 
+def check_metadata_digest(metadata_bytes, problems, notes):
+    """metadata.json against its own digest (datasets.metadata_digest): edited is an error, absent a note."""
+    try:
+        metadata = json.loads(metadata_bytes)
+    except ValueError:
+        return  # parse_metadata names it
+    status, message = metadata_digest.digest_status(metadata)
+    if status == metadata_digest.ABSENT:
+        notes.append(message)
+    elif status != metadata_digest.OK:
+        problems.append(error(METADATA_FILE, message))
+
+
 def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
     root = Path(root)
     started = time.perf_counter()
@@ -316,6 +329,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         metadata_bytes = (root / METADATA_FILE).read_bytes()
     except OSError as exc:
         raise ValidationUsageError(f"{root / METADATA_FILE}: cannot read: {exc.strerror or exc}") from None
+    check_metadata_digest(metadata_bytes, problems, report.notes)
     try:
         metadata = parse_metadata(metadata_bytes, METADATA_FILE)
     except DatasetError as exc:
@@ -323,8 +337,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.verdicts["Dataset"] = False
         report.stats = {"seconds": round(time.perf_counter() - started, 3)}
         return report
-    metadata_sha256 = sha256_bytes(metadata_bytes)
-    fmt = metadata.get("format")
+    metadata_sha256, fmt = sha256_bytes(metadata_bytes), metadata.get("format")
     try:
         shard_format = get_format(fmt)
     except UnknownFormatError as exc:
@@ -332,7 +345,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.verdicts["Dataset"] = False
         return report
     payload_ext = payload_extension_of(metadata)
-    classes = tuple(metadata.get("classes") or ())
+    classes = tuple(metadata["classes"]) if isinstance(metadata.get("classes"), list) else ()  # else named below
     layout = metadata.get("tensor_layout")
     try:
         split_shards = _check_metadata(metadata, problems)
@@ -495,6 +508,10 @@ def _check_reference_checksum(root, metadata, states, results, problems, notes):
         index = metadata["splits"][split].get("index") or {}
         if not index.get("md5"):
             return  # written before md5s were recorded: the check would read every shard
+        if not isinstance(index["md5"], str) or not re.fullmatch(r"[0-9a-f]{32}", index["md5"]):
+            problems.append(error(METADATA_FILE, f"split {split!r}: the index's md5 {index['md5']!r} is not an md5 "
+                                                 f"hex digest"))
+            return
         known[index["name"]] = index["md5"]
         for shard in state.shards:
             result = results.get(shard.name)
@@ -575,6 +592,9 @@ def _plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, paylo
             problems.append(error(manifest_name, f"unreadable repartition manifest: {exc}"))
             plans.append(_RepartitionPlan(relative, {}, [], {}, {manifest_name}))
             continue
+        status, message = metadata_digest.digest_status(manifest)
+        if status in (metadata_digest.EDITED, metadata_digest.MALFORMED):  # absent: made before manifests had one
+            problems.append(error(manifest_name, message))
         plan = _RepartitionPlan(relative, manifest, [], {}, {manifest_name})
         plans.append(plan)
         try:

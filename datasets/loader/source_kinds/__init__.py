@@ -14,11 +14,12 @@ for the contract) and one entry in `SOURCE_KINDS`; no loader change.
 from __future__ import annotations
 
 from datasets.loader.source_kinds.base import Boxed, SourceKind
+from datasets.loader.source_kinds.cifar10 import CIFAR10
 from datasets.loader.source_kinds.folder import FOLDER
 from datasets.loader.source_kinds.shards import SHARDS
 from datasets.loader.source_kinds.synthetic import SYNTHETIC
 
-SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC)}
+SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC, CIFAR10)}
 
 
 class UnknownSourceKindError(ValueError):
@@ -32,5 +33,5 @@ def get_source_kind(name) -> SourceKind:
         raise UnknownSourceKindError(f"unknown source kind {name!r} (known: {', '.join(SOURCE_KINDS)})") from None
 
 
-__all__ = ["Boxed", "FOLDER", "SHARDS", "SOURCE_KINDS", "SYNTHETIC", "SourceKind", "UnknownSourceKindError",
+__all__ = ["Boxed", "CIFAR10", "FOLDER", "SHARDS", "SOURCE_KINDS", "SYNTHETIC", "SourceKind", "UnknownSourceKindError",
            "get_source_kind"]

@@ -1,0 +1,17 @@
+"""The cifar10 kind: items are row numbers into CIFAR-10's images and labels (datasets.cifar10), two
+numpy arrays the main process reads once (loader/sources.py) and forked workers share; each sample is
+a 32x32 HWC uint8 array the runtime steps (crop, resize) then process."""
+
+from __future__ import annotations
+
+from datasets.loader.payloads.tensor import ARRAY
+from datasets.loader.source_kinds.base import SourceKind
+
+
+def _raw_samples(stream, items):
+    images, labels = stream.source.arrays
+    for item in items:
+        yield item, "cifar10", int(labels[item]), images[item], ARRAY.name, None
+
+
+CIFAR10 = SourceKind("cifar10", _raw_samples)
