@@ -284,13 +284,18 @@ def comparison_figure(results: list, config: dict, goals: list | None = None):
               Patch(facecolor=NORMALIZATION_COLOURS["host"], label="this loader, host normalisation (float batches)"),
               Patch(facecolor=NORMALIZATION_COLOURS["device"], label="this loader, device normalisation (uint8 batches)")]
     figure.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    figure.suptitle(_title(config, goals, workers), fontsize=10)
+    return figure
+
+
+def _title(config: dict, goals, workers: int) -> str:
+    """The run on one line, then one line per measured goal, each wrapped to fit the figure: the goals
+    joined on one line ran off both edges of the image."""
     instances = int(config.get("instances", 1) or 1)
     title = (f"Host data loading, {config.get('split')} split: batch {config.get('batch_size')}, {workers} DataLoader "
              f"worker(s)" + (f" x {instances} instances" if instances > 1 else "")
              + f", {config.get('cpus')} CPUs ({config.get('created', '')})")
     measured_goals = [g for g in goals or () if g["status"] != "not measured" and "ratio" in g]
-    # One goal a line, each wrapped: the goals joined on one line ran past both edges of the image.
     lines = [title] + [f"{g['row']} {GOAL_SHORT.get(g['goal'], g['goal'])}: {g['ratio']:.2f}x "
                        f"(goal {g['threshold']:.2g}x, {g['status']})" for g in measured_goals]
-    figure.suptitle("\n".join(textwrap.fill(line, TITLE_WIDTH) for line in lines), fontsize=10)
-    return figure
+    return "\n".join(textwrap.fill(line, TITLE_WIDTH) for line in lines)
