@@ -1,11 +1,11 @@
-"""Tar tools over shards (WebDataset's tarshow / tarcat / tarsplit / tar2tsv), aware of this harness's indexes.
+"""tar_tools.py's work: tar tools over shards (WebDataset's tarshow / tarcat / tarsplit / tar2tsv), aware of this harness's indexes.
 
-    python -m datasets.tar_tools show  SHARD|- [--start N] [--count M]          members and sizes per sample
-    python -m datasets.tar_tools tsv   SHARD... [--fields __key__,cls,jpg.size,json.source]   to stdout
-    python -m datasets.tar_tools cat     INPUT... --out DIR|- [--split S] [--samples-per-shard N] [--max-shard-bytes B]
-    python -m datasets.tar_tools split   INPUT... --out DIR (--samples-per-shard N | --max-shard-bytes B)
-    python -m datasets.tar_tools sort    INPUT... --out DIR [limits]              by key
-    python -m datasets.tar_tools shuffle INPUT... --out DIR --seed S [limits]     a seeded permutation
+    python tar_tools.py show  SHARD|- [--start N] [--count M]          members and sizes per sample
+    python tar_tools.py tsv   SHARD... [--fields __key__,cls,jpg.size,json.source]   to stdout
+    python tar_tools.py cat     INPUT... --out DIR|- [--split S] [--samples-per-shard N] [--max-shard-bytes B]
+    python tar_tools.py split   INPUT... --out DIR (--samples-per-shard N | --max-shard-bytes B)
+    python tar_tools.py sort    INPUT... --out DIR [limits]              by key
+    python tar_tools.py shuffle INPUT... --out DIR --seed S [limits]     a seeded permutation
 
 INPUT: shard files or URLs (http(s)://, s3://; brace patterns), a converted dataset folder (its `--split`
 shards), or `-` (one tar on stdin). Shards of a converted dataset are known from its sample index (no
@@ -24,7 +24,6 @@ Exit codes: 0 done, 1 a data problem (one line naming the file and the problem),
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -36,7 +35,6 @@ from typing import Optional
 
 import crc32c
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
 from datasets.formats import FORMATS, ShardDataError, format_for_location, get_format
 from datasets.formats.tar import TarShardWriter, iter_tar_samples
 from datasets.index import (DatasetError, METADATA_FILE, ShardRecord, parse_metadata, parse_sample_index,
@@ -373,43 +371,6 @@ def tsv(locations, fields, out) -> int:
 # ---------------------------------------------------------------- the command line
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m datasets.tar_tools", description=__doc__.split("\n\n")[0],
-                                     epilog="Exit codes: 0 done, 1 data problem, 2 usage error.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    show_parser = commands.add_parser("show", help="members and sizes of a shard's samples")
-    show_parser.add_argument("shard", help="a shard (path, URL) or - for a tar on stdin")
-    show_parser.add_argument("--start", type=non_negative_int, default=0, help="first sample shown (0-based)")
-    show_parser.add_argument("--count", type=positive_int, default=None, help="samples shown (default: all)")
-    tsv_parser = commands.add_parser("tsv", help="tabulate fields of every sample (tar2tsv)")
-    tsv_parser.add_argument("shards", nargs="+", help="shards (paths, URLs, brace patterns) or -")
-    tsv_parser.add_argument("--fields", default=DEFAULT_FIELDS,
-                            help=f"comma-separated: __key__, __offset__, EXT, EXT.size, payload.size, json.FIELD "
-                                 f"(default {DEFAULT_FIELDS})")
-    for name, text in (("cat", "concatenate samples into new shards with a new index"),
-                       ("split", "re-shard to N samples or B bytes per shard"),
-                       ("sort", "rewrite the samples in key order"),
-                       ("shuffle", "rewrite the samples in a seeded random order")):
-        writer = commands.add_parser(name, help=text)
-        writer.add_argument("inputs", nargs="+", metavar="INPUT", help="shards, URLs, brace patterns, a converted "
-                            "dataset folder (its --split shards) or - (a tar on stdin)")
-        writer.add_argument("--out", required=True, help="output dataset folder, or - for one tar on stdout")
-        writer.add_argument("--split", default=None, help="the split read from dataset folders and written "
-                            "(default: the indexed inputs' split, else train)")
-        writer.add_argument("--samples-per-shard", type=positive_int, default=None, metavar="N")
-        writer.add_argument("--max-shard-bytes", type=positive_int, default=None, metavar="B")
-        writer.add_argument("--seed", type=int, default=None, help="shuffle: the permutation's seed (required)")
-    add_s3_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.command == "split" and not (args.samples_per_shard or args.max_shard_bytes):
-        parser.error("split needs --samples-per-shard or --max-shard-bytes")
-    if args.command == "shuffle" and args.seed is None:
-        parser.error("shuffle needs --seed (the same seed gives the same order)")
-    if getattr(args, "out", None) == STDIO and (args.samples_per_shard or args.max_shard_bytes):
-        parser.error("--out - writes one tar: no --samples-per-shard / --max-shard-bytes")
-    return args
-
-
 def run_writer(args) -> dict:
     inputs = load_inputs(args.inputs, args.split or "train")
     try:
@@ -427,9 +388,8 @@ def run_writer(args) -> dict:
         inputs.cleanup()
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    apply_s3_arguments(args)
+def run(args) -> int:
+    """Carry out a parsed command line (tar_tools.py's options); the exit code."""
     try:
         if args.command == "show":
             show(args.shard, args.start, args.count, sys.stdout)
@@ -451,7 +411,3 @@ def main(argv=None) -> int:
         print(str(error), file=sys.stderr)
         return EXIT_DATA
     return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

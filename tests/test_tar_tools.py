@@ -1,4 +1,4 @@
-"""python -m datasets.tar_tools: show, tsv, cat, split, sort, shuffle; their output validates and loads."""
+"""tar_tools.py: show, tsv, cat, split, sort, shuffle; their output validates and loads."""
 
 import io
 import subprocess
@@ -16,7 +16,7 @@ TRAIN = SAMPLE_SIZE["classes"] * SAMPLE_SIZE["train_per_class"]
 
 
 def tools(*args, stdin=None):
-    command = [sys.executable, "-m", "datasets.tar_tools", *map(str, args)]
+    command = [sys.executable, str(REPO / "tar_tools.py"), *map(str, args)]
     return subprocess.run(command, capture_output=True, input=stdin, cwd=REPO)
 
 

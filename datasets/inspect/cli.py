@@ -1,4 +1,4 @@
-"""inspect_dataset.py: what a dataset holds, a contact sheet of it, and one sample's exact bytes.
+"""inspect_dataset.py's work: what a dataset holds, a contact sheet of it, and one sample's exact bytes.
 
     python inspect_dataset.py PATH [--split S] [--sample N] [--seed S] [--json]
     python inspect_dataset.py PATH --png FILE [--count N] [--as-trained] [--synsets FILE]
@@ -14,12 +14,10 @@ error (bad option, no such path).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, positive_int, non_negative_int
 from datasets.index import DatasetError, payload_problem
 from datasets.inspect import reading, statistics
 from datasets.layout import SPLITS
@@ -28,42 +26,8 @@ from datasets.storage import StorageUnavailable, is_url
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 
 
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="inspect_dataset.py", description=__doc__.split("\n\n")[0],
-                                     epilog="Exit codes: 0 shown, 1 data problem, 2 usage error.")
-    parser.add_argument("path", metavar="PATH", help="dataset folder, shard file, http(s):// or s3:// URL")
-    parser.add_argument("--split", choices=SPLITS, help="only this split (default: every split there is; "
-                        "the contact sheet shows train when there is one)")
-    parser.add_argument("--sample", type=non_negative_int, default=200, metavar="N",
-                        help="samples read per split (seeded) for the resolution and quirk figures (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="draws the sampled and the shown samples (default 0)")
-    parser.add_argument("--png", metavar="FILE", help="write a contact sheet (tiles + histograms) to FILE")
-    parser.add_argument("--count", type=positive_int, default=32, metavar="N", help="tiles on the sheet (default 32)")
-    parser.add_argument("--as-trained", action="store_true",
-                        help="tiles show what the split's loader pipeline makes (train: the random crops), "
-                             "not the stored images")
-    parser.add_argument("--synsets", metavar="FILE", help='"<wnid> <words>" lines (default: synsets.txt, '
-                        "LOC_synset_mapping.txt or synset_words.txt in or beside PATH)")
-    parser.add_argument("--key", metavar="KEY", help="show one sample's metadata; with --out, write its stored bytes")
-    parser.add_argument("--out", metavar="FILE", help="with --key: write the stored payload bytes here ('-': stdout)")
-    parser.add_argument("--label-offset", type=int, choices=(0, 1), default=None,
-                        help="TFRecords without metadata: stored label - offset = class index (TF-slim: 1); "
-                             "default: detected, as the loader does")
-    parser.add_argument("--json", action="store_true", help="print everything as JSON instead of text")
-    add_s3_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.out and not args.key:
-        parser.error("--out needs --key")
-    if args.key and (args.png or args.as_trained):
-        parser.error("--key shows one sample; --png/--as-trained make a contact sheet: one or the other")
-    if args.as_trained and not args.png:
-        parser.error("--as-trained needs --png")
-    return args
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    apply_s3_arguments(args)
+def run(args) -> int:
+    """Carry out a parsed command line (inspect_dataset.py's options); the exit code."""
     if not is_url(args.path) and "{" not in args.path and not Path(args.path).exists():
         print(f"{args.path}: no such file or directory", file=sys.stderr)
         return EXIT_USAGE
