@@ -74,8 +74,10 @@ def write_sheet(opened, view, split_report, args) -> str:
     from datasets.inspect.sheet import contact_sheet
 
     shown = list(reading.read_rows(view, reading.pick_rows(view, args.count, args.seed)))
-    figure = contact_sheet(view, shown, opened.synsets, split_report, split_report["sample"], args.as_trained,
-                           args.seed)
+    # --sample 0: the tiles' own resolutions, so the resolution panel is never empty
+    sample_stats = split_report["sample"] if split_report["sample"]["sampled"] else \
+        statistics.sample_statistics(view, shown)
+    figure = contact_sheet(view, shown, opened.synsets, split_report, sample_stats, args.as_trained, args.seed)
     try:
         with atomic_open(args.png, "wb") as handle:
             figure.savefig(handle, format="png")

@@ -147,5 +147,8 @@ def _histograms(subfigure, view, index_stats, sample_stats):
     resolution_axis.set_xlabel("width, px")
     resolution_axis.set_ylabel("height, px")
     resolution_axis.set_title(f"stored resolution, {len(resolutions)} sampled", fontsize=9)
+    from matplotlib.ticker import MaxNLocator
+
+    class_axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # class indexes, not 2.5
     for axis in (class_axis, size_axis, resolution_axis):
         axis.tick_params(labelsize=8)
