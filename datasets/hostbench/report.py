@@ -189,7 +189,8 @@ GOAL_SHORT = {"jpeg_vs_bare": "vs bare per worker",
               "tensor_vs_stock_npy": "vs stock .npy per core",
               "jpeg_crop_decode_vs_bare": "crop decode vs bare",
               "img_verify_cost": "verify on vs off",
-              "tensor_verify_cost": "verify on vs off"}
+              "tensor_verify_cost": "verify on vs off",
+              "jpeg_user_transform_fused": "user RRC+flip fused per core"}
 PLOT_DPI = 110
 TITLE_WIDTH = 120  # characters a title line holds on the 14-inch-wide figure at fontsize 10 (with margin)
 KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
