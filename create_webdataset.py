@@ -2,6 +2,7 @@
 
     python create_webdataset.py --source SRC --target OUT [--format img|tensor|...] [--seed N] ...
     python create_webdataset.py --source SRC --target s3://BUCKET/PREFIX [--staging DIR] [--s3-endpoint URL] ...
+    python create_webdataset.py --source CONVERTED --target OUT --format tensor   (derived: keys, labels, splits kept)
 
 With an s3:// target the dataset is written to a local staging folder (--staging, else a temporary
 one deleted after a successful upload), each shard is uploaded as soon as it is published, and
@@ -31,9 +32,15 @@ from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between,
 from datasets.index import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.convert.imagenet_source import LAYOUTS
+from datasets.storage import is_url
 
 
 TENSOR_STEPS = get_format("tensor").default_steps
+
+
+def _source(text: str):
+    """--source: a URL (a converted dataset on http(s) or s3) stays text; anything else is a path."""
+    return text if is_url(text) else Path(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,9 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "ILSVRC2012_img_train.tar / ILSVRC2012_img_val.tar archives) into WebDataset shards "
                     "<split>-NNNNNN.tar with a per-sample index and metadata.json, reproducibly and resumably.")
     io_group = parser.add_argument_group("input and output")
-    io_group.add_argument("--source", required=True, type=Path,
+    io_group.add_argument("--source", required=True, type=_source,
                           help="ImageNet folder: train/ and validation/ (or val/) class folders, or the archives "
-                               "with ILSVRC2012_validation_ground_truth.txt and synsets.txt")
+                               "with ILSVRC2012_validation_ground_truth.txt and synsets.txt; or a converted "
+                               "dataset (folder, http(s)://, s3://) to derive another format or resolution from")
     io_group.add_argument("--source-layout", choices=LAYOUTS, default="auto",
                           help="which layout of --source to read; auto: the folders when present, else the archives")
     io_group.add_argument("--target", required=True,
@@ -108,6 +116,7 @@ def main(argv=None) -> int:
     except LauncherError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    apply_s3_arguments(args)  # for an s3:// --source (a converted dataset) as for an s3:// --target
     remote = None
     if args.target.startswith("s3://"):
         if instance.count > 1:

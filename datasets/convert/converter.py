@@ -127,7 +127,8 @@ from datasets.index import (
 )
 from datasets.launcher import Instance
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
-from datasets.convert.imagenet_source import ImageNetSourceError, open_source
+from datasets.convert.dataset_source import open_any_source
+from datasets.convert.imagenet_source import ImageNetSourceError
 from datasets.validate.raw_checksum import folder_checksum
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR
 from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
@@ -474,6 +475,7 @@ class Plan:
     layout: str
     splits: dict  # split -> SplitConversion
     fingerprint: str = ""
+    provenance: dict = field(default_factory=dict)  # written to metadata.json as it is (a parent dataset)
 
 
 def steps_for(options: ConvertOptions, split: str):
@@ -502,7 +504,7 @@ def make_plan(options: ConvertOptions, source, seed: int) -> Plan:
         "splits": list(options.splits), "steps": {split: list(p.steps) for split, p in split_plans.items()},
         "source_layout": source.layout,
     }
-    plan = Plan(recorded, list(source.classes), source.layout, split_plans)
+    plan = Plan(recorded, list(source.classes), source.layout, split_plans, provenance=source.provenance)
     plan.fingerprint = plan_fingerprint(plan)
     return plan
 
@@ -898,6 +900,7 @@ def build_metadata(plan: Plan, split_entries: dict) -> dict:
         "source_layout": o["source_layout"],
         "exif_orientation": "recorded in each sample's json, not applied (as PIL and torchvision's ImageFolder)",
         "plan_fingerprint": plan.fingerprint,
+        **plan.provenance,
         CONVERT_STATE_REMOVED: True,
         "splits": split_entries,
     }
@@ -983,8 +986,8 @@ def convert(options: ConvertOptions) -> Summary:
     check_target(options)
     seed = choose_seed(options)
     try:
-        source = open_source(options.source, options.splits, options.source_layout,
-                             sizes=options.max_shard_bytes is not None)
+        source = open_any_source(options.source, options.splits, options.source_layout,
+                                 sizes=options.max_shard_bytes is not None)
     except ImageNetSourceError as error:
         raise (UsageError if error.usage else ConversionError)(str(error)) from None
     plan = make_plan(options, source, seed)

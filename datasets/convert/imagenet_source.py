@@ -138,9 +138,10 @@ class SourceSplit:
 @dataclass
 class ImageNetSource:
     root: Path
-    layout: str  # "folder" | "archive"
+    layout: str  # "folder" | "archive" | "dataset" (a converted dataset: datasets.convert.dataset_source)
     classes: list  # class index -> class name
     splits: dict  # split name -> SourceSplit
+    provenance: dict = field(default_factory=dict)  # metadata.json fields about the source (a parent dataset)
 
 
 def make_key(name: str) -> str:

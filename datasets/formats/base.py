@@ -148,6 +148,11 @@ class ShardFormat:
         verify_crc=False skips the format's own record checksums, if it has any."""
         raise NotImplementedError
 
+    def read_sample(self, location: str, record, label_offset: int = 0) -> dict:
+        """One local sample's dict (as `iter_samples` gives it) looked up by its record, for formats whose
+        records are not byte ranges (`records_are_byte_ranges` False; the others are read by range)."""
+        raise NotImplementedError
+
     def read_payloads(self, run) -> Optional[Iterator[tuple]]:
         """A local run's (record, extension, payload view, None | reason) straight from the index, or
         None when this format has no such fast path (then iter_samples is used)."""

@@ -407,6 +407,11 @@ class LMDBFormat(ShardFormat):
                        "cls": str(fields["label"]).encode(), "json": fields["info"]}
             offset += len(value)
 
+    def read_sample(self, location, record, label_offset=0):
+        fields = decode_value(self.read_record(location, record), location)
+        return {"__key__": fields["key"], "__offset__": record.record_offset, fields["ext"]: fields["payload"],
+                "cls": str(fields["label"]).encode(), "json": fields["info"]}
+
     def read_payloads(self, run):
         return read_run_payloads(run)
 

@@ -1,0 +1,140 @@
+"""A converted dataset as a conversion source: another format or resolution without the original images.
+
+    python create_webdataset.py --source /data/imagenet-img --target /data/imagenet-tensor --format tensor
+    python create_webdataset.py --source s3://bucket/imagenet-img --target /data/img-160 --format img \\
+        --train-preprocess-steps "Resize(160)"
+
+`open_any_source` is the converter's one entry point for listing a source: a folder holding
+metadata.json, or any http(s)://, s3:// location (the ImageNet layouts are local folders), is read
+here; everything else by datasets.convert.imagenet_source. The listing is the parent's sample index
+(never its shards): per split, every sample's key, label, class and bounding box, and where its
+JPEG lies. Each worker then reads a payload by its byte range (one pread or ranged GET), checks it
+against the CRC32C the index records, and the converter treats it as any source image: an RGB JPEG
+with no steps passes through byte for byte, anything else is decoded and encoded as the target asks.
+So keys, labels, boxes and the split membership are the parent's, and --seed, --resume, --workers
+and several instances behave as for a conversion from the original folders.
+
+Parents: every format whose payload is a JPEG (img, tfrecord, lmdb; LMDB shards read locally). A
+`tensor` parent is refused: its payloads are decoded arrays (derive from the img dataset). The
+metadata.json written records `derived_from`: the parent's location, format, metadata.json sha256,
+reference checksum and plan fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from datasets.convert.imagenet_source import (ImageNetSource, ImageNetSourceError, SourceSample, SourceSplit,
+                                              open_source)
+from datasets.fileio import sha256_bytes
+from datasets.formats import UnknownFormatError, get_format, payload_extension_of
+from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_bbox, parse_metadata, \
+    parse_sample_index, sample_index_name
+from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
+
+LAYOUT = "dataset"  # metadata.json's source_layout of a derived dataset
+
+
+def is_dataset_source(location) -> bool:
+    """Whether `--source` names a converted dataset (a folder with metadata.json, or a URL)."""
+    text = str(location)
+    return is_url(text) or (Path(text) / METADATA_FILE).is_file()
+
+
+def open_any_source(location, splits, layout="auto", sizes=False) -> ImageNetSource:
+    """The converter's listing of `--source`: a converted dataset here, ImageNet's layouts in imagenet_source."""
+    if is_dataset_source(location):
+        return open_dataset_source(str(location), splits)
+    return open_source(location, splits, layout, sizes=sizes)
+
+
+_payload_fds = {}  # local shard path -> fd, per process: a worker reads many payloads from one shard
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetBytes:
+    """One parent sample's payload: `record` (a SampleRecord) of the shard at `location`."""
+
+    location: str
+    record: tuple
+    format_name: str
+
+    def read(self) -> bytes:
+        record, fmt = self.record, get_format(self.format_name)
+        if not fmt.records_are_byte_ranges:  # e.g. LMDB: the value looked up by key
+            try:
+                sample = fmt.read_sample(self.location, record)
+            except DatasetError as error:
+                raise OSError(str(error)) from None
+            data = bytes(sample[fmt.payload_extension])
+        elif is_url(self.location):
+            with open_byte_range(self.location, record.payload_offset,
+                                 record.payload_offset + record.payload_size) as stream:
+                data = stream.read(record.payload_size)
+        else:
+            fd = _payload_fds.get(self.location)
+            if fd is None:
+                fd = _payload_fds[self.location] = os.open(self.location, os.O_RDONLY)
+            data = os.pread(fd, record.payload_size, record.payload_offset)
+        if len(data) != record.payload_size:
+            raise OSError(f"{self.location}: truncated: sample {record.key!r} needs {record.payload_size} bytes "
+                          f"at byte {record.payload_offset}, {len(data)} read")
+        if record.payload_crc32c is not None and crc32c.crc32c(data) != record.payload_crc32c:
+            raise OSError(f"{self.location}: sample {record.key!r}: payload CRC32C differs from the sample index")
+        return data
+
+
+def open_dataset_source(base: str, splits) -> ImageNetSource:
+    """List the parent's samples of `splits` from its sample indexes. Raises ImageNetSourceError."""
+    metadata_location = join_location(base, METADATA_FILE)
+    try:
+        data = read_bytes(metadata_location)
+        metadata = parse_metadata(data, metadata_location)
+        fmt = get_format(metadata["format"])
+    except FileNotFoundError:
+        raise ImageNetSourceError(f"--source {base}: not a converted dataset ({METADATA_FILE} is missing)",
+                                  usage=True) from None
+    except ReferenceMetadataError as error:
+        raise ImageNetSourceError(f"{error}; then derive from it", usage=True) from None
+    except (DatasetError, UnknownFormatError, OSError, ShardReadError) as error:
+        raise ImageNetSourceError(f"--source {base}: {error}") from None
+    except StorageUnavailable as error:
+        raise ImageNetSourceError(f"--source {base}: {error}") from None
+    if not fmt.stores_jpeg or payload_extension_of(metadata) != "jpg":
+        raise ImageNetSourceError(f"--source {base}: a {metadata['format']} dataset stores decoded arrays, not "
+                                  f"images; derive from the dataset it was made from (img, tfrecord or lmdb)",
+                                  usage=True)
+    classes = list(metadata["classes"])
+    listed = {}
+    for split in splits:
+        if split not in metadata["splits"]:
+            raise ImageNetSourceError(f"{metadata_location}: no split {split!r} (it has "
+                                      f"{', '.join(metadata['splits'])}); choose with --splits", usage=True)
+        listed[split] = SourceSplit(split, _split_samples(base, metadata, split, fmt, classes))
+    provenance = {"derived_from": {"source": base, "format": metadata["format"], "metadata_sha256": sha256_bytes(data),
+                                   "checksum": metadata.get("checksum"),
+                                   "plan_fingerprint": metadata.get("plan_fingerprint")}}
+    return ImageNetSource(base, LAYOUT, classes, listed, provenance=provenance)
+
+
+def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list) -> list:
+    name = (metadata["splits"][split].get("index") or {}).get("name", sample_index_name(split))
+    location = join_location(base, name)
+    try:
+        records = parse_sample_index(read_bytes(location), location)
+    except (DatasetError, OSError, ShardReadError, StorageUnavailable) as error:
+        raise ImageNetSourceError(f"{location}: {error}") from None
+    samples = []
+    for record in records:
+        if not 0 <= record.label < len(classes):
+            raise ImageNetSourceError(f"{location}: sample {record.key!r} has label {record.label}, outside the "
+                                      f"{len(classes)} classes of {METADATA_FILE}")
+        where = DatasetBytes(join_location(base, record.shard), record, fmt.name)
+        samples.append(SourceSample(record.key, record.label, classes[record.label], f"{record.shard}:{record.key}.jpg",
+                                    where, record.payload_size, parse_bbox(record.bbox)))
+    samples.sort(key=lambda s: (s.label, s.source))  # the canonical order a listing has (class, then source)
+    return samples
