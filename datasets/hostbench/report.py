@@ -186,7 +186,7 @@ def sanitize_nan(obj):
 GOAL_SHORT = {"jpeg_vs_bare": "vs bare per worker",
               "jpeg_vs_imagefolder": "vs ImageFolder",
               "tensor_vs_stock_npy": "vs stock .npy per core"}
-KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
+KIND_COLOURS = {"ceiling": "#2e7d32", "floor": "#66bb6a", "baseline": "#9e9e9e"}
 NORMALIZATION_COLOURS = {"host": "#1f77b4", "device": "#ff7f0e"}
 
 
