@@ -210,6 +210,30 @@ static void vertical_row(const uint8_t *rows, size_t stride, const int32_t *k, i
     }
 }
 
+#ifdef __SSE2__
+/* 16 RGBX pixels into 16 R, 16 G and 16 B bytes: three rounds of byte interleaving. */
+static inline void deinterleave16(const uint8_t *src, __m128i plane[3]) {
+    __m128i a0 = _mm_loadu_si128((const __m128i *)src), a1 = _mm_loadu_si128((const __m128i *)(src + 16));
+    __m128i a2 = _mm_loadu_si128((const __m128i *)(src + 32)), a3 = _mm_loadu_si128((const __m128i *)(src + 48));
+    __m128i t0 = _mm_unpacklo_epi8(a0, a1), t1 = _mm_unpackhi_epi8(a0, a1); /* r0 r4 g0 g4 ... */
+    __m128i t2 = _mm_unpacklo_epi8(a2, a3), t3 = _mm_unpackhi_epi8(a2, a3);
+    __m128i u0 = _mm_unpacklo_epi8(t0, t1), u1 = _mm_unpackhi_epi8(t0, t1); /* r0 r2 r4 r6 g0 ... */
+    __m128i u2 = _mm_unpacklo_epi8(t2, t3), u3 = _mm_unpackhi_epi8(t2, t3);
+    __m128i v0 = _mm_unpacklo_epi8(u0, u1), v1 = _mm_unpackhi_epi8(u0, u1); /* r0..r7 g0..g7, b0..b7 x0..x7 */
+    __m128i v2 = _mm_unpacklo_epi8(u2, u3), v3 = _mm_unpackhi_epi8(u2, u3);
+    plane[0] = _mm_unpacklo_epi64(v0, v2);
+    plane[1] = _mm_unpackhi_epi64(v0, v2);
+    plane[2] = _mm_unpacklo_epi64(v1, v3);
+}
+
+/* The 16 bytes in reverse order (SSE2 has no byte shuffle: bytes in words, words, then halves). */
+static inline __m128i reverse16(__m128i v) {
+    v = _mm_or_si128(_mm_slli_epi16(v, 8), _mm_srli_epi16(v, 8));
+    v = _mm_shufflehi_epi16(_mm_shufflelo_epi16(v, 0x1B), 0x1B);
+    return _mm_shuffle_epi32(v, 0x4E);
+}
+#endif
+
 /* The three colour channels of an RGBX row into the window's row yy; the two layouts batches use
  * (HWC, and the HWC view of a CHW slot) get loops the compiler can unroll. */
 static void copy_row(const struct resample_out *out, int yy, const uint8_t *src) {
@@ -222,15 +246,29 @@ static void copy_row(const struct resample_out *out, int yy, const uint8_t *src)
             pixel[1] = src[4 * xx + 1];
             pixel[2] = src[4 * xx + 2];
         }
-    } else if (out->column == 1) {
+    } else if (out->column == 1) { /* CHW */
+        xx = 0;
+#ifdef __SSE2__
+        for (; xx + 16 <= w; xx += 16) {
+            __m128i plane[3];
+            deinterleave16(src + 4 * xx, plane);
+            for (c = 0; c < 3; c++) {
+                if (out->flip)
+                    _mm_storeu_si128((__m128i *)(row + c * out->channel + w - 16 - xx), reverse16(plane[c]));
+                else
+                    _mm_storeu_si128((__m128i *)(row + c * out->channel + xx), plane[c]);
+            }
+        }
+#endif
         for (c = 0; c < 3; c++) {
             uint8_t *plane = row + c * out->channel;
+            int x;
             if (out->flip)
-                for (xx = 0; xx < w; xx++)
-                    plane[w - 1 - xx] = src[4 * xx + c];
+                for (x = xx; x < w; x++)
+                    plane[w - 1 - x] = src[4 * x + c];
             else
-                for (xx = 0; xx < w; xx++)
-                    plane[xx] = src[4 * xx + c];
+                for (x = xx; x < w; x++)
+                    plane[x] = src[4 * x + c];
         }
     } else {
         for (xx = 0; xx < w; xx++) {
