@@ -224,7 +224,8 @@ def test_goals_met_not_met_and_not_measured():
                 row("folder/device-pil", images_per_cpu_s=600.0, images_per_s=600.0)]
     for split in ("train", "validation"):
         goals = {g["goal"]: g for g in evaluate_goals(results, split)}
-        assert goals["jpeg_loader_vs_floor"]["status"] == "met" and goals["jpeg_loader_vs_floor"]["ratio"] == pytest.approx(0.95)
+        floor_goal = goals["jpeg_loader_vs_floor"]
+        assert floor_goal["status"] == "met" and floor_goal["ratio"] == pytest.approx(0.95)
     assert goals["jpeg_validation_fused_vs_pil"]["reference"] == "folder/device-pil"
     assert goals["jpeg_validation_fused_vs_pil"]["status"] == "met"  # 950 / 600 >= 1.4
     results[-1]["images_per_cpu_s"] = 700.0
@@ -258,7 +259,8 @@ def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_for
     assert [row.id for row in plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"))] == [
         "bare_decode_augment", "floor", "floor-pil", "baseline_imagefolder", "folder/host", "folder/device",
         "folder/device-pil"]
-    pil_only = plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"), loader_options={"jpeg_decode": "pil"})
+    pil_only = plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"),
+                         loader_options={"jpeg_decode": "pil"})
     assert [row.id for row in pil_only][:3] == ["bare_decode_augment", "floor", "baseline_imagefolder"]
 
 

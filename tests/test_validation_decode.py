@@ -184,8 +184,12 @@ def test_the_loader_takes_the_fused_path_with_the_same_pixels(converted, sample_
         source = converted(fmt)
     fused_calls = []
     original = ImagePipeline._center_crop_decoded
-    monkeypatch.setattr(ImagePipeline, "_center_crop_decoded",
-                        lambda self, payload, slot: fused_calls.append(original(self, payload, slot)) or fused_calls[-1])
+
+    def counted(self, payload, slot):
+        fused_calls.append(original(self, payload, slot))
+        return fused_calls[-1]
+
+    monkeypatch.setattr(ImagePipeline, "_center_crop_decoded", counted)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the reference dataset's "made by the reference harness" note
         for options in ({}, {"image_size": 64}):
