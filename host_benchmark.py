@@ -122,7 +122,8 @@ def build_parser():
     loading.add_argument("--image-size", type=positive_int, default=224, metavar="PX",
                          help="output side of every pipeline (default 224; validation resizes to 256/224 of it "
                               "first). JPEGs are decoded only where the crop (train) or center crop (validation) "
-                              "needs pixels when native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes whole images")
+                              "needs pixels when native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes "
+                              "whole images")
 
     cache = parser.add_argument_group("node-local shard cache (datasets/shard_cache/)")
     cache.add_argument("--cache-dir", metavar="DIR",

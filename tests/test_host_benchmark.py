@@ -290,10 +290,9 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
     assert by_id["baseline_imagefolder"]["batch_dtype"] == "float32"
     # MB/s counts the stored bytes per image: the tensor shards hold more per image than the JPEGs.
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
-    assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder",
-                                                          "tensor_vs_stock_npy", "img_verify_cost", "tensor_verify_cost",
-                                                          "jpeg_user_transform_fused", "jpeg_loader_vs_floor",
-                                                          "jpeg_validation_fused_vs_pil"]
+    assert [goal["goal"] for goal in report["goals"]] == [
+        "jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder", "tensor_vs_stock_npy", "img_verify_cost",
+        "tensor_verify_cost", "jpeg_user_transform_fused", "jpeg_loader_vs_floor", "jpeg_validation_fused_vs_pil"]
     assert by_id["img/device-strong-mix"]["batch_dtype"] == "uint8" and by_id["img/device-strong"]["decode"] == "crop"
     assert by_id["img/device-noverify"]["label"].endswith("verify off") and by_id["img/device-noverify"]["decode"] == "crop"
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"][:-1])
