@@ -121,8 +121,9 @@ def build_parser():
     loading.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and augmentation seed")
     loading.add_argument("--image-size", type=positive_int, default=224, metavar="PX",
                          help="output side of every pipeline (default 224; validation resizes to 256/224 of it "
-                              "first). Train JPEGs are decoded only where the crop needs pixels when "
-                              "native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes whole images")
+                              "first). JPEGs are decoded only where the crop (train) or center crop (validation) "
+                              "needs pixels when native/jpeg_crop is built; DATASETS_JPEG_DECODE=pil decodes "
+                              "whole images")
 
     cache = parser.add_argument_group("node-local shard cache (datasets/shard_cache/)")
     cache.add_argument("--cache-dir", metavar="DIR",

@@ -15,8 +15,9 @@ import pytest
 from conftest import PYTHON, REPO, run_script
 
 EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside the default crop decode;
-    # the -noverify rows: the device row without the per-sample CRC32C check (converted formats)
-    "bare_decode_augment",
+    # the -noverify rows: the device row without the per-sample CRC32C check (converted formats);
+    # the floor rows: the loader's image_into alone, per decode path
+    "bare_decode_augment", "floor", "floor-pil",
     "baseline_imagefolder", "folder/host", "folder/device", "folder/device-pil",
     "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
     "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix",  # user transforms (issue 21)
@@ -218,6 +219,20 @@ def test_goals_met_not_met_and_not_measured():
     goals = {g["goal"]: g for g in evaluate_goals(results, "train")}
     assert goals["jpeg_vs_bare"]["row"] == "folder/device" and goals["jpeg_vs_bare"]["status"] == "met"
     assert {g["status"] for g in evaluate_goals(results, "validation")[:2]} == {"not measured"}
+    # Issue 23: the loader against its floor (any split), validation's fused decode against its -pil row.
+    results += [row("floor", images_per_cpu_s=1000.0, images_per_s=1000.0),
+                row("folder/device-pil", images_per_cpu_s=600.0, images_per_s=600.0)]
+    for split in ("train", "validation"):
+        goals = {g["goal"]: g for g in evaluate_goals(results, split)}
+        floor_goal = goals["jpeg_loader_vs_floor"]
+        assert floor_goal["status"] == "met" and floor_goal["ratio"] == pytest.approx(0.95)
+    assert goals["jpeg_validation_fused_vs_pil"]["reference"] == "folder/device-pil"
+    assert goals["jpeg_validation_fused_vs_pil"]["status"] == "met"  # 950 / 600 >= 1.4
+    results[-1]["images_per_cpu_s"] = 700.0
+    assert {g["goal"]: g for g in evaluate_goals(results, "validation")}["jpeg_validation_fused_vs_pil"][
+        "status"] == "not met"
+    assert {g["goal"]: g for g in evaluate_goals(results, "train")}["jpeg_validation_fused_vs_pil"][
+        "status"] == "not measured"
 
 
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
@@ -234,12 +249,19 @@ def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_for
     sources = discover_sources(tmp_path)
     assert [(s.format, s.name, s.path.name) for s in sources] == [("folder", "folder", "a"), ("folder", "folder@b", "b")]
     rows = plan_rows(sources, "train", 4, 0, Instance(0, 1, "single"))
-    assert [row.id for row in rows] == ["bare_decode_augment", "baseline_imagefolder", "folder/host", "folder/device",
-                                        "folder/device-pil", "folder@b/host", "folder@b/device", "folder@b/device-pil"]
+    assert [row.id for row in rows] == ["bare_decode_augment", "floor", "floor-pil", "baseline_imagefolder",
+                                        "folder/host", "folder/device", "folder/device-pil", "folder@b/host",
+                                        "folder@b/device", "folder@b/device-pil"]
     assert rows[-2].label == "folder (b), device normalisation, crop decode"
     assert [row.decode for row in rows[-3:]] == ["crop", "crop", "pil"]
+    assert [(row.kind, row.decode) for row in rows[1:3]] == [("floor", "crop"), ("floor", "pil")]
+    # Validation decodes the center crop's region too: the same rows.
     assert [row.id for row in plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"))] == [
-        "bare_decode_augment", "baseline_imagefolder", "folder/host", "folder/device"]
+        "bare_decode_augment", "floor", "floor-pil", "baseline_imagefolder", "folder/host", "folder/device",
+        "folder/device-pil"]
+    pil_only = plan_rows(sources[:1], "validation", 4, 0, Instance(0, 1, "single"),
+                         loader_options={"jpeg_decode": "pil"})
+    assert [row.id for row in pil_only][:3] == ["bare_decode_augment", "floor", "baseline_imagefolder"]
 
 
 # ---------------------------------------------------------------- the CLI, end to end
@@ -256,7 +278,7 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
         assert "error" not in row, row
         assert row["batches"] == 2 and row["images"] == 8, row["id"]
         assert row["images_per_s"] > 0 and row["cpu_seconds"] > 0 and row["latency_ms_p99"] >= row["latency_ms_p50"]
-        if row["kind"] != "ceiling":
+        if row["kind"] not in ("ceiling", "floor"):
             assert row["processes_counted"] >= 2, f"{row['id']}: the DataLoader worker was not counted"
             # (its CPU share may round to 0 here: 2 tiny batches, possibly prefetched during the warm-up)
             assert row["worker_cpu_ms_per_image"] >= 0, row["id"]
@@ -268,12 +290,14 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
     assert by_id["baseline_imagefolder"]["batch_dtype"] == "float32"
     # MB/s counts the stored bytes per image: the tensor shards hold more per image than the JPEGs.
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
-    assert [goal["goal"] for goal in report["goals"]] == ["jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder",
-                                                          "tensor_vs_stock_npy", "img_verify_cost", "tensor_verify_cost",
-                                                          "jpeg_user_transform_fused"]
+    assert [goal["goal"] for goal in report["goals"]] == [
+        "jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder", "tensor_vs_stock_npy", "img_verify_cost",
+        "tensor_verify_cost", "jpeg_user_transform_fused", "jpeg_loader_vs_floor", "jpeg_validation_fused_vs_pil"]
     assert by_id["img/device-strong-mix"]["batch_dtype"] == "uint8" and by_id["img/device-strong"]["decode"] == "crop"
     assert by_id["img/device-noverify"]["label"].endswith("verify off") and by_id["img/device-noverify"]["decode"] == "crop"
-    assert all(goal["status"] in ("met", "not met") for goal in report["goals"])
+    assert all(goal["status"] in ("met", "not met") for goal in report["goals"][:-1])
+    assert report["goals"][-1]["status"] == "not measured"  # validation only
+    assert by_id["floor"]["batch_shape"] == "4x3x224x224" and by_id["floor"]["batch_dtype"] == "uint8"
     assert report["config"]["formats"] == ["folder", "img", "tensor"]
     data = out_png.read_bytes()
     assert data.startswith(PNG_MAGIC)

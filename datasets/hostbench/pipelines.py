@@ -5,6 +5,11 @@ Each builder returns an iterable of `(images, labels)` batches for `benchmark.me
 ceiling         bare decode + augment of the same JPEGs in this process, no loader: PIL
                 open + decode + RandomResizedCrop + flip to a uint8 array (validation:
                 Resize + CenterCrop). The upper bound per process for any JPEG format.
+floors          the loader's own per-sample work on the same JPEGs in this process, no loader:
+                `ImagePipeline.image_into` (native decode + resize + flip for train, decode +
+                resize for validation, or the PIL path for "pil") straight into a uint8 NCHW
+                batch, in a tight loop. A loader row over its floor is the loader's own
+                overhead: reading, index, CRC32C, batching, IPC.
 baselines       torchvision ImageFolder + DataLoader and the stock webdataset pipelines
                 (`decode("pil")` for JPEG shards, `decode()` for .npy shards), with
                 torchvision's standard ImageNet transforms (RandomResizedCrop, flip, ToTensor,
@@ -87,6 +92,43 @@ def bare_decode_augment(paths_and_labels, split: str, batch_size: int, seed: int
                     images.append(np.asarray(augment(image.convert("RGB"))))
                 labels.append(label)
             yield images, labels
+
+    return batches()
+
+
+def floor_batches(paths_and_labels, split: str, batch_size: int, seed: int = 0, size: int = IMAGE_SIZE,
+                  resize: int = RESIZE_SIZE, decode: str | None = None):
+    """Endless (uint8 NCHW images, labels) batches of `ImagePipeline.image_into` on in-memory JPEG bytes.
+
+    The loader's per-sample work and nothing else: the bytes are read once up front (at most
+    BARE_PRELOAD_LIMIT images, cycled), one batch tensor is reused, no worker, no index, no
+    checksum. `decode`: the JPEG decode path ("crop" or "pil"; None: the loader's default).
+    """
+    import random
+
+    import torch
+
+    from datasets.loader.pipeline import ImagePipeline
+
+    if not paths_and_labels:
+        raise BenchmarkError("no images for the floor loop")
+    pipeline, _ = ImagePipeline.build(split == "train", size, resize, decode_path=decode)
+    chosen = np.random.default_rng(seed).permutation(len(paths_and_labels))[:BARE_PRELOAD_LIMIT]
+    held = [(Path(paths_and_labels[i][0]).read_bytes(), paths_and_labels[i][1]) for i in chosen]
+    rng = random.Random(seed)
+    images = torch.empty((batch_size, 3, size, size), dtype=torch.uint8)
+    slots = images.numpy().transpose(0, 2, 3, 1)  # HWC views of the CHW slots, as the loader's batches
+
+    def batches():
+        position = 0
+        while True:
+            labels = []
+            for slot in slots:
+                data, label = held[position % len(held)]
+                position += 1
+                pipeline.image_into(data, slot, rng)
+                labels.append(label)
+            yield images, torch.tensor(labels)
 
     return batches()
 

@@ -190,10 +190,12 @@ GOAL_SHORT = {"jpeg_vs_bare": "vs bare per worker",
               "jpeg_crop_decode_vs_bare": "crop decode vs bare",
               "img_verify_cost": "verify on vs off",
               "tensor_verify_cost": "verify on vs off",
-              "jpeg_user_transform_fused": "user RRC+flip fused per core"}
+              "jpeg_user_transform_fused": "user RRC+flip fused per core",
+              "jpeg_loader_vs_floor": "loader vs floor",
+              "jpeg_validation_fused_vs_pil": "fused vs PIL validation"}
 PLOT_DPI = 110
 TITLE_WIDTH = 120  # characters a title line holds on the 14-inch-wide figure at fontsize 10 (with margin)
-KIND_COLOURS = {"ceiling": "#2e7d32", "baseline": "#9e9e9e"}
+KIND_COLOURS = {"ceiling": "#2e7d32", "floor": "#66bb6a", "baseline": "#9e9e9e"}
 NORMALIZATION_COLOURS = {"host": "#1f77b4", "device": "#ff7f0e"}
 
 

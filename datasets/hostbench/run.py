@@ -261,7 +261,7 @@ def compare_formats(args, instance, collective) -> list:
 def print_compare_header(args, instance, sources, copies, rows) -> None:
     print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
           f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
-          f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, train JPEG "
+          f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, JPEG "
           f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
     for source in sources:
         print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "

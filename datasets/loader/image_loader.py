@@ -517,8 +517,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     adopted) from each sample's json "bbox", one extra member read a sample.
     label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
                     default: detected from the labels (a warning says which), an error if they cannot tell.
-    jpeg_decode     train JPEGs: "crop" (decode only the crop's region), "pil" (whole images); default:
-                    "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. Same pixels.
+    jpeg_decode     "crop" (decode only the JPEG region the train crop or center crop needs), "pil" (whole
+                    images); default "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil.
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
     cache_dir, cache_limit, cache_remote_paths, cache_prefetch: the node's shard cache, docs/shard-cache.md.

@@ -14,6 +14,14 @@ fully decoded image; only pixels that PIL reads have to be decoded (`resample_sp
 Decoding settings equal PIL's default JPEG decode (JDCT_ISLOW, fancy upsampling, the colour
 space libjpeg infers), so the decoded pixels are equal too, except in the outermost column and
 row of a cut (fancy upsampling replicates the edge there): `resample_span` leaves a margin.
+
+How it is resized (`Canvas.resize_into`): the native `resize_into` computes PIL's bilinear
+`resize(size, box=...)` of the canvas (pillow-simd 12's coefficients, fixed-point precision and
+integer sums, native/jpeg_crop/resample.h) but only a window of its output, written straight
+into the batch slot (any strides, mirrored for a flip). Validation's Resize + CenterCrop is one
+resize of the whole scaled image of which the center window is computed: the crop's pixels of
+the full resize, without resizing what the crop drops. tests/test_jpeg_crop.py compares both
+paths with PIL's whole outputs.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -56,7 +65,8 @@ def available() -> bool:
 
 
 def decode_path() -> str:
-    """The JPEG train decode path this process uses: "crop" (region decode) or "pil" (whole image)."""
+    """The JPEG decode path this process uses: "crop" (region decode: train crops, validation's center
+    crop) or "pil" (whole image)."""
     if _native is None or os.environ.get(FORCE_ENV, "").strip().lower() == PIL_FULL:
         return PIL_FULL
     return CROP
@@ -104,17 +114,39 @@ def _canvas(nbytes: int) -> np.ndarray:
     return buffer[:nbytes]
 
 
-def decode_region(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,
-                  canvas: Optional[np.ndarray] = None):
-    """Decode the region [x0, x1) x [y0, y1) of the image scaled by 1/`scale` (1, 2, 4 or 8).
+@dataclass(frozen=True)
+class Canvas:
+    """A region decoded into a canvas of the whole scaled image (RGBX, `width` x `height`): only
+    the pixels inside `written` = (xs, ys, xe, ye) are defined. Shares memory with a per-thread
+    buffer unless given one: use it before the next decode on this thread."""
 
-    Returns (image, written): `image` is an RGBX PIL image of the whole scaled size
-    (ceil(width / scale), ceil(height / scale)); its pixels inside `written` = (xs, ys, xe, ye),
-    a rectangle containing the region, equal a full decode's (up to the outermost column/row of
-    a cut), its other pixels are undefined. `image` shares memory with a per-thread canvas (or
-    with `canvas`, a uint8 array of at least that many RGBX pixels): use it before the next call.
-    None when the colour space is not decoded here (CMYK, YCCK). `size` = (width, height) saves
-    reading the header twice. Raises JpegError for data libjpeg cannot decode or that ends early.
+    buffer: np.ndarray
+    width: int
+    height: int
+    written: tuple
+
+    def image(self) -> Image.Image:
+        return Image.frombuffer("RGBX", (self.width, self.height), self.buffer, "raw", "RGBX", 0, 1)
+
+    def resize_into(self, out: np.ndarray, size: tuple, box: Optional[tuple] = None, offset: tuple = (0, 0),
+                    flip: bool = False) -> None:
+        """Write into `out` (an (h, w, 3) uint8 array, any strides) the window at `offset` = (left, top)
+        of `self.image().resize(size, Image.BILINEAR, box=box)`, columns mirrored if `flip`: the same
+        pixels, only the window computed (box None: the whole canvas)."""
+        box = box or (0.0, 0.0, float(self.width), float(self.height))
+        _native.resize_into(self.buffer, self.width, self.height, *box, size[0], size[1], offset[0], offset[1],
+                            out, flip)
+
+
+def decode_canvas(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,
+                  canvas: Optional[np.ndarray] = None) -> Optional[Canvas]:
+    """Decode the region [x0, x1) x [y0, y1) of the image scaled by 1/`scale` (1, 2, 4 or 8) into a
+    `Canvas` of the whole scaled size (ceil(width / scale), ceil(height / scale)); its pixels inside
+    `written`, a rectangle containing the region, equal a full decode's (up to the outermost
+    column/row of a cut). The canvas is a per-thread buffer, or `canvas` (a uint8 array of at
+    least that many RGBX pixels). None when the colour space is not decoded here (CMYK, YCCK).
+    `size` = (width, height) saves reading the header twice. Raises JpegError for data libjpeg
+    cannot decode or that ends early.
     """
     if _native is None:
         raise JpegError(f"_jpeg_crop is not available: {UNAVAILABLE_REASON}")
@@ -126,6 +158,12 @@ def decode_region(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Op
         written = _native.decode_into(data, buffer, scale, x0, y0, x1, y1)
     except _NativeJpegError as error:
         raise JpegError(str(error)) from None
-    if written is None:
-        return None
-    return Image.frombuffer("RGBX", (out_width, out_height), buffer, "raw", "RGBX", 0, 1), written
+    return None if written is None else Canvas(buffer, out_width, out_height, written)
+
+
+def decode_region(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,
+                  canvas: Optional[np.ndarray] = None):
+    """`decode_canvas` as (image, written): `image` an RGBX PIL image of the whole scaled size sharing
+    the canvas's memory. None when the colour space is not decoded here (CMYK, YCCK)."""
+    decoded = decode_canvas(data, scale, x0, y0, x1, y1, size, canvas)
+    return None if decoded is None else (decoded.image(), decoded.written)

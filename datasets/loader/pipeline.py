@@ -21,6 +21,11 @@ Where the time goes, and why it is done this way:
     same DCT scale as draft, the same resize on an image of the same geometry, so the output is
     the whole-image path's, pixel for pixel. CMYK/YCCK, non-JPEG data and data libjpeg rejects
     take the whole-image PIL path.
+  * Validation's Resize + CenterCrop of a JPEG is one fused step in `image_into`
+    (`_center_crop_decoded`): only the MCU rows and columns under the crop (widened by the
+    filter's support) are decoded, at draft's DCT scale, and of the whole image's resize only
+    the crop's window is computed (native, PIL's arithmetic), straight into the slot: the
+    whole-image path's pixels, without the ~43% of a 4:3 image it threw away.
   * The result is written once into the batch: the HWC -> CHW transpose and the horizontal flip
     are done by that one strided copy. `tensor` payloads are read as zero-copy views
     (`decode_npy`), so a stored-at-size validation sample is copied exactly once.
@@ -158,7 +163,7 @@ class ImagePipeline:
     ratio: tuple = (3 / 4, 4 / 3)
     steps: tuple = ()  # names of the runtime steps still to run (after skipping stored ones)
     use_draft: bool = True
-    # "crop": decode train JPEGs' crop regions with _jpeg_crop; "pil": whole images with PIL.
+    # "crop": decode only the JPEG region a train crop or validation center crop needs; "pil": whole images.
     decode_path: str = field(default_factory=jpeg_crop.decode_path)
     # A user's torchvision transform begins with these steps (datasets/loader/user_transforms.py):
     # False resamples as today (the filter may read pixels just outside the crop box); True as
@@ -199,6 +204,8 @@ class ImagePipeline:
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view).
         `bbox` (normalised [x1, y1, x2, y2]): RandomResizedCrop prefers crops overlapping it."""
+        if RANDOM_RESIZED_CROP not in self.steps and self._center_crop_decoded(payload, slot):
+            return  # validation's fused path (no draws): decoded and resized straight into the slot
         write_pixels(slot, *self.image_pixels(payload, rng, bbox))
 
     def image_pixels(self, payload, rng, bbox=None):
@@ -273,6 +280,43 @@ class ImagePipeline:
             image, resize_box = _cropped_to(image, resize_box)
         image = image.resize((self.size, self.size), Image.BILINEAR, box=resize_box)
         return np.asarray(image)[:, :, :3]
+
+    def _center_crop_decoded(self, payload, slot: np.ndarray) -> bool:
+        """Validation's fused path: Resize + CenterCrop (or CenterCrop alone) of a JPEG into `slot`,
+        decoding only the MCU rows and columns under the crop (widened by the filter's support) at
+        the DCT scale `_draft` picks, and resizing only the crop: of the whole scaled image's
+        resize to the Resize size, the center window is computed, so the pixels are the
+        whole-image path's. False (nothing written) where that path must run instead: PIL
+        decode, not a natively decoded JPEG, data libjpeg rejects, an image smaller than the crop
+        or a slot of another size (that path reports those).
+        """
+        if self.decode_path != jpeg_crop.CROP or CENTER_CROP not in self.steps or \
+                slot.shape != (self.size, self.size, 3):
+            return False
+        size = jpeg_crop.jpeg_size(payload)
+        if size is None:
+            return False
+        width, height = size
+        resize = RESIZE in self.steps
+        out_width, out_height = resized_size(width, height, self.resize) if resize else size
+        if out_width < self.size or out_height < self.size:
+            return False
+        scale = 1
+        if resize and self.use_draft and width >= 2 * out_width and height >= 2 * out_height:
+            scale = jpeg_crop.dct_scale(width, height, out_width, out_height)
+        scaled_width, scaled_height = -(-width // scale), -(-height // scale)
+        top, left = center_crop_offsets(out_width, out_height, self.size)
+        fx, fy = scaled_width / out_width, scaled_height / out_height
+        x0, x1 = jpeg_crop.resample_span(left * fx, (left + self.size) * fx, self.size, scaled_width)
+        y0, y1 = jpeg_crop.resample_span(top * fy, (top + self.size) * fy, self.size, scaled_height)
+        try:
+            decoded = jpeg_crop.decode_canvas(payload, scale, x0, y0, x1, y1, size=size)
+        except jpeg_crop.JpegError:
+            return False
+        if decoded is None:
+            return False
+        decoded.resize_into(slot, (out_width, out_height), offset=(left, top))
+        return True
 
     def _draft(self, image, want_width, want_height):
         """Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still leaves enough pixels."""

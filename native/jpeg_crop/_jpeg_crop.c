@@ -2,6 +2,7 @@
  *
  * header(data) -> (width, height, color_space) | raises JpegError
  * decode_into(data, out, scale_denom, x0, y0, x1, y1) -> (xs, ys, xe, ye) | None
+ * resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip) -> None
  *
  * decode_into decodes the image at 1/scale_denom (libjpeg's DCT scaling) and writes the pixels of
  * the region covering [x0, x1) x [y0, y1) (scaled coordinates) as RGBX into `out`, a writable
@@ -15,6 +16,12 @@
  * Returns None (decodes nothing) for colour spaces other than YCbCr, RGB and grayscale (CMYK,
  * YCCK): the caller decodes those another way. libjpeg errors and a premature end of data raise
  * JpegError with libjpeg's message; other libjpeg warnings are ignored, as PIL ignores them.
+ *
+ * resize_into writes into `out`, a writable (rows, columns, 3) uint8 buffer with any strides, the
+ * window [left, left + columns) x [top, top + rows) of PIL's
+ * `canvas.resize((out_width, out_height), Image.BILINEAR, box=(bx0, by0, bx1, by1))`, where `canvas`
+ * is an RGBX image of width x height: the same pixel values, computing only the window
+ * (resample.h), columns mirrored if `flip`. The GIL is released while it runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,6 +30,8 @@
 #include <string.h>
 #include <jpeglib.h>
 #include <jerror.h>
+
+#include "resample.h"
 
 static PyObject *JpegError;
 
@@ -192,10 +201,69 @@ static PyObject *decode_into(PyObject *self, PyObject *args) {
     return Py_BuildValue("(IIII)", r.xs, r.ys, r.xe, r.ye);
 }
 
+static int window_buffer(PyObject *object, Py_buffer *view, struct resample_out *out) {
+    if (PyObject_GetBuffer(object, view, PyBUF_RECORDS) < 0)
+        return -1;
+    if (view->ndim != 3 || view->shape[2] != 3 || view->itemsize != 1) {
+        PyErr_SetString(PyExc_ValueError, "out must be a (rows, columns, 3) uint8 buffer");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    out->data = (uint8_t *)view->buf;
+    out->row = view->strides[0];
+    out->column = view->strides[1];
+    out->channel = view->strides[2];
+    out->height = (int)view->shape[0];
+    out->width = (int)view->shape[1];
+    return 0;
+}
+
+static PyObject *resize_into(PyObject *self, PyObject *args) {
+    Py_buffer canvas, view;
+    PyObject *out_object;
+    struct resample_out out;
+    int width, height, out_width, out_height, left, top, flip, status;
+    double box_d[4];
+    float box[4];
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*iiddddiiiiOp", &canvas, &width, &height, &box_d[0], &box_d[1], &box_d[2],
+                          &box_d[3], &out_width, &out_height, &left, &top, &out_object, &flip))
+        return NULL;
+    if (window_buffer(out_object, &view, &out) < 0) {
+        PyBuffer_Release(&canvas);
+        return NULL;
+    }
+    out.flip = flip;
+    for (status = 0; status < 4; status++)
+        box[status] = (float)box_d[status]; /* PIL takes the box as C floats */
+    if (width <= 0 || height <= 0 || (size_t)canvas.len < (size_t)width * height * 4 || out_width <= 0 ||
+        out_height <= 0 || left < 0 || top < 0 || out.width <= 0 || out.height <= 0 ||
+        left + out.width > out_width || top + out.height > out_height || box[0] < 0 || box[1] < 0 ||
+        box[2] > width || box[3] > height || box[0] >= box[2] || box[1] >= box[3]) {
+        PyBuffer_Release(&canvas);
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "resize_into: a %dx%d window at (%d, %d) of a %dx%d resize of a %dx%d "
+                     "canvas (%zd bytes) does not fit", out.width, out.height, left, top, out_width, out_height,
+                     width, height, canvas.len);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = resample_window((const uint8_t *)canvas.buf, (size_t)width * 4, width, height, box, out_width,
+                             out_height, left, top, &out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&canvas);
+    PyBuffer_Release(&view);
+    if (status < 0)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"header", header, METH_VARARGS, "header(data) -> (width, height, libjpeg J_COLOR_SPACE number)"},
     {"decode_into", decode_into, METH_VARARGS,
      "decode_into(data, out, scale_denom, x0, y0, x1, y1) -> (xs, ys, xe, ye) written, or None if unsupported"},
+    {"resize_into", resize_into, METH_VARARGS,
+     "resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,5 +7,6 @@ from setuptools import Extension, setup
 setup(
     name="jpeg-crop",
     version="0.1.0",
-    ext_modules=[Extension("_jpeg_crop", ["_jpeg_crop.c"], libraries=["jpeg"], extra_compile_args=["-O2"])],
+    ext_modules=[Extension("_jpeg_crop", ["_jpeg_crop.c", "resample.c"], depends=["resample.h"],
+                           libraries=["jpeg"], extra_compile_args=["-O2"])],
 )

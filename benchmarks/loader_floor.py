@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""What stands between the JPEG loader and its floor, measured in one run (issue 23).
+
+    python benchmarks/loader_floor.py DIR [--split validation] [--seconds 6] [--rounds 3] [--json OUT]
+
+DIR as for `host_benchmark.py --compare` (DIR/source the image folder, DIR/img its img conversion).
+Rows, interleaved over --rounds, images per CPU-second of every process involved, median round:
+
+  floor x1        the floor row of --compare: ImagePipeline.image_into of the folder's bytes held in
+                  memory, into one reused uint8 batch, one process
+  floor x2        two floor processes at once (each one's rate): what running two decoding
+                  processes side by side costs on this host, loader or not
+  loader w0       get_data on DIR/img with 0 workers: the loader's per-sample reading, index,
+                  CRC32C and batching in the same process as the decode
+  loader w2       the same with 2 workers: + the main process and the IPC between them
+
+Prints a table and writes the figures as JSON. Timings on a shared host are noisy: compare the
+ratios of one run.
+"""
+
+import argparse
+import json
+import multiprocessing
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from datasets.hostbench.pipelines import floor_batches, loader_batches  # noqa: E402
+from datasets.hostbench.sources import folder_split_dir, list_folder_images  # noqa: E402
+from datasets.hostbench.timing import measure_batches  # noqa: E402
+from datasets.launcher import Instance  # noqa: E402
+
+BATCH = 64
+
+
+def _rate(build, seconds, workers=0, queue=None):
+    figures = measure_batches(build(), warmup_batches=2, max_seconds=seconds, workers=workers)
+    if queue is not None:
+        queue.put(figures["images_per_cpu_s"])
+    return figures["images_per_cpu_s"]
+
+
+def _side_by_side(build, seconds):
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    processes = [context.Process(target=_rate, args=(build, seconds, 0, queue)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    rates = [queue.get() for _ in processes]
+    for process in processes:
+        process.join()
+    return sum(rates) / len(rates)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--split", choices=("train", "validation"), default="validation")
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    folder = folder_split_dir(args.dir / "source", args.split)
+    if folder is None or not (args.dir / "img").is_dir():
+        print(f"loader_floor: {args.dir} needs source/{args.split}/ and img/ (see --help)", file=sys.stderr)
+        return 2
+    items = list_folder_images(folder)
+    single = Instance(0, 1, "explicit")
+    rows = {
+        "floor x1": lambda: _rate(lambda: floor_batches(items, args.split, BATCH), args.seconds),
+        "floor x2": lambda: _side_by_side(lambda: floor_batches(items, args.split, BATCH), args.seconds),
+        "loader w0": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 0, "device", single),
+                                   args.seconds),
+        "loader w2": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 2, "device", single),
+                                   args.seconds, workers=2),
+    }
+    rounds = {name: [] for name in rows}
+    for _ in range(args.rounds):
+        for name, measure in rows.items():
+            rounds[name].append(measure())
+    medians = {name: sorted(rates)[len(rates) // 2] for name, rates in rounds.items()}
+    print(f"{args.dir} {args.split}: images per CPU-second, median of {args.rounds} rounds of {args.seconds:g} s")
+    for name, rates in rounds.items():
+        print(f"  {name:10s} {medians[name]:7.0f}  {medians[name] / medians['floor x1']:.2f}x floor x1  "
+              f"rounds {[round(r) for r in rates]}")
+    if args.json:
+        args.json.write_text(json.dumps({"dir": str(args.dir), "split": args.split, "rounds": rounds,
+                                         "medians": medians}, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
