@@ -21,7 +21,8 @@ import pytest
 from conftest import run_script
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_bytes, sha256_file
-from datasets.index import encode_sample_index, read_sample_index
+from datasets.index import encode_sample_index
+from datasets.sample_columns import read_sample_index
 from datasets.formats import FORMATS
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
 from datasets.formats.webdataset import WebDatasetFormat
