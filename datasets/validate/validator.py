@@ -512,6 +512,8 @@ def _keys_in_several_shards(checked) -> dict:
     if len(checked) < 2:
         return {}
     hashes = np.concatenate([keys.hashes for _, keys in checked])
+    if not len(hashes):
+        return {}
     owners = np.repeat(np.arange(len(checked)), [len(keys) for _, keys in checked])
     order = np.lexsort((owners, hashes))
     hashes, owners = hashes[order], owners[order]
