@@ -1142,16 +1142,17 @@ def run_in_pool(executor, target: str, tasks, record) -> None:
     --resume keeps them), then the failure is raised.
     """
     futures = {executor.submit(write_shard, target, task): task for task in tasks}
-    handled = set()  # recorded, or tried once: a record that failed is not written again in the cleanup
     try:
         for future in as_completed(futures):
-            handled.add(future)
+            # Recorded, or tried once (a record that failed is not written again in the cleanup); no longer
+            # kept: each result holds its shard's records, all of them together the whole dataset's.
+            del futures[future]
             record(future.result())  # raises the worker's exception
     except BaseException:
         for future in futures:
             future.cancel()
         for future in futures:
-            if future in handled or future.cancelled():
+            if future.cancelled():
                 continue
             try:
                 record(future.result())
