@@ -64,8 +64,6 @@ def test_payload_kinds_are_found_by_member_extension(toy_kinds):
 
 
 def test_an_unregistered_source_kind_is_named():
-    from datasets.loader.source_kinds import SOURCE_KINDS
-
     known = ", ".join(SOURCE_KINDS)
     assert known.startswith("webdataset, folder, synthetic")
     with pytest.raises(UnknownSourceKindError, match=re.escape(f"unknown source kind 'toy' (known: {known})")):
