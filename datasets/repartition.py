@@ -85,6 +85,7 @@ from datasets.index import (
 )
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
+from datasets.reference.remainders import reference_remainder_names, reference_remainders  # noqa: F401  (the validator imports them here)
 
 MANIFEST_VERSION = 1
 
@@ -358,29 +359,6 @@ def remainder_records(copied, remainder_shard: str):
         )
         offset += record.record_size
     return out
-
-
-def reference_remainders(shards, records_by_shard, num_instances: int):
-    """What the reference harness's loader (Graphcore's webdataset_format.py, its DistributeNode)
-    reads of a split under N > 1 instances, beside the shards: it takes the shards in name order,
-    deals all but the last r of them out whole (r = S mod N, or N when that is 0), and gives
-    instance i the file distributed/<N>-instances/<split>-<i:06d>.tar, which must hold the i-th
-    contiguous slice of the last r shards' samples (count // N each, one more for the first
-    count mod N, as its distributed_webdataset.py writes them). Returns [[SampleRecord]] per instance."""
-    names = sorted(shard.name for shard in shards)
-    last = len(names) % num_instances or num_instances
-    pool = [record for name in names[-last:] for record in records_by_shard[name]]
-    slices, start = [], 0
-    for instance in range(num_instances):
-        count = len(pool) // num_instances + (1 if instance < len(pool) % num_instances else 0)
-        slices.append(pool[start:start + count])
-        start += count
-    return slices
-
-
-def reference_remainder_names(split: str, num_instances: int):
-    """(file names of the reference loader's remainder shards, their sample index), in the repartition folder."""
-    return [f"{split}-{instance:06d}.tar" for instance in range(num_instances)], f"{split}-reference.index.tsv"
 
 
 # ------------------------------------------------------------------------------------------ loading

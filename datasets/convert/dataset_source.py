@@ -32,8 +32,9 @@ from datasets.convert.imagenet_source import (ImageNetSource, ImageNetSourceErro
                                               open_source)
 from datasets.fileio import sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_bbox, parse_metadata, \
-    parse_sample_index, sample_index_name
+from datasets.index import METADATA_FILE, DatasetError, parse_bbox, parse_metadata, parse_sample_index, \
+    sample_index_name
+from datasets.reference import ReferenceMetadataError
 from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
 
 LAYOUT = "dataset"  # metadata.json's source_layout of a derived dataset

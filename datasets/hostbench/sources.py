@@ -15,7 +15,8 @@ from datasets import formats as registry
 from datasets.layout import find_split_folder, is_image_name
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE, DatasetError, read_metadata
-from datasets.reference_layout import read_reference_metadata, split_shard_names
+from datasets.reference import read_reference_metadata
+from datasets.reference.layout import split_shard_names
 
 
 

@@ -60,7 +60,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datasets import metadata_digest, reference_layout
+from datasets import metadata_digest
+from datasets.reference import layout as reference_layout
 from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
