@@ -85,7 +85,7 @@ from datasets.index import (
 )
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
-from datasets.reference.remainders import reference_remainder_names, reference_remainders  # noqa: F401  (the validator imports them here)
+from datasets.reference.remainders import LOADER_REMAINDERS, reference_remainders, write_loader_remainders
 
 MANIFEST_VERSION = 1
 
@@ -714,9 +714,10 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
                     "shard_list": _relative(n, list_name),
                 }
             )
-        reference = None
+        loader_remainders = None
         if fmt.reference_loader_reads and n > 1:
-            reference = _write_reference_remainders(plan, shards, records_by_shard, out, fmt, reader, progress)
+            loader_remainders = write_loader_remainders(plan.split, n, shards, records_by_shard, out, fmt, reader,
+                                                        progress, remainder_records, _writing)
     finally:
         reader.close()
     entry = {
@@ -729,38 +730,9 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
         "dropped_keys": list(plan.dropped_keys),
         "instances": entries,
     }
-    if reference is not None:
-        entry["reference_loader"] = reference
+    if loader_remainders is not None:
+        entry[LOADER_REMAINDERS] = loader_remainders
     return entry
-
-
-def _write_reference_remainders(plan: SplitRepartition, shards, records_by_shard, out: Path, fmt, reader,
-                                progress) -> dict:
-    """Copy, byte for byte, the files the reference harness's loader reads (`reference_remainders`);
-    return their manifest entry. The samples are also in this repartition's own shares: a dataset
-    repartitioned here reads under both loaders."""
-    n = plan.num_instances
-    names, index_name = reference_remainder_names(plan.split, n)
-    slices = reference_remainders(shards, records_by_shard, n)
-    records, remainders = [], []
-    for name, copied in zip(names, slices):
-        path = out / name
-        placed = remainder_records(copied, _relative(n, name))
-        with _writing(path), fmt.open_writer(path) as writer:
-            for record, where in zip(copied, placed):
-                if writer.add_raw_record(reader.read(record)) != where.record_offset:
-                    raise AssertionError("reference remainder offsets disagree with the plan")
-                if progress:
-                    progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
-        if progress:
-            progress("written_reference", split=plan.split, name=name, bytes=writer.bytes_written)
-        remainders.append(ShardRecord(_relative(n, name), len(copied), writer.bytes_written, writer.sha256,
-                                      writer.md5).to_json())
-        records += placed
-    with _writing(out / index_name):
-        write_sample_index(out / index_name, records)
-    whole = sorted(shard.name for shard in shards)[: len(shards) - (len(shards) % n or n)]
-    return {"shards": whole, "remainders": remainders, "index": _relative(n, index_name)}
 
 
 @dataclass

@@ -11,8 +11,10 @@ repartitioner (tools/layout.py places this package just above the formats).
                     in datasets.formats.shard_check's payload checks
     layout.py       its datasets: shard names, the shard walk, the whole check, adopt, and the
                     loader's view of a dataset not adopted
-    remainders.py   the remainder files its loader reads of a repartition (written by
-                    datasets.repartition, checked by datasets.validate)
+    remainders.py   the remainder files its loader reads of a repartition: what they hold and
+                    their writer (datasets.repartition calls it with its reader and write guard)
+    checks.py       what the validator checks for it: metadata.json's checksum of our datasets,
+                    the remainder files, a repartition it made, and check + adopt of its datasets
 
 Importing any of these modules imports this package first, so a reader that uses it has the
 hooks registered.

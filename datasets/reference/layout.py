@@ -21,7 +21,7 @@ name the rest from then on.
 sha256 and the tar walk from the same bytes. `adopt` writes this project's sample indexes and
 metadata.json (this project's schema, the reference keys kept, `checksum` recomputed over the
 new side files so the reference validator still says "Dataset OK.") without changing a shard
-byte. `scan_reference_split` is the loader's in-memory view of a dataset that was not adopted.
+byte. `scan_unadopted` is the loader's in-memory view of a dataset that was not adopted.
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ against it: one definition of what the files hold.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from datasets.index import ShardRecord, write_sample_index
+from datasets.layout import DISTRIBUTED_DIR
+
+LOADER_REMAINDERS = "reference_loader"  # a split's key in a repartition manifest: these files' entry
+
 
 def reference_remainders(shards, records_by_shard, num_instances: int):
     """What the reference harness's loader (Graphcore's webdataset_format.py, its DistributeNode)
@@ -31,3 +38,39 @@ def reference_remainders(shards, records_by_shard, num_instances: int):
 def reference_remainder_names(split: str, num_instances: int):
     """(file names of the reference loader's remainder shards, their sample index), in the repartition folder."""
     return [f"{split}-{instance:06d}.tar" for instance in range(num_instances)], f"{split}-reference.index.tsv"
+
+
+def write_loader_remainders(split: str, n: int, shards, records_by_shard, out: Path, fmt, reader, progress,
+                            place, writing) -> dict:
+    """Copy, byte for byte, the files the reference harness's loader reads (`reference_remainders`)
+    into the repartition folder `out`; return their manifest entry (LOADER_REMAINDERS). The samples
+    are also in the repartition's own shares: a dataset repartitioned here reads under both loaders.
+
+    The repartitioner (datasets.repartition) passes in its reader (`reader.read(record)`: the
+    record's bytes), `place(records, shard)` (the records as copied into `shard` from offset 0)
+    and `writing(path)` (a context turning a failed write into its DatasetError)."""
+    names, index_name = reference_remainder_names(split, n)
+    slices = reference_remainders(shards, records_by_shard, n)
+    records, remainders = [], []
+    for name, copied in zip(names, slices):
+        path = out / name
+        placed = place(copied, _relative(n, name))
+        with writing(path), fmt.open_writer(path) as writer:
+            for record, where in zip(copied, placed):
+                if writer.add_raw_record(reader.read(record)) != where.record_offset:
+                    raise AssertionError("reference remainder offsets disagree with the plan")
+                if progress:
+                    progress("copied", split=split, key=record.key, bytes=record.record_size)
+        if progress:
+            progress("written_reference", split=split, name=name, bytes=writer.bytes_written)
+        remainders.append(ShardRecord(_relative(n, name), len(copied), writer.bytes_written, writer.sha256,
+                                      writer.md5).to_json())
+        records += placed
+    with writing(out / index_name):
+        write_sample_index(out / index_name, records)
+    whole = sorted(shard.name for shard in shards)[: len(shards) - (len(shards) % n or n)]
+    return {"shards": whole, "remainders": remainders, "index": _relative(n, index_name)}
+
+
+def _relative(num_instances: int, name: str) -> str:
+    return f"{DISTRIBUTED_DIR}/{num_instances}-instances/{name}"

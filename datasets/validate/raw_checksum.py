@@ -21,8 +21,6 @@ from datasets.layout import SPLITS
 from datasets.fileio import atomic_write_bytes
 from datasets.reference.checksum import (  # noqa: F401  (re-exported: the validator reaches them here)
     IMAGENET,
-    file_md5s,
-    folder_checksum,
     list_files,
     md5_sha256_of_file,
     reference_checksum,
