@@ -52,7 +52,7 @@ from datasets.index import (
     write_sample_index,
 )
 from datasets.reference.checksum import list_files, reference_checksum
-from datasets.reference.metadata import (  # noqa: F401  (read_reference_metadata: the validator reads it here)
+from datasets.reference.metadata import (
     REFERENCE_KEYS,
     REFERENCE_PAYLOAD,
     read_reference_metadata,
@@ -363,6 +363,23 @@ def scan_unadopted(base: str, split: str, metadata: dict, metadata_location: str
     return UnadoptedSplit(records, REFERENCE_PAYLOAD[fmt], f"{base} (reference harness {fmt}, {split}: "
                                                           f"{len(records)} samples in {shards} shards, scanned)",
                           NOTICE.format(root=base.rstrip("/")))
+
+
+def unadopted_shards(root):
+    """(format, root, {split: shard paths in number order}, {split: mean bytes per sample},
+    {split: samples metadata.json counts}, metadata) of a reference dataset not adopted, or None
+    for any other folder: the host benchmark's view (shards by name, counts from its metadata)."""
+    reference = read_reference_metadata(root)
+    if reference is None:
+        return None
+    shards, per_image, samples = {}, {}, {}
+    for split in ("train", "validation"):
+        names, _ = split_shard_names(sorted(p.name for p in Path(root).iterdir()), split)
+        shards[split] = [Path(root) / name for name in names]
+        samples[split] = int(reference.get(f"{split}_length") or 0)
+        total = sum(path.stat().st_size for path in shards[split])
+        per_image[split] = total / samples[split] if samples[split] else 0.0
+    return str(reference["format"]), Path(root), shards, per_image, samples, reference
 
 
 def adopted_metadata(check: ReferenceCheck, split_entries: dict) -> dict:
