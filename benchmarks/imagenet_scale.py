@@ -12,6 +12,8 @@ the same counts) and converted to DIR/img. Stages, each a subprocess run as a us
     validate           validate_dataset.py --workers 2
     plan N             distributed_webdataset.py --dry-run --num-instances N, N = 8, 64, 256
     repartition 8      distributed_webdataset.py --num-instances 8 (writes the remainders)
+    validate + rep. 8  validate_dataset.py --workers 2 again, now with the repartition to check (its 8
+                       instance indexes against the split's)
     validation epoch   get_data(validation) under torchrun, 2 processes x 1 worker; the keys read
                        are checked exactly once against the index (sorted numpy arrays, no sets)
     train 2000 batches get_data(train, batch 64, 2 workers): the first 2,000 batches (or the epoch)
@@ -395,6 +397,8 @@ def main(argv=None) -> int:
     shutil.rmtree(img / "distributed", ignore_errors=True)
     stages.append(run_stage("repartition 8", [PYTHON, "distributed_webdataset.py", "--target", img,
                                               "--num-instances", 8, "--quiet"], total))
+    stages.append(run_stage("validate + rep. 8", [PYTHON, "validate_dataset.py", img, "--workers", 2, "--no-progress"],
+                            total))
     keys_dir = out / "keys"
     shutil.rmtree(keys_dir, ignore_errors=True)
     keys_dir.mkdir()

@@ -47,8 +47,6 @@ earlier version with payload_sha256 in place of payload_crc32c read too. format_
 every addition is a column the header announces, and a dataset without it stays valid as it is.
 """
 
-import gc
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -58,7 +56,7 @@ from typing import NamedTuple, Optional
 import crc32c
 
 from datasets.layout import METADATA_FILE, SPLITS  # noqa: F401  (re-exported: the records' readers use them)
-from datasets.fileio import atomic_write_bytes, atomic_write_json, sha256_bytes
+from datasets.fileio import HashingAtomicWriter, atomic_write_json, sha256_bytes
 from datasets.metadata_digest import sealed
 
 FORMAT_VERSION = 1
@@ -138,8 +136,8 @@ class SampleRecord(NamedTuple):
     without the bbox column: written before it existed, or records built by scanning shards).
     Kept as text (parsed by `parse_bbox` where used): ~half the memory of a tuple of floats.
 
-    A NamedTuple, not a dataclass: an index holds one per sample (1.28M for ImageNet, in every
-    loader process), and a tuple is built ~2x faster and takes about half the memory.
+    A NamedTuple, not a dataclass: built per row from the index's columns (datasets.sample_columns)
+    wherever code needs one, never one per sample held at once; a tuple is built ~2x faster.
     `record._replace(field=value)` makes a changed copy.
     """
 
@@ -202,110 +200,60 @@ def parse_bbox(text) -> Optional[list]:
 
 
 # The index's columns. The earlier versions recorded the payload's sha256 where this one records its
-# CRC32C (LEGACY), and had no bbox column; all are read. The bbox column is written when the records
-# carry their boxes (None: not recorded), and an index of legacy records keeps its checksum column.
+# CRC32C (LEGACY), and had no bbox column; all are read (datasets.sample_columns, the one reader). The
+# bbox column is written when the records carry their boxes (None: not recorded), and an index of legacy
+# records keeps its checksum column.
 _BASE_COLUMNS = ["key", "shard", "label", "record_offset", "record_size", "payload_offset", "payload_size",
                  "payload_crc32c", "members"]
 _LEGACY_BASE = [name if name != "payload_crc32c" else "payload_sha256" for name in _BASE_COLUMNS]
 BBOX_COLUMN = "bbox"
-_COLUMNS = _BASE_COLUMNS + [BBOX_COLUMN]
-_HEADERS = {tuple(header): (header[7] == "payload_sha256", header[-1] == BBOX_COLUMN)  # (legacy, boxed)
-            for header in (_BASE_COLUMNS, _LEGACY_BASE, _COLUMNS, _LEGACY_BASE + [BBOX_COLUMN])}
+INDEX_CHUNK_LINES = 4096  # lines encoded per write: the writer never holds a whole index
 
 
-def encode_sample_index(records) -> bytes:
-    records = list(records)
-    legacy = [record.payload_crc32c is None and bool(record.payload_sha256) for record in records]
-    if any(legacy) and not all(legacy):
-        raise ValueError("a sample index cannot mix CRC32C records with legacy sha256 records")
-    boxed = [record.bbox is not None for record in records]
-    if any(boxed) and not all(boxed):
-        raise ValueError("a sample index cannot mix records with and without their bounding box")
-    header = (_LEGACY_BASE if any(legacy) else _BASE_COLUMNS) + ([BBOX_COLUMN] if any(boxed) else [])
+def iter_sample_index(records):
+    """The text index of `records` (any iterable, consumed once), as chunks of bytes: the header as the
+    first record implies it, then the lines. ValueError when the records mix CRC32C and legacy sha256
+    checksums, or records with and without their bbox (a writer in progress is then abandoned)."""
+    records = iter(records)
+    first = next(records, None)
+    legacy = first is not None and first.payload_crc32c is None and bool(first.payload_sha256)
+    boxed = first is not None and first.bbox is not None
+    header = (_LEGACY_BASE if legacy else _BASE_COLUMNS) + ([BBOX_COLUMN] if boxed else [])
     lines = ["\t".join(header)]
-    for record in records:
+    for record in (() if first is None else _chain(first, records)):
+        if (record.payload_crc32c is None and bool(record.payload_sha256)) != legacy:
+            raise ValueError("a sample index cannot mix CRC32C records with legacy sha256 records")
+        if (record.bbox is not None) != boxed:
+            raise ValueError("a sample index cannot mix records with and without their bounding box")
         checksum = record.payload_sha256 if record.payload_crc32c is None else f"{record.payload_crc32c:08x}"
         fields = [record.key, record.shard, str(record.label), str(record.record_offset), str(record.record_size),
                   str(record.payload_offset), str(record.payload_size), checksum, record.members]
-        if record.bbox is not None:
+        if boxed:
             fields.append(record.bbox)
         lines.append("\t".join(fields))
-    return ("\n".join(lines) + "\n").encode()
+        if len(lines) >= INDEX_CHUNK_LINES:
+            yield ("\n".join(lines) + "\n").encode()
+            lines = []
+    if lines:
+        yield ("\n".join(lines) + "\n").encode()
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def encode_sample_index(records) -> bytes:
+    return b"".join(iter_sample_index(records))
 
 
 def write_sample_index(path, records) -> dict:
-    """Write the index atomically; return its {"name", "bytes", "sha256", "md5"} for metadata."""
-    data = encode_sample_index(records)
-    atomic_write_bytes(path, data)
-    return {"name": Path(path).name, "bytes": len(data), "sha256": sha256_bytes(data),
-            "md5": hashlib.md5(data).hexdigest()}
-
-
-def parse_sample_index(data: bytes, source="<index>", hashes: bool = True):
-    """The SampleRecords of an index's bytes (this version's or the earlier one's). hashes=False leaves
-    the payload checksums out (None / ""): a reader that never checks payloads saves memory in every
-    process."""
-    # The cyclic garbage collector is paused while the records are built: 1.28M new tuples set it
-    # off again and again over all of them (half the parse time), and tuples of strings and ints
-    # cannot form a cycle.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _parse_sample_index(data, source, hashes)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _parse_sample_index(data: bytes, source, hashes: bool):
-    lines = data.decode().splitlines()
-    header = tuple(lines[0].split("\t")) if lines else None
-    if header not in _HEADERS:
-        raise DatasetError(f"{source}: not a sample index (expected header {' '.join(_COLUMNS)})")
-    legacy, boxed = _HEADERS[header]
-    width = len(header)
-    # One unpacking per line into a tuple (the header was just checked, so the order is known):
-    # ~2x faster than converting field by field, which matters for 1.28M lines.
-    new = tuple.__new__
-    shard_names = {}  # one string per shard, not one per line: ~65 bytes a sample in every loader process
-    records = []
-    append = records.append
-    bbox = None
-    for number, line in enumerate(lines[1:], start=2):
-        fields = line.split("\t")
-        if len(fields) != width:
-            raise DatasetError(f"{source}: line {number} has {len(fields)} fields, expected {width}")
-        try:
-            if boxed:
-                key, shard, label, record_offset, record_size, payload_offset, payload_size, checksum, members, \
-                    bbox = fields
-                if bbox:
-                    parse_bbox(bbox)
-            else:
-                key, shard, label, record_offset, record_size, payload_offset, payload_size, checksum, members = \
-                    fields
-            shard = shard_names.setdefault(shard, shard)
-            if not hashes:
-                crc, sha256 = None, ""
-            elif legacy:
-                crc, sha256 = None, checksum
-            else:
-                crc, sha256 = (int(checksum, 16) if checksum else None), ""
-            append(new(SampleRecord, (key, shard, int(label), int(record_offset), int(record_size),
-                                      int(payload_offset), int(payload_size), crc, members, sha256, bbox)))
-        except ValueError:
-            raise DatasetError(f"{source}: line {number} has a non-integer offset, size, label or CRC32C, or a "
-                               f"bbox that is not 4 numbers") from None
-    return records
-
-
-def read_sample_index(path):
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise DatasetError(f"{path}: cannot read the sample index: {error.strerror or error}") from None
-    return parse_sample_index(data, path)
+    """Write the index of `records` (any iterable: streamed, never held whole) atomically; return its
+    {"name", "bytes", "sha256", "md5"} for metadata."""
+    with HashingAtomicWriter(path) as writer:
+        for chunk in iter_sample_index(records):
+            writer.write(chunk)
+    return {"name": Path(path).name, "bytes": writer.bytes_written, "sha256": writer.sha256, "md5": writer.md5}
 
 
 def read_metadata(directory) -> dict:

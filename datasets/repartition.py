@@ -60,6 +60,7 @@ Safety:
 from __future__ import annotations
 
 import fcntl
+import itertools
 import hashlib
 import json
 import os
@@ -70,6 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status, sealed
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_bytes, sha256_file
 from datasets.balance import UnknownPolicyError, check_policy, default_policy, instance_counts
@@ -79,13 +82,13 @@ from datasets.index import (
     SampleRecord,
     ShardRecord,
     parse_metadata,
-    parse_sample_index,
     payload_problem,
     write_sample_index,
 )
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
 from datasets.reference.remainders import LOADER_REMAINDERS, reference_remainders, write_loader_remainders
+from datasets.sample_columns import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
 
 MANIFEST_VERSION = 1
 
@@ -212,45 +215,58 @@ def _choose_pads(receiver: int, count: int, candidates, owner_of, used: set):
     return chosen
 
 
-def group_records_by_shard(shards, records, split="?", alignment=1):
-    """Check the index against the shard list and return {shard name: records in offset order}.
+def group_records_by_shard(shards, records, split="?", alignment=1) -> ShardGroups:
+    """Check the index (SampleColumns, or SampleRecords) against the shard list and return
+    {shard name: records in offset order} (a ShardGroups: one shard's records built when asked for).
 
     Raises DatasetError for an index that does not describe the shards (a sample in an unknown
     shard, a count that differs from the metadata, a duplicate key, overlapping or out-of-range
-    byte ranges).
+    byte ranges); the first problem in index order, then in the shard list's order.
     """
-    by_shard = {shard.name: [] for shard in shards}
-    if len(by_shard) != len(shards):
+    columns = records if isinstance(records, SampleColumns) else columns_from_records(records, checksums=True)
+    names = {shard.name: number for number, shard in enumerate(shards)}
+    if len(names) != len(shards):
         raise DatasetError(f"{split}: metadata lists a shard twice")
-    seen = set()
-    for record in records:
-        if record.key in seen:
-            raise DatasetError(f"{split}: sample key {record.key!r} appears twice in the index")
-        seen.add(record.key)
-        try:
-            by_shard[record.shard].append(record)
-        except KeyError:
-            raise DatasetError(
-                f"{split}: the index places sample {record.key!r} in {record.shard!r}, which metadata does not list"
-            ) from None
+    listed = np.array([names.get(name, -1) for name in columns.shard_names], dtype=np.int64)
+    position = listed[columns.shard_ids] if len(columns) else np.zeros(0, dtype=np.int64)
+    _check_keys_and_shards(columns, position, split)
+    groups = ShardGroups(columns, by_offset=True)
+    order = groups.order
+    offsets, sizes = columns.record_offsets[order], columns.record_sizes[order].astype(np.int64)
+    limit = np.array([shard.bytes for shard in shards], dtype=np.int64)[position[order]]
+    ends = offsets + sizes
+    previous = np.r_[0, ends[:-1]] if len(ends) else ends
+    previous[groups.starts[:-1][groups.starts[:-1] < len(previous)]] = 0  # each shard starts afresh
+    bad = (offsets < previous) | (sizes <= 0) | (offsets % alignment != 0) | (sizes % alignment != 0) | (ends > limit)
+    bad_shards = set(columns.shard_ids[order[bad]].tolist())
     for shard in shards:
-        group = by_shard[shard.name]
-        group.sort(key=lambda r: r.record_offset)
-        if len(group) != shard.samples:
+        count = groups.count(shard.name)
+        if count != shard.samples:
+            raise DatasetError(f"{shard.name}: metadata says {shard.samples} samples, the {split} index lists {count}")
+        number = groups.ids.get(shard.name)
+        if number in bad_shards:
+            start, stop = groups.starts[number], groups.starts[number + 1]
+            first = int(order[start + np.flatnonzero(bad[start:stop])[0]])
             raise DatasetError(
-                f"{shard.name}: metadata says {shard.samples} samples, the {split} index lists {len(group)}"
+                f"{shard.name}: the index gives sample {columns.key(first)!r} the byte range "
+                f"{int(columns.record_offsets[first])}+{int(columns.record_sizes[first])}, which is not a valid "
+                f"record of a {shard.bytes}-byte shard"
             )
-        end = 0
-        for record in group:
-            if record.record_offset < end or record.record_size <= 0 or record.record_offset % alignment \
-                    or record.record_size % alignment or record.record_offset + record.record_size > shard.bytes:
-                raise DatasetError(
-                    f"{shard.name}: the index gives sample {record.key!r} the byte range "
-                    f"{record.record_offset}+{record.record_size}, which is not a valid record of a "
-                    f"{shard.bytes}-byte shard"
-                )
-            end = record.record_offset + record.record_size
-    return by_shard
+    return groups
+
+
+def _check_keys_and_shards(columns: SampleColumns, position, split):
+    """The first line (in index order) whose key repeats an earlier one or whose shard metadata does not
+    list, as a DatasetError."""
+    unknown = np.flatnonzero(position < 0)
+    first_unknown = int(unknown[0]) if len(unknown) else len(columns)
+    repeats = columns.rows_with_keys(columns.duplicate_keys())
+    second = min((rows[1] for rows in repeats.values()), default=len(columns))
+    if second < first_unknown:
+        raise DatasetError(f"{split}: sample key {columns.key(second)!r} appears twice in the index")
+    if first_unknown < len(columns):
+        raise DatasetError(f"{split}: the index places sample {columns.key(first_unknown)!r} in "
+                           f"{columns.shard(first_unknown)!r}, which metadata does not list")
 
 
 def plan_split(split, shards, records_by_shard, num_instances: int, policy: str) -> SplitRepartition:
@@ -411,12 +427,12 @@ def load_split(dataset: SourceDataset, split: str):
     except (KeyError, TypeError, ValueError):
         raise DatasetError(f"{source}: the entry of split {split!r} is malformed (shards or index missing)") from None
     try:
-        index_bytes = index_path.read_bytes()
+        index_sha256 = sha256_file(index_path)[0]
     except OSError as error:
         raise DatasetError(f"{index_path}: cannot read the sample index: {error.strerror or error}") from None
-    if sha256_bytes(index_bytes) != index_info.get("sha256"):
+    if index_sha256 != index_info.get("sha256"):
         raise DatasetError(f"{index_path}: sha256 does not match metadata.json (the index changed since conversion)")
-    records = parse_sample_index(index_bytes, index_path)
+    records = read_sample_columns(index_path, hashes=True)  # read as a stream; records built per shard
     if "length" in entry and int(entry["length"]) != len(records):
         raise DatasetError(f"{index_path}: lists {len(records)} samples, metadata.json says {entry['length']}")
     for shard in shards:
@@ -669,30 +685,12 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
     try:
         for instance in plan.instances:
             remainder_name, list_name, index_name = instance_file_names(plan.split, instance.instance, fmt.remainder_suffix)
-            remainder_record = None
-            copied_records = []
+            remainder_record, copied_records = None, []
             if instance.copied:
-                remainder_path = out / remainder_name
-                expected_size = fmt.finished_size(instance.copied_bytes)
-                copied_records = remainder_records(instance.copied, _relative(n, remainder_name))
-                if remainder_path.is_file() and remainder_path.stat().st_size == expected_size:
-                    # Finished by an earlier run of this same plan (it has its final name, so it is whole).
-                    (digest, md5), size = hash_file(remainder_path, ("sha256", "md5"))
-                    if progress:
-                        progress("kept", split=plan.split, name=remainder_name, bytes=size)
-                else:
-                    with _writing(remainder_path), fmt.open_writer(remainder_path) as writer:
-                        for record, placed in zip(instance.copied, copied_records):
-                            offset = writer.add_raw_record(reader.read(record))
-                            if offset != placed.record_offset:
-                                raise AssertionError("remainder offsets disagree with the plan")
-                            if progress:
-                                progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
-                    digest, md5, size = writer.sha256, writer.md5, writer.bytes_written
-                    if progress:
-                        progress("written", split=plan.split, name=remainder_name, bytes=size)
-                remainder_record = ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest, md5)
-            read_order = [r for name in instance.shards for r in records_by_shard[name]] + copied_records
+                remainder_record, copied_records = _write_remainder(out, plan, instance, remainder_name, fmt, reader,
+                                                                    progress)
+            read_order = itertools.chain((r for name in instance.shards for r in records_by_shard[name]),
+                                         copied_records)  # streamed into the index, one shard at a time
             with _writing(out / index_name):
                 write_sample_index(out / index_name, read_order)
             shard_list = list(instance.shards) + ([remainder_record.name] if remainder_record else [])
@@ -733,6 +731,33 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
     if loader_remainders is not None:
         entry[LOADER_REMAINDERS] = loader_remainders
     return entry
+
+
+def _write_remainder(out: Path, plan: SplitRepartition, instance: InstanceShare, remainder_name: str, fmt, reader,
+                     progress):
+    """Copy an instance's planned samples into its remainder shard (kept when an earlier run of this plan
+    finished it); return (its ShardRecord, the copied samples' index records)."""
+    n = plan.num_instances
+    remainder_path = out / remainder_name
+    expected_size = fmt.finished_size(instance.copied_bytes)
+    copied_records = remainder_records(instance.copied, _relative(n, remainder_name))
+    if remainder_path.is_file() and remainder_path.stat().st_size == expected_size:
+        # Finished by an earlier run of this same plan (it has its final name, so it is whole).
+        (digest, md5), size = hash_file(remainder_path, ("sha256", "md5"))
+        if progress:
+            progress("kept", split=plan.split, name=remainder_name, bytes=size)
+    else:
+        with _writing(remainder_path), fmt.open_writer(remainder_path) as writer:
+            for record, placed in zip(instance.copied, copied_records):
+                offset = writer.add_raw_record(reader.read(record))
+                if offset != placed.record_offset:
+                    raise AssertionError("remainder offsets disagree with the plan")
+                if progress:
+                    progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
+        digest, md5, size = writer.sha256, writer.md5, writer.bytes_written
+        if progress:
+            progress("written", split=plan.split, name=remainder_name, bytes=size)
+    return ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest, md5), copied_records
 
 
 @dataclass

@@ -24,6 +24,7 @@ Exit codes: 0 done, 1 a data problem (one line naming the file and the problem),
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -37,11 +38,12 @@ import crc32c
 
 from datasets.formats import FORMATS, ShardDataError, format_for_location, get_format
 from datasets.formats.tar import TarShardWriter, iter_tar_samples
-from datasets.index import (DatasetError, METADATA_FILE, ShardRecord, parse_metadata, parse_sample_index,
+from datasets.index import (DatasetError, METADATA_FILE, ShardRecord, parse_metadata,
                             sample_index_name, write_metadata, write_sample_index)
 from datasets.layout import SPLITS
 from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from datasets.repartition import remainder_records
+from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes
 from datasets.reference.checksum import folder_checksum
 
@@ -105,7 +107,7 @@ def _dataset_index(folder: str, cache: dict):
             for split, entry in metadata["splits"].items():
                 name = (entry.get("index") or {}).get("name", sample_index_name(split))
                 location = f"{folder.rstrip('/')}/{name}"
-                for record in parse_sample_index(read_bytes(location), location):
+                for record in parse_sample_columns(io.BytesIO(read_bytes(location)), location).iter_records():
                     by_shard.setdefault(record.shard, (split, []))[1].append(record)
             found = (metadata, by_shard)
     cache[folder] = found

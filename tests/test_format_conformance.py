@@ -29,7 +29,8 @@ from PIL import Image
 
 from conftest import run_script
 from datasets.formats import FORMATS, get_format
-from datasets.index import encode_sample_index, read_metadata, read_sample_index
+from datasets.index import encode_sample_index, read_metadata
+from datasets.sample_columns import read_sample_index
 from datasets.loader import get_data
 from datasets.loader.image_loader import SampleError
 from datasets.validate.validator import ERROR, validate

@@ -14,7 +14,8 @@ import shutil
 import pytest
 
 from conftest import run_script
-from datasets.index import read_metadata, read_sample_index
+from datasets.index import read_metadata
+from datasets.sample_columns import read_sample_index
 from datasets.loader import get_data
 
 # The formats the earlier version wrote (the payload sha256 index predates lmdb).

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REPO, run_script
-from datasets.index import read_sample_index
+from datasets.sample_columns import read_sample_index
 
 BATCH = 3
 WORKERS = (0, 1, 2)

@@ -35,13 +35,13 @@ from datasets.index import (
     DatasetError,
     SampleRecord,
     ShardRecord,
-    read_sample_index,
     sample_index_name,
     tar_shard_name,
     write_metadata,
     write_sample_index,
 )
 from datasets.formats.npy import encode_npy
+from datasets.sample_columns import read_sample_index
 from datasets.repartition import (
     Request,
     RepartitionUsageError,

@@ -404,7 +404,8 @@ def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
     import base64
     import hashlib
 
-    from datasets.index import read_metadata, read_sample_index
+    from datasets.index import read_metadata
+    from datasets.sample_columns import read_sample_index
 
     local = converted("img")
     target = f"s3://{s3_bucket}/ds"

@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from conftest import run_script
-from datasets.index import encode_sample_index, read_sample_index
+from datasets.index import encode_sample_index
+from datasets.sample_columns import read_sample_index
 from datasets.same_as import LOSSY_BOUND, same_as
 from datasets.validate.validator import ValidationUsageError
 

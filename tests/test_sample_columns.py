@@ -7,8 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from datasets.index import DatasetError, SampleRecord, encode_sample_index, parse_sample_index, write_sample_index
-from datasets.sample_columns import check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns
+from datasets.index import DatasetError, SampleRecord, encode_sample_index, write_sample_index
+from datasets.sample_columns import (
+    check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns, read_sample_index,
+)
 
 
 def _records(count, shards=7, seed=0):
@@ -32,7 +34,7 @@ def test_columns_equal_the_text_index(tmp_path):
     records = _records(3000)
     write_sample_index(tmp_path / "train.index.tsv", records)
     columns = read_sample_columns(str(tmp_path / "train.index.tsv"))
-    assert check_columns_match(columns, parse_sample_index((tmp_path / "train.index.tsv").read_bytes())) is None
+    assert check_columns_match(columns, read_sample_index(tmp_path / "train.index.tsv")) is None
     assert [columns.key(row) for row in range(len(columns))] == [r.key for r in records]
     assert columns.labels.tolist() == [r.label for r in records]
     assert columns.payload_sizes.tolist() == [r.payload_size for r in records]
@@ -54,12 +56,12 @@ def test_columns_equal_the_text_index(tmp_path):
 def test_columns_of_a_converted_dataset_and_of_records(converted):
     dataset = converted("img")
     for split in ("train", "validation"):
-        data = (dataset / f"samples-{split}.index.tsv").read_bytes()
-        records = parse_sample_index(data)
+        records = read_sample_index(dataset / f"samples-{split}.index.tsv")
         columns = read_sample_columns(str(dataset / f"samples-{split}.index.tsv"))
         assert check_columns_match(columns, records) is None
         assert check_columns_match(columns_from_records(records), records) is None
-        assert columns.record(0).members == f"jpg:{records[0].payload_offset - 512}"
+        assert columns.record(0) == records[0]._replace(payload_sha256="")  # the line's record, members and all
+        assert columns.record(0).members.endswith(f";jpg:{records[0].payload_offset - 512}")
 
 
 def test_crc32c_checksums_are_kept():
@@ -133,3 +135,50 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
     assert index_bytes > 25 * 2**20
     grown = large_private - small_private
     assert grown <= 10 * 2**20, f"the worker's private memory grew by {grown / 2**20:.1f} MB with the index"
+
+
+def test_keys_found_by_hash_table_and_duplicates_named_in_order():
+    from datasets.sample_columns import KeyTable
+
+    records = _records(200)
+    records = records[:150] + [records[7]._replace(shard="train-000099.tar"), records[3], records[7]] + records[150:]
+    columns = columns_from_records(records, checksums=True)
+    assert columns.duplicate_keys() == {records[7].key: 3, records[3].key: 2}  # first appearance order
+    table = KeyTable(columns)
+    assert table.rows_of_keys([records[0].key, "absent", records[7].key, records[3].key]).tolist() == [0, -1, 152, 151]
+    other = columns_from_records(records[40:60] + [records[0]._replace(key="absent too")])
+    assert table.rows_of_columns(other).tolist() == list(range(40, 60)) + [-1]
+    assert columns_from_records(records[:150]).duplicate_keys() == {}
+
+
+def test_shard_groups_build_one_shards_records_when_asked():
+    from datasets.sample_columns import ShardGroups
+
+    records = _records(500)
+    columns = read_sample_columns_of(records)
+    by_offset, in_index_order = ShardGroups(columns), ShardGroups(columns, by_offset=False)
+    for shard in sorted({r.shard for r in records}):
+        mine = [r._replace(payload_sha256="") for r in records if r.shard == shard]
+        assert in_index_order[shard] == mine
+        assert by_offset[shard] == sorted(mine, key=lambda r: r.record_offset)
+        assert by_offset.count(shard) == len(mine)
+    assert by_offset["train-000099.tar"] == [] and "train-000099.tar" not in by_offset
+    assert len(by_offset) == 7 and set(by_offset) == {r.shard for r in records}
+
+
+def read_sample_columns_of(records):
+    return parse_sample_columns(encode_sample_index(records).splitlines())
+
+
+def test_the_index_is_written_as_a_stream_with_the_same_bytes(tmp_path):
+    from datasets.index import INDEX_CHUNK_LINES
+
+    records = _records(INDEX_CHUNK_LINES * 2 + 5)
+    info = write_sample_index(tmp_path / "a.index.tsv", (r for r in records))  # a generator: consumed once
+    data = (tmp_path / "a.index.tsv").read_bytes()
+    assert data == encode_sample_index(records) and info["bytes"] == len(data)
+    assert read_sample_index(tmp_path / "a.index.tsv") == records
+    mixed = records[:INDEX_CHUNK_LINES + 3] + [records[0]._replace(payload_crc32c=5, payload_sha256="")]
+    with pytest.raises(ValueError, match="mix"):
+        write_sample_index(tmp_path / "b.index.tsv", iter(mixed))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.index.tsv"]  # nothing half-written is left

@@ -21,7 +21,8 @@ import pytest
 from conftest import run_script
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_bytes, sha256_file
-from datasets.index import encode_sample_index, read_sample_index
+from datasets.index import encode_sample_index
+from datasets.sample_columns import read_sample_index
 from datasets.formats import FORMATS
 from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
@@ -515,3 +516,12 @@ def test_fast_header_checksum_equals_the_plain_byte_sum():
         header = hashlib.shake_256(str(seed).encode()).digest(512) if seed else bytes([255]) * 512
         total = sum(header[:148]) + 256 + sum(header[156:])
         assert _checksum_ok(header, total) and not _checksum_ok(header, total - 65521)
+
+
+def test_keys_in_several_shards_are_found_by_hash_and_named_in_order():
+    from datasets.validate.validator import _KeyList, _keys_in_several_shards
+
+    checked = [("a", _KeyList(["k1", "k2", "k2", "k3"])), ("b", _KeyList([])), ("c", _KeyList(["k3", "k9", "k1"]))]
+    assert _keys_in_several_shards(checked) == {"k1": ["a", "c"], "k3": ["a", "c"]}
+    assert _keys_in_several_shards([("a", _KeyList([])), ("b", _KeyList([]))]) == {}  # an index that did not read
+    assert list(_KeyList(["x", "\udcff"])) == ["x", "\udcff"]  # a key that is not utf-8 survives

@@ -118,7 +118,6 @@ from datasets.index import (
     SampleRecord,
     ShardRecord,
     bbox_text,
-    parse_sample_index,
     payload_crc32c,
     sample_index_name,
     split_of_index_name,
@@ -126,6 +125,7 @@ from datasets.index import (
     write_sample_index,
 )
 from datasets.launcher import Instance
+from datasets.sample_columns import ShardGroups, read_sample_columns
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.dataset_source import open_any_source
 from datasets.convert.imagenet_source import ImageNetSourceError
@@ -691,18 +691,15 @@ def restore_state(target: Path, plan: Plan, metadata: dict) -> None:
     index without CRC32Cs (the earlier version) restores nothing: its shards are written again."""
     for split, entry in metadata["splits"].items():
         index_path = target / entry["index"]["name"]
-        data = index_path.read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["index"]["sha256"]:
+        if sha256_file(index_path)[0] != entry["index"]["sha256"]:
             continue
         try:
-            records = parse_sample_index(data, index_path)
+            columns = read_sample_columns(index_path)
         except DatasetError:
             continue
-        if any(r.payload_crc32c is None for r in records):
+        if not columns.has_checksums or columns.checksum_known is not None:
             continue
-        by_shard = {}
-        for r in records:
-            by_shard.setdefault(r.shard, []).append(r)
+        by_shard = ShardGroups(columns, by_offset=False)  # one shard's records at a time
         split_plan = plan.splits[split]
         shard_of_source = {}
         for number, samples in enumerate(split_plan.shards):
@@ -822,9 +819,9 @@ def write_indexes_and_metadata(options: ConvertOptions, plan: Plan):
     """finalize's writes: (metadata, 0), or (None, missing shards) when some shard has no record or file."""
     target = options.target
     split_entries, missing = {}, 0
-    records_by_split = {}
+    shards_by_split = {}  # split -> [(state record name, its shard's record, its skipped)]: no samples held
     for split, split_plan in plan.splits.items():
-        records = []
+        shards = []
         for number in range(len(split_plan.shards)):
             name = get_format(options.format).shard_name(split, number, len(split_plan.shards))
             record = load_record(target, name, plan.fingerprint)
@@ -832,8 +829,8 @@ def write_indexes_and_metadata(options: ConvertOptions, plan: Plan):
             if record is None or not path.is_file() or path.stat().st_size != record["shard"]["bytes"]:
                 missing += 1
                 continue
-            records.append(record)
-        records_by_split[split] = records
+            shards.append((name, record["shard"], record["skipped"]))
+        shards_by_split[split] = shards
     if missing:
         return None, missing
     planned = {get_format(options.format).shard_name(split, n, len(p.shards))
@@ -845,25 +842,21 @@ def write_indexes_and_metadata(options: ConvertOptions, plan: Plan):
             (target / entry).unlink(missing_ok=True)  # the earlier name (<split>.index.tsv)
         elif split_of_index_name(entry) is not None and split_of_index_name(entry) not in plan.splits:
             (target / entry).unlink(missing_ok=True)
-    for split, records in records_by_split.items():
+    for split, shards in shards_by_split.items():
         split_plan = plan.splits[split]
-        # Each sample's box as its json holds it (the plan's, which the fingerprint covers), "" for none:
-        # the index always has the bbox column, so the loader never reads a json member for it.
-        samples = []
-        for record, shard_samples in zip(records, split_plan.shards):  # both in shard number order
-            boxes = {sample.key: sample.bbox for sample in shard_samples}
-            samples += [r._replace(bbox=bbox_text(boxes[r.key])) for r in records_from_json(record)]
-        skipped = [s for record in records for s in record["skipped"]]
+        skipped = [s for _, _, shard_skipped in shards for s in shard_skipped]
         index_path = target / sample_index_name(split)
         with writing(index_path, f"{split} sample index"):
-            index = write_sample_index(index_path, samples)
+            written = [0]
+            index = write_sample_index(index_path, _index_records(target, plan, split_plan, shards, written))
+        length = written[0]
         split_entries[split] = {
-            "length": len(samples),
-            "source_samples": len(samples) + len(skipped),
+            "length": length,
+            "source_samples": length + len(skipped),
             "skipped": skipped,
             "ignored": split_plan.ignored,
             "transform_pipeline": list(split_plan.steps),
-            "shards": [record["shard"] for record in records],
+            "shards": [shard for _, shard, _ in shards],
             "index": index,
         }
     metadata = build_metadata(plan, split_entries)
@@ -875,6 +868,21 @@ def write_indexes_and_metadata(options: ConvertOptions, plan: Plan):
     with writing(target / METADATA_FILE, "metadata"):
         write_metadata(target, metadata)
     return metadata, 0
+
+
+def _index_records(target: Path, plan: Plan, split_plan, shards, written: list):
+    """A split's index records, streamed: one shard's state record read at a time (not the split's samples
+    at once). Each sample's box as its json holds it (the plan's, which the fingerprint covers), "" for
+    none: the index always has the bbox column, so the loader never reads a json member for it. written[0]
+    counts the records."""
+    for (name, _, _), shard_samples in zip(shards, split_plan.shards):  # both in shard number order
+        record = load_record(target, name, plan.fingerprint)
+        if record is None:  # removed since it was checked: the index would be incomplete
+            raise WriteFailure(record_path(target, name), "the state record vanished while the index was written")
+        boxes = {sample.key: sample.bbox for sample in shard_samples}
+        for r in records_from_json(record):
+            written[0] += 1
+            yield r._replace(bbox=bbox_text(boxes[r.key]))
 
 
 def build_metadata(plan: Plan, split_entries: dict) -> dict:
@@ -1137,16 +1145,17 @@ def run_in_pool(executor, target: str, tasks, record) -> None:
     --resume keeps them), then the failure is raised.
     """
     futures = {executor.submit(write_shard, target, task): task for task in tasks}
-    handled = set()  # recorded, or tried once: a record that failed is not written again in the cleanup
     try:
         for future in as_completed(futures):
-            handled.add(future)
+            # Recorded, or tried once (a record that failed is not written again in the cleanup); no longer
+            # kept: each result holds its shard's records, all of them together the whole dataset's.
+            del futures[future]
             record(future.result())  # raises the worker's exception
     except BaseException:
         for future in futures:
             future.cancel()
         for future in futures:
-            if future in handled or future.cancelled():
+            if future.cancelled():
                 continue
             try:
                 record(future.result())

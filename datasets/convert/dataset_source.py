@@ -22,6 +22,7 @@ reference checksum and plan fingerprint.
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +33,9 @@ from datasets.convert.imagenet_source import (ImageNetSource, ImageNetSourceErro
                                               open_source)
 from datasets.fileio import sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.index import METADATA_FILE, DatasetError, parse_bbox, parse_metadata, parse_sample_index, \
-    sample_index_name
+from datasets.index import METADATA_FILE, DatasetError, parse_bbox, parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
+from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
 
 LAYOUT = "dataset"  # metadata.json's source_layout of a derived dataset
@@ -126,7 +127,7 @@ def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list) ->
     name = (metadata["splits"][split].get("index") or {}).get("name", sample_index_name(split))
     location = join_location(base, name)
     try:
-        records = parse_sample_index(read_bytes(location), location)
+        records = parse_sample_columns(io.BytesIO(read_bytes(location)), location).iter_records()
     except (DatasetError, OSError, ShardReadError, StorageUnavailable) as error:
         raise ImageNetSourceError(f"{location}: {error}") from None
     samples = []

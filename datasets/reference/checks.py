@@ -10,16 +10,16 @@ the two helpers the remainder check needs.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats.shard_check import ERROR, WARNING, error, warning
-from datasets.index import CONVERT_STATE_REMOVED, METADATA_FILE, DatasetError, ShardRecord, parse_sample_index
+from datasets.index import CONVERT_STATE_REMOVED, METADATA_FILE, DatasetError, ShardRecord
 from datasets.reference.checksum import file_md5s, reference_checksum
 from datasets.reference.layout import adopt, check_reference_dataset, is_reference_repartition
 from datasets.reference.remainders import LOADER_REMAINDERS, reference_remainders  # noqa: F401  (the validator reads the key here)
+from datasets.sample_columns import ShardGroups, parse_sample_columns
 
 
 def repartition_folder_problem(folder) -> Optional[str]:
@@ -110,7 +110,8 @@ def plan_loader_remainders(root, plan, split, reference, problems, unsafe_path, 
         return
     plan.expected_files.add(index_name)
     try:
-        records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
+        with open(Path(root) / index_name, "rb") as stream:
+            records = parse_sample_columns(stream, index_name, hashes=True)
     except OSError as exc:
         problems.append(error(index_name, f"cannot read the reference loader's sample index: {exc.strerror or exc}"))
         records = None
@@ -129,14 +130,16 @@ def plan_loader_remainders(root, plan, split, reference, problems, unsafe_path, 
         if not path.is_file():
             problems.append(error(shard.name, f"missing: the reference harness's loader reads it ({split})"))
             continue
-        mine = tuple(r for r in (records or []) if r.shard == shard.name)
+        mine = () if records is None else tuple(records.records(records.rows_of_shards([shard.name])))
         plan.tasks.append(make_task(path, shard, mine))
 
 
-def check_loader_remainders(plan, split, reference, n, state, by_shard, problems):
+def check_loader_remainders(plan, split, reference, n, state, problems):
     """What the reference harness's loader reads under n instances: the split's shards but the last
     r whole, and remainder i = the i-th slice of the last r shards' samples (`reference_remainders`);
-    each sample once, byte-identical to its original."""
+    each sample once, byte-identical to its original. `state` is the validator's view of the split:
+    `shards`, `columns` (its index, SampleColumns), `groups` (ShardGroups of them) and `table` (a
+    KeyTable of them); the remainders' index is SampleColumns in `plan.instance_records`."""
     records = plan.instance_records.get((split, "reference"))
     if records is None:
         return
@@ -144,35 +147,28 @@ def check_loader_remainders(plan, split, reference, n, state, by_shard, problems
     if not isinstance(n, int) or n < 2:
         problems.append(error(where, f"{split}: reference loader remainders for num_instances {n!r}"))
         return
-    slices = reference_remainders(state.shards, by_shard, n)
+    slices = reference_remainders(state.shards, state.groups, n)
     from_slices = {record.shard for share in slices for record in share}
     whole = [shard.name for shard in sorted(state.shards, key=lambda shard: shard.name) if shard.name not in from_slices]
     if reference.get("shards") != whole:
         problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}", f"{split}: the shards the reference loader "
                                                                        f"reads whole are not those its layout implies"))
     remainders = [item.get("name") for item in reference.get("remainders") or []]
-    listed = _by_shard(records)
+    listed = ShardGroups(records, by_offset=False)
     for name, share in zip(remainders, slices):
-        have = [record.key for record in listed.get(name, [])]
+        have = [records.key(row) for row in listed.rows(name).tolist()]
         if have != [record.key for record in share]:
             problems.append(error(name, f"{split}: holds {len(have)} samples; the reference loader expects its "
                                         f"{len(share)}-sample slice of the split's last shards, in order"))
-    original = {record.key: record for record in state.records}
-    for record in records:
-        source = original.get(record.key)
+    found = state.table.rows_of_columns(records)
+    for row, record in enumerate(records.iter_records()):
+        source = state.columns.record(found[row]) if found[row] >= 0 else None
         if source is None or ((source.payload_crc32c, source.payload_sha256, source.label)
                               != (record.payload_crc32c, record.payload_sha256, record.label)):
             problems.append(error(record.shard, f"{split}: copied sample is not in the split or differs from the "
                                                 f"original (payload checksum or label)", record.key))
     if len(remainders) != n:
         problems.append(error(where, f"{split}: {len(remainders)} reference loader remainders, num_instances is {n}"))
-
-
-def _by_shard(records):
-    grouped = defaultdict(list)
-    for record in records:
-        grouped[record.shard].append(record)
-    return grouped
 
 
 def check_dataset(root, deep=False, adopt_it=False, progress=None):

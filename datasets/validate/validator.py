@@ -51,6 +51,7 @@ the registry (`datasets.formats.get_format(name).check_shard`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -60,9 +61,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from datasets import metadata_digest, reference
 from datasets.reference import checks as reference_checks
-from datasets.fileio import PARTIAL_SUFFIX, sha256_bytes
+from datasets.fileio import PARTIAL_SUFFIX, hash_file, sha256_bytes
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
 from datasets.formats.shard_check import (
@@ -82,8 +85,8 @@ from datasets.index import (
     DatasetError,
     ShardRecord,
     parse_metadata,
-    parse_sample_index,
 )
+from datasets.sample_columns import KeyTable, SampleColumns, ShardGroups, columns_from_records, parse_sample_columns
 from datasets.validate import raw_checksum
 
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
@@ -164,8 +167,30 @@ def run_shard_task(task: ShardTask) -> ShardResult:
 class _SplitState:
     name: str
     shards: list  # ShardRecords (metadata's, in order)
-    records: list  # SampleRecords of the index ([] when it could not be read)
+    columns: SampleColumns  # the index (no rows when it could not be read)
     index_ok: bool
+    groups: ShardGroups = None  # the index's records per shard, in index order, built when asked for
+    _table: KeyTable = None
+
+    def __post_init__(self):
+        self.groups = ShardGroups(self.columns, by_offset=False)
+
+    @property
+    def table(self) -> KeyTable:
+        """The rows of the index by key (made once, when a repartition check first needs it)."""
+        if self._table is None:
+            self._table = KeyTable(self.columns)
+        return self._table
+
+
+def _no_index(split, shards) -> _SplitState:
+    return _SplitState(split, shards, columns_from_records([]), False)
+
+
+def _read_index(path: Path, name: str) -> SampleColumns:
+    """The index at `path` as columns (with an earlier version's sha256s); errors name it by `name`."""
+    with open(path, "rb") as stream:
+        return parse_sample_columns(stream, name, hashes=True)
 
 
 def _check_metadata(metadata, problems):
@@ -229,42 +254,37 @@ def _load_split_index(root, split, entry, shards, problems) -> _SplitState:
     info = entry.get("index") if isinstance(entry, dict) else None
     if not isinstance(info, dict) or "name" not in info:
         problems.append(error(METADATA_FILE, f"split {split!r} names no sample index: samples cannot be checked one by one"))
-        return _SplitState(split, shards, [], False)
+        return _no_index(split, shards)
     name = str(info["name"])
     try:
-        data = (Path(root) / name).read_bytes()
+        (sha256,), size = hash_file(Path(root) / name)  # streamed: the index is read as columns below
+        columns = _read_index(Path(root) / name, name)
     except OSError as exc:
         problems.append(error(name, f"cannot read the sample index: {exc.strerror or exc}"))
-        return _SplitState(split, shards, [], False)
-    if "bytes" in info and len(data) != info["bytes"]:
-        problems.append(error(name, f"size {len(data):,} bytes, metadata says {info['bytes']:,}"))
-    if "sha256" in info and sha256_bytes(data) != info["sha256"]:
-        problems.append(error(name, "sha256 differs from metadata (the index changed since conversion)"))
-    try:
-        records = parse_sample_index(data, name)
+        return _no_index(split, shards)
     except DatasetError as exc:
-        problems.append(error(name, str(exc).removeprefix(f"{name}: ")))
-        return _SplitState(split, shards, [], False)
+        columns = None
+        failure = exc
+    if "bytes" in info and size != info["bytes"]:
+        problems.append(error(name, f"size {size:,} bytes, metadata says {info['bytes']:,}"))
+    if "sha256" in info and sha256 != info["sha256"]:
+        problems.append(error(name, "sha256 differs from metadata (the index changed since conversion)"))
+    if columns is None:
+        problems.append(error(name, str(failure).removeprefix(f"{name}: ")))
+        return _no_index(split, shards)
+    for key, n in columns.duplicate_keys().items():
+        problems.append(error(name, f"duplicated key: listed {n} times in the index", key))
     shard_names = {shard.name for shard in shards}
-    counts = Counter(record.key for record in records)
-    for key, n in counts.items():
-        if n > 1:
-            problems.append(error(name, f"duplicated key: listed {n} times in the index", key))
-    for record in records:
-        if record.shard not in shard_names:
-            problems.append(error(name, f"placed in {record.shard!r}, which metadata does not list for {split}", record.key))
-    per_shard = Counter(record.shard for record in records)
+    unknown = [number for number, shard in enumerate(columns.shard_names) if shard not in shard_names]
+    for row in np.flatnonzero(np.isin(columns.shard_ids, unknown)).tolist() if unknown else ():
+        problems.append(error(name, f"placed in {columns.shard(row)!r}, which metadata does not list for {split}",
+                              columns.key(row)))
+    state = _SplitState(split, shards, columns, True)
     for shard in shards:
-        if per_shard[shard.name] != shard.samples:
-            problems.append(error(name, f"lists {per_shard[shard.name]} samples in {shard.name}, metadata says {shard.samples}"))
-    return _SplitState(split, shards, records, True)
-
-
-def _records_by_shard(records):
-    grouped = defaultdict(list)
-    for record in records:
-        grouped[record.shard].append(record)
-    return grouped
+        if state.groups.count(shard.name) != shard.samples:
+            problems.append(error(name, f"lists {state.groups.count(shard.name)} samples in {shard.name}, metadata "
+                                        f"says {shard.samples}"))
+    return state
 
 
 def _missing_shard_problem(name, shard: ShardRecord, records):
@@ -274,23 +294,32 @@ def _missing_shard_problem(name, shard: ShardRecord, records):
     return error(name, f"missing shard: listed in metadata with {shard.samples:,} samples{lost}")
 
 
-def _run_tasks(tasks, workers, progress, description):
-    """Run shard tasks over `workers` processes, largest first; yields results as they finish."""
-    tasks = sorted(tasks, key=lambda t: -(t.record.bytes if t.record else 0))
+def _ready(item) -> ShardTask:
+    """A task with its shard's records: (task, None) is ready; (task without them, ShardGroups) gets them now,
+    just before it runs (the pool's feeder takes tasks as workers free up: never all shards' records at once)."""
+    task, groups = item
+    return task if groups is None else dataclasses.replace(task, samples=tuple(groups[task.name]))
+
+
+def _run_tasks(items, workers, progress, description):
+    """Run shard tasks ((task, groups) as `_ready` takes them) over `workers` processes, largest first;
+    yields results as they finish."""
+    items = sorted(items, key=lambda item: -(item[0].record.bytes if item[0].record else 0))
+    tasks = [task for task, _ in items]
     total = sum(_task_bytes(t) for t in tasks)
     bar = progress(total, description) if progress else None
     try:
         if workers <= 1 or len(tasks) <= 1:
-            for task in tasks:
-                result = run_shard_task(task)
+            for item in items:
+                result = run_shard_task(_ready(item))
                 if bar is not None:
-                    bar.update(_task_bytes(task))
+                    bar.update(_task_bytes(item[0]))
                 yield result
         else:
             import multiprocessing
 
             with multiprocessing.Pool(min(workers, len(tasks))) as pool:
-                for result in pool.imap_unordered(run_shard_task, tasks):
+                for result in pool.imap_unordered(run_shard_task, map(_ready, items)):
                     if bar is not None:
                         bar.update(result.bytes_read or 0)
                     yield result
@@ -338,7 +367,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         return report
     metadata_sha256, fmt = sha256_bytes(metadata_bytes), metadata.get("format")
     try:
-        shard_format = get_format(fmt)
+        get_format(fmt)  # an unknown format is named here, before any shard is checked
     except UnknownFormatError as exc:
         problems.append(error(METADATA_FILE, str(exc)))
         report.verdicts["Dataset"] = False
@@ -357,30 +386,15 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.verdicts["Dataset"] = False
         return report
 
-    tasks = []
-    expected_files = {METADATA_FILE}
-    for split, state in states.items():
-        info = metadata["splits"][split].get("index")
-        if isinstance(info, dict) and "name" in info:
-            expected_files.add(str(info["name"]))
-        grouped = _records_by_shard(state.records)
-        for shard in state.shards:
-            expected_files.add(shard.name)
-            expected_files.update(shard_format.companions(shard.name))
-            path = root / shard.name
-            if not path.is_file():
-                problems.append(_missing_shard_problem(shard.name, shard, grouped.get(shard.name, [])))
-                continue
-            tasks.append(ShardTask(str(path), shard.name, fmt, shard, tuple(grouped.get(shard.name, [])),
-                                   payload_ext, classes, deep, deep, layout, split, label_offset_of(metadata)))
-
+    tasks, expected_files = _shard_tasks(root, metadata, states, payload_ext, deep, problems)
     repartitions = _plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payload_ext,
                                             classes, deep, layout, problems)
     for plan in repartitions:
-        tasks += plan.tasks
+        tasks += [(task, None) for task in plan.tasks]
 
     results = {}
     for result in _run_tasks(tasks, workers, progress, "shards"):
+        result.keys = _KeyList(result.keys)  # ~30 bytes a key, not a str object each
         results[result.name] = result
     _explain_foreign_samples(states, results)
     for result in results.values():
@@ -398,9 +412,34 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
 
     report.problems = _sorted_problems(problems)
     report.verdicts["Dataset"] = report.ok
-    seconds = time.perf_counter() - started
+    report.stats = _converted_stats(fmt, states, results, repartitions, workers, deep, time.perf_counter() - started)
+    return report
+
+
+def _shard_tasks(root, metadata, states, payload_ext, deep, problems):
+    """(the shard checks to run as (task, ShardGroups) pairs, the files metadata.json accounts for); a
+    missing shard is a problem, not a task."""
+    fmt, classes, layout = metadata.get("format"), tuple(metadata.get("classes") or ()), metadata.get("tensor_layout")
+    tasks, expected_files = [], {METADATA_FILE}
+    for split, state in states.items():
+        info = metadata["splits"][split].get("index")
+        if isinstance(info, dict) and "name" in info:
+            expected_files.add(str(info["name"]))
+        for shard in state.shards:
+            expected_files.add(shard.name)
+            expected_files.update(get_format(fmt).companions(shard.name))
+            path = Path(root) / shard.name
+            if not path.is_file():
+                problems.append(_missing_shard_problem(shard.name, shard, state.groups[shard.name]))
+                continue
+            tasks.append((ShardTask(str(path), shard.name, fmt, shard, (), payload_ext, classes, deep, deep, layout,
+                                    split, label_offset_of(metadata)), state.groups))
+    return tasks, expected_files
+
+
+def _converted_stats(fmt, states, results, repartitions, workers, deep, seconds) -> dict:
     checked = sum(r.bytes_read for r in results.values())
-    report.stats = {
+    return {
         "format": fmt,
         "splits": {s: {"shards": len(st.shards), "samples": sum(x.samples for x in st.shards)} for s, st in states.items()},
         "shards_checked": len(results),
@@ -414,19 +453,39 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         "seconds": round(seconds, 3),
         "mb_per_s": round(checked / seconds / 1e6, 1) if seconds > 0 else None,
     }
-    return report
+
+
+class _KeyList:
+    """A checked shard's keys (ShardResult.keys, in shard order) as one utf-8 buffer and their hashes:
+    ~30 bytes a key where a list of str takes ~70, for the cross-shard checks of a whole split."""
+
+    def __init__(self, keys):
+        encoded = [key.encode("utf-8", "surrogatepass") for key in keys]
+        self.data = b"".join(encoded)
+        self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(key) for key in encoded], out=self.offsets[1:])
+        self.hashes = np.array([hash(key) for key in encoded], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    def __getitem__(self, i) -> str:
+        return self.data[self.offsets[i]:self.offsets[i + 1]].decode("utf-8", "surrogatepass")
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 def _explain_foreign_samples(states, results):
     """A sample the index places in another shard says which: shards swapped, renamed or mixed."""
     for state in states.values():
-        home = None
-        for shard in state.shards:
-            result = results.get(shard.name)
-            if result is None or not any(p.problem == NOT_IN_INDEX for p in result.problems):
-                continue
-            if home is None:
-                home = {record.key: record.shard for record in state.records}
+        affected = [results.get(shard.name) for shard in state.shards]
+        affected = [r for r in affected if r is not None and any(p.problem == NOT_IN_INDEX for p in r.problems)]
+        if not affected:
+            continue
+        wanted = {p.key for result in affected for p in result.problems if p.problem == NOT_IN_INDEX}
+        home = {key: state.columns.shard(rows[-1]) for key, rows in state.columns.rows_with_keys(wanted).items()}
+        for result in affected:
             result.problems = [
                 error(p.file, f"sample belongs to {home[p.key]} according to the sample index (shards swapped, "
                               f"renamed or mixed?)", p.key)
@@ -442,22 +501,42 @@ def _cross_shard_checks(states, results, problems):
         for shard in state.shards:
             by_sha.setdefault(shard.sha256, []).append(shard.name)
     for state in states.values():
-        where = defaultdict(list)
+        checked = []
         for shard in state.shards:
             result = results.get(shard.name)
             if result is None:
                 continue
-            for key in dict.fromkeys(result.keys):
-                where[key].append(shard.name)
+            checked.append((shard.name, result.keys))
             if result.sha256 and result.sha256 != shard.sha256:
                 others = [n for n in by_sha.get(result.sha256, []) if n != shard.name]
                 if others:
                     problems.append(error(shard.name, f"its content is that of {', '.join(others)} in metadata: "
                                                       f"shards swapped, renamed or copied over one another"))
-        for key, shards in where.items():
+        for key, shards in _keys_in_several_shards(checked).items():
             if len(shards) > 1:
                 for name in shards[1:]:
                     problems.append(error(name, f"duplicated key: the {state.name} split also has this key in {shards[0]}", key))
+
+
+def _keys_in_several_shards(checked) -> dict:
+    """{key: [shard names, in order]} of the keys found in more than one of `checked` ((name, _KeyList)),
+    in order of first appearance: hashes first (numpy), then the few candidates' keys themselves."""
+    if len(checked) < 2:
+        return {}
+    hashes = np.concatenate([keys.hashes for _, keys in checked])
+    if not len(hashes):
+        return {}
+    owners = np.repeat(np.arange(len(checked)), [len(keys) for _, keys in checked])
+    order = np.lexsort((owners, hashes))
+    hashes, owners = hashes[order], owners[order]
+    distinct = hashes[np.r_[True, (hashes[1:] != hashes[:-1]) | (owners[1:] != owners[:-1])]]
+    candidates = np.unique(distinct[1:][distinct[1:] == distinct[:-1]])
+    where = {}
+    for name, keys in checked:
+        hits = np.flatnonzero(np.isin(keys.hashes, candidates)).tolist() if len(candidates) else []
+        for key in dict.fromkeys(keys[i] for i in hits):
+            where.setdefault(key, []).append(name)
+    return where
 
 
 def _check_extra_files(root, expected, repartitions, problems):
@@ -500,7 +579,7 @@ class _RepartitionPlan:
     folder: str  # relative: distributed/<N>-instances
     manifest: dict
     tasks: list
-    instance_records: dict  # (split, instance number) -> [SampleRecord] or None
+    instance_records: dict  # (split, instance number) -> SampleColumns or None
     expected_files: set
 
 
@@ -576,7 +655,7 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
                 problems.append(error(manifest_name, f"{split} instance {number}: its sample index {unsafe}"))
             else:
                 try:
-                    records = parse_sample_index((Path(root) / index_name).read_bytes(), index_name)
+                    records = _read_index(Path(root) / index_name, index_name)
                 except OSError as exc:
                     problems.append(error(index_name, f"cannot read the instance's sample index: {exc.strerror or exc}"))
                 except DatasetError as exc:
@@ -601,7 +680,7 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
             if not path.is_file():
                 problems.append(error(remainder, f"missing remainder shard of {split} instance {number}"))
                 continue
-            mine = tuple(r for r in (records or []) if r.shard == remainder)
+            mine = () if records is None else tuple(records.records(records.rows_of_shards([remainder])))
             plan.tasks.append(ShardTask(str(path), remainder, fmt, remainder_record, mine, payload_ext, classes,
                                         True, deep, layout, None, label_offset_of(metadata)))
             plan.expected_files.update(get_format(fmt).companions(remainder))
@@ -627,94 +706,116 @@ def _expect_repartition_files(plan, manifest):
 def _check_repartition(root, plan, states, problems):
     """Union, disjointness and counts of one repartition, from its manifest and instance indexes."""
     manifest = plan.manifest
-    if not manifest:
-        _check_repartition_folder_files(root, plan, problems)
-        return
-    manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
-    n = manifest.get("num_instances")
-    for split, entry in manifest["splits"].items():
-        state = states.get(split)
-        if state is None:
-            continue
-        policy = entry.get("policy")
-        instances = entry.get("instances") or []
-        where = f"{manifest_name}"
-        if policy not in ("spread", "pad", "drop"):
-            problems.append(error(where, f"{split}: unknown policy {policy!r}"))
-        if len(instances) != n:
-            problems.append(error(where, f"{split}: {len(instances)} instances listed, num_instances is {n}"))
-        counts = [instance.get("samples") for instance in instances]
-        if entry.get("samples_per_instance") is not None and entry.get("samples_per_instance") != counts:
-            problems.append(error(where, f"{split}: samples_per_instance {entry.get('samples_per_instance')} "
-                                         f"disagrees with the instances' counts {counts}"))
-        original = {record.key: record for record in state.records}
-        by_shard = _records_by_shard(state.records)
-        split_shards = {shard.name for shard in state.shards}
-        readers = defaultdict(list)  # key -> instance numbers reading it
-        padded, dropped = Counter(), set()
-        actual_counts = []
-        for number, instance in enumerate(instances):
-            label = f"{split} instance {number}"
-            if instance.get("instance", number) != number:
-                problems.append(error(where, f"{label}: numbered {instance.get('instance')}"))
-            records = plan.instance_records.get((split, number))
-            padded.update(instance.get("padded_keys") or [])
-            dropped.update(instance.get("dropped_keys") or [])
-            whole = list(instance.get("shards") or [])
-            remainder = instance.get("remainder")
-            for name in whole:
-                if name not in split_shards:
-                    problems.append(error(where, f"{label} reads {name!r} whole, which is not a {split} shard in metadata"))
-            _check_shard_list(root, plan, instance, whole, remainder, label, problems)
-            if records is None:
-                actual_counts.append(instance.get("samples"))
-                continue
-            index_name = instance.get("index")
-            actual_counts.append(len(records))
-            if len(records) != instance.get("samples"):
-                problems.append(error(index_name, f"{label}: the index lists {len(records):,} samples, the manifest says "
-                                                  f"{instance.get('samples')!r}"))
-            listed = _records_by_shard(records)
-            for name in whole:
-                have = {r.key for r in listed.get(name, [])}
-                want = [r for r in by_shard.get(name, [])]
-                for record in want:
-                    if record.key not in have:
-                        problems.append(error(index_name, f"{label} reads {name} whole, but its index leaves out "
-                                                          f"this sample of it", record.key))
-                for record in listed.get(name, []):
-                    source = original.get(record.key)
-                    if source is None or source.shard != name:
-                        problems.append(error(index_name, f"{label}: placed in {name}, where the {split} index does not "
-                                                          f"have it", record.key))
-            for name, group in listed.items():
-                if name in whole or name == remainder:
-                    continue
-                for record in group:
-                    problems.append(error(index_name, f"{label}: placed in {name!r}, which the instance does not read",
-                                          record.key))
-            for record in listed.get(remainder, []) if remainder else []:
-                source = original.get(record.key)
-                if source is None:
-                    problems.append(error(remainder, f"{label}: copied sample is not in the {split} split", record.key))
-                elif ((source.payload_crc32c, source.payload_sha256, source.label, source.bbox)
-                      != (record.payload_crc32c, record.payload_sha256, record.label, record.bbox)):
-                    problems.append(error(remainder, f"{label}: copied sample differs from the original in "
-                                                     f"{source.shard} (payload checksum, label or bbox)", record.key))
-            for record in records:
-                readers[record.key].append(number)
-        for name, instance_keys in (("padded_keys", list(padded.elements())), ("dropped_keys", sorted(dropped))):
-            if name in entry and sorted(entry[name]) != sorted(instance_keys):
-                problems.append(error(where, f"{split}: the split's {name} differ from its instances' {name}"))
-        if "total_samples" in entry and entry["total_samples"] != len(state.records):
-            problems.append(error(where, f"{split}: total_samples {entry['total_samples']!r}, the split has "
-                                         f"{len(state.records):,} samples"))
-        _check_union(where, split, policy, state, readers, padded, dropped, problems)
-        _check_counts(where, split, policy, actual_counts, len(state.records), problems)
-        if entry.get(reference_checks.LOADER_REMAINDERS) is not None:
-            reference_checks.check_loader_remainders(plan, split, entry[reference_checks.LOADER_REMAINDERS], n, state,
-                                                     by_shard, problems)
+    if manifest:
+        manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
+        for split, entry in manifest["splits"].items():
+            state = states.get(split)
+            if state is not None:
+                _check_repartition_split(root, plan, manifest_name, manifest.get("num_instances"), split, entry,
+                                         state, problems)
     _check_repartition_folder_files(root, plan, problems)
+
+
+class _Reads:
+    """Which instances read which samples of a split, without a dict over every key: per instance the
+    split rows it reads (arrays), and apart the keys read that are not in the split."""
+
+    def __init__(self):
+        self.rows, self.numbers = [], []
+        self.strays = defaultdict(list)  # key not in the split -> instance numbers reading it
+
+    def add(self, number, records, found):
+        self.rows.append(found[found >= 0])
+        self.numbers.append(np.full(int(np.count_nonzero(found >= 0)), number, dtype=np.int64))
+        for row in np.flatnonzero(found < 0).tolist():
+            self.strays[records.key(row)].append(number)
+
+    def joined(self):
+        if not self.rows:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.concatenate(self.rows), np.concatenate(self.numbers)
+
+
+def _check_repartition_split(root, plan, where, n, split, entry, state, problems):
+    policy = entry.get("policy")
+    instances = entry.get("instances") or []
+    if policy not in ("spread", "pad", "drop"):
+        problems.append(error(where, f"{split}: unknown policy {policy!r}"))
+    if len(instances) != n:
+        problems.append(error(where, f"{split}: {len(instances)} instances listed, num_instances is {n}"))
+    counts = [instance.get("samples") for instance in instances]
+    if entry.get("samples_per_instance") is not None and entry.get("samples_per_instance") != counts:
+        problems.append(error(where, f"{split}: samples_per_instance {entry.get('samples_per_instance')} "
+                                     f"disagrees with the instances' counts {counts}"))
+    split_shards = {shard.name for shard in state.shards}
+    reads, padded, dropped = _Reads(), Counter(), set()
+    actual_counts = []
+    for number, instance in enumerate(instances):
+        label = f"{split} instance {number}"
+        if instance.get("instance", number) != number:
+            problems.append(error(where, f"{label}: numbered {instance.get('instance')}"))
+        records = plan.instance_records.get((split, number))
+        padded.update(instance.get("padded_keys") or [])
+        dropped.update(instance.get("dropped_keys") or [])
+        whole = list(instance.get("shards") or [])
+        for name in whole:
+            if name not in split_shards:
+                problems.append(error(where, f"{label} reads {name!r} whole, which is not a {split} shard in metadata"))
+        _check_shard_list(root, plan, instance, whole, instance.get("remainder"), label, problems)
+        if records is None:
+            actual_counts.append(instance.get("samples"))
+            continue
+        actual_counts.append(len(records))
+        if len(records) != instance.get("samples"):
+            problems.append(error(instance.get("index"), f"{label}: the index lists {len(records):,} samples, the "
+                                                         f"manifest says {instance.get('samples')!r}"))
+        found = state.table.rows_of_columns(records)
+        _check_instance_index(label, instance, whole, records, found, state, split, problems)
+        reads.add(number, records, found)
+    for name, instance_keys in (("padded_keys", list(padded.elements())), ("dropped_keys", sorted(dropped))):
+        if name in entry and sorted(entry[name]) != sorted(instance_keys):
+            problems.append(error(where, f"{split}: the split's {name} differ from its instances' {name}"))
+    if "total_samples" in entry and entry["total_samples"] != len(state.columns):
+        problems.append(error(where, f"{split}: total_samples {entry['total_samples']!r}, the split has "
+                                     f"{len(state.columns):,} samples"))
+    _check_union(where, split, policy, state, reads, padded, dropped, problems)
+    _check_counts(where, split, policy, actual_counts, len(state.columns), problems)
+    if entry.get(reference_checks.LOADER_REMAINDERS) is not None:
+        reference_checks.check_loader_remainders(plan, split, entry[reference_checks.LOADER_REMAINDERS], n, state,
+                                                 problems)
+
+
+def _check_instance_index(label, instance, whole, records, found, state, split, problems):
+    """An instance's index against the split's: whole shards complete and only theirs, nothing placed in a
+    shard the instance does not read, copied samples equal to their originals. `found`: each instance row's
+    split row (-1: not in the split)."""
+    index_name, remainder = instance.get("index"), instance.get("remainder")
+    listed = ShardGroups(records, by_offset=False)
+    home = np.where(found >= 0, state.columns.shard_ids[np.maximum(found, 0)], -1) if len(found) else found
+    for name in whole:
+        mine, want = listed.rows(name), state.groups.rows(name)
+        for row in want[~np.isin(want, found[mine])].tolist():
+            problems.append(error(index_name, f"{label} reads {name} whole, but its index leaves out "
+                                              f"this sample of it", state.columns.key(row)))
+        for row in mine[home[mine] != state.groups.ids.get(name, -2)].tolist():
+            problems.append(error(index_name, f"{label}: placed in {name}, where the {split} index does not "
+                                              f"have it", records.key(row)))
+    for name in records.shard_names:
+        if name in whole or name == remainder:
+            continue
+        for row in listed.rows(name).tolist():
+            problems.append(error(index_name, f"{label}: placed in {name!r}, which the instance does not read",
+                                  records.key(row)))
+    for row in listed.rows(remainder).tolist() if remainder else ():
+        record = records.record(row)
+        if found[row] < 0:
+            problems.append(error(remainder, f"{label}: copied sample is not in the {split} split", record.key))
+            continue
+        source = state.columns.record(found[row])
+        if ((source.payload_crc32c, source.payload_sha256, source.label, source.bbox)
+                != (record.payload_crc32c, record.payload_sha256, record.label, record.bbox)):
+            problems.append(error(remainder, f"{label}: copied sample differs from the original in "
+                                             f"{source.shard} (payload checksum, label or bbox)", record.key))
 
 
 def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
@@ -736,23 +837,36 @@ def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
                                     f"expected {len(expected)})"))
 
 
-def _check_union(where, split, policy, state, readers, padded, dropped, problems):
-    everything = {record.key for record in state.records}
-    for key in sorted(everything - set(readers) - dropped):
+def _check_union(where, split, policy, state, reads, padded, dropped, problems):
+    rows, numbers = reads.joined()
+    counts = np.bincount(rows, minlength=len(state.columns))
+    named = sorted(dropped)
+    dropped_rows = {key: int(row) for key, row in zip(named, state.table.rows_of_keys(named)) if row >= 0}
+    unread = (state.columns.key(row) for row in np.flatnonzero(counts == 0).tolist())
+    for key in sorted(key for key in unread if key not in dropped):
         problems.append(error(where, f"{split}: sample is read by no instance and not named as dropped", key))
-    for key in sorted(set(readers) - everything):
+    for key in sorted(reads.strays):
         problems.append(error(where, f"{split}: an instance reads a sample that is not in the split", key))
-    for key in sorted(dropped & set(readers)):
-        problems.append(error(where, f"{split}: named as dropped but read by instance {readers[key][0]}", key))
-    for key in sorted(dropped - everything):
-        problems.append(error(where, f"{split}: named as dropped but not in the split", key))
-    for key, numbers in sorted(readers.items()):
-        repeats = len(numbers) - 1 - padded.get(key, 0)
+    for key in named:
+        row = dropped_rows.get(key)
+        if row is not None and counts[row]:
+            first = int(numbers[np.flatnonzero(rows == row)[0]])
+        elif key in reads.strays:
+            first = reads.strays[key][0]
+        else:
+            continue
+        problems.append(error(where, f"{split}: named as dropped but read by instance {first}", key))
+    for key in named:
+        if key not in dropped_rows:
+            problems.append(error(where, f"{split}: named as dropped but not in the split", key))
+    for key, numbers_of_key in sorted(_repeated_readers(state, reads, rows, numbers, counts, padded).items()):
+        repeats = len(numbers_of_key) - 1 - padded.get(key, 0)
         if repeats > 0:
-            problems.append(error(where, f"{split}: read by instances {', '.join(map(str, numbers))}, but not named "
-                                         f"as padding", key))
+            problems.append(error(where, f"{split}: read by instances {', '.join(map(str, numbers_of_key))}, but "
+                                         f"not named as padding", key))
         elif repeats < 0:
-            problems.append(error(where, f"{split}: named as padding {padded[key]} times but read {len(numbers)} times", key))
+            problems.append(error(where, f"{split}: named as padding {padded[key]} times but read "
+                                         f"{len(numbers_of_key)} times", key))
     if policy == "spread" and (padded or dropped):
         problems.append(error(where, f"{split}: policy 'spread' keeps every sample once, but the manifest names "
                                      f"{sum(padded.values())} padded and {len(dropped)} dropped keys"))
@@ -760,6 +874,21 @@ def _check_union(where, split, policy, state, readers, padded, dropped, problems
         problems.append(error(where, f"{split}: policy 'pad' drops nothing, but {len(dropped)} keys are named as dropped"))
     if policy == "drop" and padded:
         problems.append(error(where, f"{split}: policy 'drop' pads nothing, but {sum(padded.values())} keys are padding"))
+
+
+def _repeated_readers(state, reads, rows, numbers, counts, padded) -> dict:
+    """{key: instance numbers reading it} of the keys whose readers padding must account for: read more
+    than once, or named as padding, or not in the split."""
+    padded_keys = list(padded)
+    padded_rows = [int(row) for row in state.table.rows_of_keys(padded_keys) if row >= 0 and counts[row]]
+    wanted = np.union1d(np.flatnonzero(counts > 1), np.array(padded_rows, dtype=np.int64))
+    readers = {}
+    mask = np.isin(rows, wanted)
+    for row, number in zip(rows[mask].tolist(), numbers[mask].tolist()):
+        readers.setdefault(row, []).append(number)
+    out = {state.columns.key(row): found for row, found in readers.items()}
+    out.update(reads.strays)
+    return out
 
 
 def _check_counts(where, split, policy, counts, total, problems):
