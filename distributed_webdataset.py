@@ -19,7 +19,8 @@ import sys
 
 from datasets.balance import POLICIES, UnknownPolicyError, check_policy
 from datasets.index import DatasetError
-from datasets.reference_layout import adopt, check_reference_dataset, read_reference_metadata
+from datasets.reference import read_reference_metadata
+from datasets.reference.layout import adopt, check_reference_dataset
 from datasets.repartition import (
     RepartitionUsageError,
     describe_plan,

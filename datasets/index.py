@@ -13,7 +13,7 @@ A converted dataset directory holds:
 metadata.json keeps the reference harness's keys (`train_length`, `validation_length`,
 `format`, `shuffle`, `train_transform_pipeline`, `validation_transform_pipeline`,
 `seed`, `image_quality`, `checksum`: checksumdir's md5 dirhash of the folder without metadata.json,
-see datasets.validate.raw_checksum) and adds:
+see datasets.reference.checksum) and adds:
 
     "format_version": 1,
     "classes": ["n01440764", ...],          class index -> class folder name
@@ -36,8 +36,8 @@ see datasets.validate.raw_checksum) and adds:
     "metadata_digest": "sha256:<hex>",      last: the sha256 of the canonical JSON of every other key
                                             (datasets.metadata_digest; absent: written before it existed)
 
-A metadata.json of the reference harness itself (its keys only, no "splits") is recognised by
-`is_reference_metadata`; datasets.reference_layout reads, checks and adopts such datasets.
+A metadata.json written by another tool is recognised through `METADATA_RECOGNISERS`
+(datasets.reference: its harness's own, its keys only, no "splits").
 
 Each shard is described by a `ShardRecord` (name, samples, bytes, sha256, md5); each sample
 by a `SampleRecord`, one tab-separated line of the split's index, under a header line naming the
@@ -56,8 +56,8 @@ from typing import NamedTuple, Optional
 import crc32c
 
 from datasets.layout import METADATA_FILE, SPLITS  # noqa: F401  (re-exported: the records' readers use them)
-from datasets.fileio import HashingAtomicWriter, atomic_write_bytes, atomic_write_json, sha256_bytes
-from datasets.metadata_digest import DIGEST_KEY, sealed
+from datasets.fileio import HashingAtomicWriter, atomic_write_json, sha256_bytes
+from datasets.metadata_digest import sealed
 
 FORMAT_VERSION = 1
 # metadata.json key (see above): true when the converter's .convert-state/ is outside `checksum` and removed.
@@ -89,15 +89,10 @@ def split_of_index_name(name: str):
     return stem.removeprefix(_INDEX_PREFIX) or None
 
 
-def is_reference_metadata(metadata) -> bool:
-    """True for the reference harness's metadata.json (its keys, none of this project's: a metadata.json
-    that carries this project's digest is ours, even with its "splits" deleted)."""
-    return (isinstance(metadata, dict) and "splits" not in metadata and DIGEST_KEY not in metadata
-            and "format" in metadata and any(f"{split}_length" in metadata for split in SPLITS))
-
-
-class ReferenceMetadataError(DatasetError):
-    """metadata.json of a dataset made by the reference harness: read with datasets.reference_layout."""
+# Hooks for metadata.json written by other tools: each takes (metadata, source) and returns the
+# DatasetError (a subclass naming that tool) parse_metadata raises, or None. datasets.reference
+# registers the one for the layout it reads and adopts.
+METADATA_RECOGNISERS = []
 
 
 @dataclass(frozen=True)
@@ -276,9 +271,10 @@ def parse_metadata(data: bytes, source=METADATA_FILE) -> dict:
         raise DatasetError(f"{source}: not valid JSON: {error}") from None
     if not isinstance(metadata, dict):
         raise DatasetError(f"{source}: expected a JSON object")
-    if is_reference_metadata(metadata):
-        raise ReferenceMetadataError(f"{source}: a dataset made by the reference harness (Graphcore's "
-                                     f"create_webdataset.py); `validate_dataset.py --adopt` indexes it")
+    for recognise in METADATA_RECOGNISERS:
+        foreign = recognise(metadata, source)
+        if foreign is not None:
+            raise foreign
     for key in ("format", "splits", "classes"):
         if key not in metadata:
             raise DatasetError(f"{source}: the key {key!r} is missing")

@@ -87,6 +87,7 @@ from datasets.index import (
 )
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
+from datasets.reference.remainders import LOADER_REMAINDERS, reference_remainders, write_loader_remainders
 from datasets.sample_columns import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
 
 MANIFEST_VERSION = 1
@@ -374,29 +375,6 @@ def remainder_records(copied, remainder_shard: str):
         )
         offset += record.record_size
     return out
-
-
-def reference_remainders(shards, records_by_shard, num_instances: int):
-    """What the reference harness's loader (Graphcore's webdataset_format.py, its DistributeNode)
-    reads of a split under N > 1 instances, beside the shards: it takes the shards in name order,
-    deals all but the last r of them out whole (r = S mod N, or N when that is 0), and gives
-    instance i the file distributed/<N>-instances/<split>-<i:06d>.tar, which must hold the i-th
-    contiguous slice of the last r shards' samples (count // N each, one more for the first
-    count mod N, as its distributed_webdataset.py writes them). Returns [[SampleRecord]] per instance."""
-    names = sorted(shard.name for shard in shards)
-    last = len(names) % num_instances or num_instances
-    pool = [record for name in names[-last:] for record in records_by_shard[name]]
-    slices, start = [], 0
-    for instance in range(num_instances):
-        count = len(pool) // num_instances + (1 if instance < len(pool) % num_instances else 0)
-        slices.append(pool[start:start + count])
-        start += count
-    return slices
-
-
-def reference_remainder_names(split: str, num_instances: int):
-    """(file names of the reference loader's remainder shards, their sample index), in the repartition folder."""
-    return [f"{split}-{instance:06d}.tar" for instance in range(num_instances)], f"{split}-reference.index.tsv"
 
 
 # ------------------------------------------------------------------------------------------ loading
@@ -734,9 +712,10 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
                     "shard_list": _relative(n, list_name),
                 }
             )
-        reference = None
+        loader_remainders = None
         if fmt.reference_loader_reads and n > 1:
-            reference = _write_reference_remainders(plan, shards, records_by_shard, out, fmt, reader, progress)
+            loader_remainders = write_loader_remainders(plan.split, n, shards, records_by_shard, out, fmt, reader,
+                                                        progress, remainder_records, _writing)
     finally:
         reader.close()
     entry = {
@@ -749,8 +728,8 @@ def _write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, prog
         "dropped_keys": list(plan.dropped_keys),
         "instances": entries,
     }
-    if reference is not None:
-        entry["reference_loader"] = reference
+    if loader_remainders is not None:
+        entry[LOADER_REMAINDERS] = loader_remainders
     return entry
 
 
@@ -779,35 +758,6 @@ def _write_remainder(out: Path, plan: SplitRepartition, instance: InstanceShare,
         if progress:
             progress("written", split=plan.split, name=remainder_name, bytes=size)
     return ShardRecord(_relative(n, remainder_name), len(instance.copied), size, digest, md5), copied_records
-
-
-def _write_reference_remainders(plan: SplitRepartition, shards, records_by_shard, out: Path, fmt, reader,
-                                progress) -> dict:
-    """Copy, byte for byte, the files the reference harness's loader reads (`reference_remainders`);
-    return their manifest entry. The samples are also in this repartition's own shares: a dataset
-    repartitioned here reads under both loaders."""
-    n = plan.num_instances
-    names, index_name = reference_remainder_names(plan.split, n)
-    slices = reference_remainders(shards, records_by_shard, n)
-    records, remainders = [], []
-    for name, copied in zip(names, slices):
-        path = out / name
-        placed = remainder_records(copied, _relative(n, name))
-        with _writing(path), fmt.open_writer(path) as writer:
-            for record, where in zip(copied, placed):
-                if writer.add_raw_record(reader.read(record)) != where.record_offset:
-                    raise AssertionError("reference remainder offsets disagree with the plan")
-                if progress:
-                    progress("copied", split=plan.split, key=record.key, bytes=record.record_size)
-        if progress:
-            progress("written_reference", split=plan.split, name=name, bytes=writer.bytes_written)
-        remainders.append(ShardRecord(_relative(n, name), len(copied), writer.bytes_written, writer.sha256,
-                                      writer.md5).to_json())
-        records += placed
-    with _writing(out / index_name):
-        write_sample_index(out / index_name, records)
-    whole = sorted(shard.name for shard in shards)[: len(shards) - (len(shards) % n or n)]
-    return {"shards": whole, "remainders": remainders, "index": _relative(n, index_name)}
 
 
 @dataclass

@@ -136,7 +136,7 @@ def decode(payload: bytes, ext: str, layout: str):
         array = decode_npy(payload)
         return Image.fromarray(np.ascontiguousarray(array.transpose(1, 2, 0) if layout == "CHW" else array))
     if ext == "pth":
-        from datasets.formats.pth import decode_pth
+        from datasets.reference.pth import decode_pth
 
         return Image.fromarray(np.ascontiguousarray(decode_pth(payload)))
     image = Image.open(io.BytesIO(payload))

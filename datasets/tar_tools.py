@@ -45,7 +45,7 @@ from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from datasets.repartition import remainder_records
 from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes
-from datasets.validate.raw_checksum import folder_checksum
+from datasets.reference.checksum import folder_checksum
 
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 STDIO = "-"

@@ -131,7 +131,7 @@ class _CreatesAFile:
 
 
 def test_a_malicious_pth_is_refused_without_running_it(tmp_path):
-    from datasets.formats.pth import PthFormatError, decode_pth
+    from datasets.reference.pth import PthFormatError, decode_pth
 
     marker = tmp_path / "pwned"
     buffer = io.BytesIO()
@@ -148,7 +148,7 @@ def test_a_malicious_pth_is_refused_without_running_it(tmp_path):
     ({"image": torch.zeros(3, 4, 5, dtype=torch.uint8)}, "holds a dict"),
 ])
 def test_a_pth_that_is_not_a_plain_uint8_chw_tensor_is_named(value, message):
-    from datasets.formats.pth import PthFormatError, decode_pth
+    from datasets.reference.pth import PthFormatError, decode_pth
 
     buffer = io.BytesIO()
     torch.save(value, buffer)

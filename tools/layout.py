@@ -31,7 +31,7 @@ LAYERS = [
     ("index", "preprocess", "steps", "balance"),  # the data model: sample index, steps, share policies
     ("sample_columns",),
     ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches
-    ("reference", "reference_layout"),  # Graphcore's reference harness: detection, checksum, adopt
+    ("reference",),  # Graphcore's reference harness: metadata, checksum, .pth, layout + adopt, remainders
     ("repartition",),
     ("validate",),
     ("convert",),

@@ -129,7 +129,7 @@ from datasets.sample_columns import ShardGroups, read_sample_columns
 from datasets.preprocess import PreprocessError, apply_steps, canonical, output_size, parse_steps
 from datasets.convert.dataset_source import open_any_source
 from datasets.convert.imagenet_source import ImageNetSourceError
-from datasets.validate.raw_checksum import folder_checksum
+from datasets.reference.checksum import folder_checksum
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR
 from datasets.formats import EncodedSample, format_names, get_format, is_any_shard_file
 from datasets.formats.tar import BLOCK, RECORD, padding

@@ -33,8 +33,8 @@ from datasets.convert.imagenet_source import (ImageNetSource, ImageNetSourceErro
                                               open_source)
 from datasets.fileio import sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_bbox, parse_metadata, \
-    sample_index_name
+from datasets.index import METADATA_FILE, DatasetError, parse_bbox, parse_metadata, sample_index_name
+from datasets.reference import ReferenceMetadataError
 from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
 

@@ -84,7 +84,7 @@ class ShardFormat:
     default_steps: dict = {}  # split -> conversion steps when none are given (tensor: a fixed size)
     records_are_byte_ranges: bool = True  # a SampleRecord's record range is a byte range of the shard file
     # The reference harness's loader (Graphcore's webdataset_format.py) reads these shards: a repartition
-    # also writes the remainder files that loader reads (datasets.repartition.reference_remainders).
+    # also writes the remainder files that loader reads (datasets.reference.remainders).
     reference_loader_reads: bool = False
 
     # ------------------------------------------------------------------ names

@@ -19,7 +19,6 @@ from typing import Optional
 
 from datasets.fileio import hash_file
 from datasets.formats.npy import NpyFormatError, decode_npy
-from datasets.formats.pth import PthFormatError, decode_pth
 from datasets.index import ShardRecord, SampleRecord, parse_bbox
 
 ERROR = "error"
@@ -59,6 +58,9 @@ def warning(file, problem, key=None) -> Problem:
 # Container-independent: a TFRecord checker uses these too.
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+# Payload kinds defined outside the formats: extension -> check(data) returning why the payload does
+# not decode, or None. datasets.reference registers "pth" (the tensors of the datasets it adopts).
+PAYLOAD_CHECKS = {}
 
 
 def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) -> Optional[str]:
@@ -79,12 +81,8 @@ def decode_problem(ext: str, data, tensor_layout=None, require_rgb_jpeg=True) ->
         if require_rgb_jpeg and ext == "jpg" and (kind not in ("JPEG", "MPO") or mode != "RGB"):  # MPO: camera JPEG
             return f"payload is a {kind} image in mode {mode}, the converter stores RGB JPEG"
         return None
-    if ext == "pth":  # an adopted reference tensor dataset (datasets.formats.pth: never fully unpickled)
-        try:
-            decode_pth(data)
-        except PthFormatError as exc:
-            return str(exc)
-        return None
+    if ext in PAYLOAD_CHECKS:
+        return PAYLOAD_CHECKS[ext](data)
     if ext == "npy":
         try:
             array = decode_npy(data)

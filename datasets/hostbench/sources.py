@@ -15,7 +15,7 @@ from datasets import formats as registry
 from datasets.layout import find_split_folder, is_image_name
 from datasets.hostbench.timing import BenchmarkError
 from datasets.index import METADATA_FILE, DatasetError, read_metadata
-from datasets.reference_layout import read_reference_metadata, split_shard_names
+from datasets.reference.layout import unadopted_shards
 
 
 
@@ -81,16 +81,9 @@ def folder_source(root: Path) -> BenchmarkSource:
 
 
 def converted_source(root: Path) -> BenchmarkSource:
-    reference = read_reference_metadata(root)
-    if reference is not None:  # made by the reference harness: shards by name, counts from its metadata
-        shards, per_image, samples = {}, {}, {}
-        for split in ("train", "validation"):
-            names, _ = split_shard_names(sorted(p.name for p in Path(root).iterdir()), split)
-            shards[split] = [Path(root) / name for name in names]
-            samples[split] = int(reference.get(f"{split}_length") or 0)
-            total = sum(path.stat().st_size for path in shards[split])
-            per_image[split] = total / samples[split] if samples[split] else 0.0
-        return BenchmarkSource(str(reference["format"]), Path(root), shards, per_image, samples, reference)
+    unadopted = unadopted_shards(root)  # another tool's layout (datasets.reference), not adopted
+    if unadopted is not None:
+        return BenchmarkSource(*unadopted)
     metadata = read_metadata(root)
     shards, per_image, samples = {}, {}, {}
     for split, info in metadata.get("splits", {}).items():

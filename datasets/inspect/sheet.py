@@ -50,7 +50,7 @@ def stored_pixels(shown: Shown, tensor_layout: str = "HWC") -> np.ndarray:
         array = decode_npy(shown.payload)
         image = Image.fromarray(np.ascontiguousarray(array.transpose(1, 2, 0) if tensor_layout == "CHW" else array))
     elif shown.ext == "pth":
-        from datasets.formats.pth import decode_pth
+        from datasets.reference.pth import decode_pth
 
         image = Image.fromarray(np.ascontiguousarray(decode_pth(shown.payload)))
     else:
@@ -63,7 +63,7 @@ def stored_pixels(shown: Shown, tensor_layout: str = "HWC") -> np.ndarray:
 
 def trained_pixels(view: SplitView, shown: Shown, seed: int) -> np.ndarray:
     """What the loader's pipeline for this split makes of the sample (train: RandomResizedCrop + flip)."""
-    from datasets.formats.pth import decode_pth
+    from datasets.reference.pth import decode_pth
     from datasets.loader.pipeline import ImagePipeline
 
     source = view.source

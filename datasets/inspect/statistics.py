@@ -104,7 +104,7 @@ def describe_image(shown: Shown, tensor_layout: str = "HWC") -> dict:
         height, width = (shape[1], shape[2]) if tensor_layout == "CHW" else (shape[0], shape[1])
         return {"width": int(width), "height": int(height), "format": "NPY", "mode": "RGB"}
     if shown.ext == "pth":
-        from datasets.formats.pth import decode_pth
+        from datasets.reference.pth import decode_pth
 
         height, width = decode_pth(shown.payload).shape[:2]
         return {"width": int(width), "height": int(height), "format": "PTH", "mode": "RGB"}

@@ -40,10 +40,10 @@ from datasets.fileio import sha256_bytes
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
-from datasets.formats.tar import TarFormatError
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
-from datasets.index import METADATA_FILE, DatasetError, ReferenceMetadataError, parse_metadata, sample_index_name
-from datasets.reference_layout import NOTICE, REFERENCE_PAYLOAD, scan_reference_split
+from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
+from datasets.reference import ReferenceMetadataError
+from datasets.reference.layout import NOTICE, scan_unadopted
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.source_kinds import FOLDER, SHARDS, SYNTHETIC
 from datasets.preprocess import PreprocessError, parse_stored_steps
@@ -184,7 +184,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     except FileNotFoundError:
         raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
     except ReferenceMetadataError:
-        return _reference(base, split, json.loads(metadata_bytes))
+        return _unadopted(base, split, json.loads(metadata_bytes))
     if split not in metadata["splits"]:
         raise SourceError(f"{metadata_location}: no split {split!r} (it has {', '.join(metadata['splits'])})")
     entry = metadata["splits"][split]
@@ -234,27 +234,17 @@ def _warn_if_edited(location: str, data: bytes) -> None:
         warnings.warn(f"{location}: {message}", stacklevel=4)
 
 
-def _reference(base: str, split: str, metadata: dict) -> Source:
-    """A dataset made by the reference harness, not adopted: its shards' tar headers scanned once."""
-    fmt = metadata.get("format")
-    if fmt not in REFERENCE_PAYLOAD:
-        raise SourceError(f"{join_location(base, METADATA_FILE)}: format {fmt!r} is not a reference format "
-                          f"({', '.join(REFERENCE_PAYLOAD)})")
-    if is_url(base):
-        raise SourceError(f"{base}: a dataset made by the reference harness is read from a local folder (no listing "
-                          f"over http); adopt it (validate_dataset.py --adopt) to serve it")
+def _unadopted(base: str, split: str, metadata: dict) -> Source:
+    """A dataset another tool made, not adopted (datasets.reference): its shards' tar headers scanned once."""
+    metadata_location = join_location(base, METADATA_FILE)
     try:
-        records = scan_reference_split(base, split, fmt)
-    except (OSError, TarFormatError) as error:
-        raise SourceError(f"{base}: {error}") from None
-    if not records:
-        raise SourceError(f"{base}: a dataset made by the reference harness with no {split}-NNNNNN.tar shards")
-    message = NOTICE.format(root=base.rstrip("/"))
-    warnings.warn(message, stacklevel=4)
-    groups = [list(group) for _, group in itertools.groupby(records, key=lambda r: r.shard)]
-    return Source(SHARDS.name, f"{base} (reference harness {fmt}, {split}: {len(records)} samples in "
-                                f"{len(groups)} shards, scanned)", [], REFERENCE_PAYLOAD[fmt],
-                  stored_steps=_stored_steps(metadata, split, join_location(base, METADATA_FILE)),
+        scanned = scan_unadopted(base, split, metadata, metadata_location, is_url(base), scan_shard)
+    except DatasetError as error:
+        raise SourceError(str(error)) from None
+    warnings.warn(scanned.notice, stacklevel=4)
+    groups = [list(group) for _, group in itertools.groupby(scanned.records, key=lambda r: r.shard)]
+    return Source(SHARDS.name, scanned.description, [], scanned.payload_ext,
+                  stored_steps=_stored_steps(metadata, split, metadata_location),
                   tensor_layout="CHW", base=base, metadata=metadata, columns=_columns_of_groups(groups))
 
 
@@ -322,14 +312,14 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
     same_folder = all(loc.rsplit("/", 1)[0] == base for loc in locations)
     metadata_location = join_location(base, METADATA_FILE)
-    metadata, reference = None, None
+    metadata, foreign = None, None
     if same_folder and exists(metadata_location):
         metadata_bytes = read_bytes(metadata_location)
         _warn_if_edited(metadata_location, metadata_bytes)
         try:
             metadata = parse_metadata(metadata_bytes, metadata_location)
-        except ReferenceMetadataError:  # the reference harness's shards: scanned below
-            reference = json.loads(read_bytes(metadata_location))
+        except ReferenceMetadataError:  # another tool's shards (datasets.reference): scanned below
+            foreign = json.loads(read_bytes(metadata_location))
     if metadata is not None:
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
@@ -354,7 +344,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         return _foreign_files(claimed.pop(), locations, split, label_offset)
     message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
                f"and locate every sample (convert with create_webdataset.py to skip this)")
-    if reference is not None:
+    if foreign is not None:
         message = f"{len(locations)} shards of {NOTICE.format(root=base)}"
     warnings.warn(message, stacklevel=3)
     groups = []
@@ -364,7 +354,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
             groups.append(records)
     payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
     payload = next(iter(payloads & {"npy", "pth"}), "jpg")
-    stored = _stored_steps(reference, split, metadata_location) if reference is not None else []
+    stored = _stored_steps(foreign, split, metadata_location) if foreign is not None else []
     return Source(SHARDS.name, f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
                   locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
 

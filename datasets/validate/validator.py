@@ -63,7 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets import metadata_digest, reference_layout
+from datasets import metadata_digest, reference
+from datasets.reference import checks as reference_checks
 from datasets.fileio import PARTIAL_SUFFIX, hash_file, sha256_bytes
 from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, split_of_folder
 from datasets.formats import UnknownFormatError, get_format, is_any_shard_file, payload_extension_of
@@ -79,14 +80,12 @@ from datasets.formats.shard_check import (
     warning,
 )
 from datasets.index import (
-    CONVERT_STATE_REMOVED,
     SAMPLE_INDEX_SUFFIX,
     METADATA_FILE,
     DatasetError,
     ShardRecord,
     parse_metadata,
 )
-from datasets.repartition import reference_remainders
 from datasets.sample_columns import KeyTable, SampleColumns, ShardGroups, columns_from_records, parse_sample_columns
 from datasets.validate import raw_checksum
 
@@ -409,7 +408,7 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
             problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}",
                                   f"malformed repartition manifest: {type(exc).__name__}: {exc}"))
     _check_extra_files(root, expected_files, repartitions, problems)
-    _check_reference_checksum(root, metadata, states, results, problems, report.notes)
+    reference_checks.check_folder_checksum(root, metadata, states, results, problems, report.notes)
 
     report.problems = _sorted_problems(problems)
     report.verdicts["Dataset"] = report.ok
@@ -555,10 +554,9 @@ def _check_extra_files(root, expected, repartitions, problems):
             for name in sorted(dirs):
                 if f"{DISTRIBUTED_DIR}/{name}" in repartition_folders:
                     continue
-                if reference_layout.is_reference_repartition(Path(folder) / name):
-                    problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", "a repartition made by the reference harness "
-                                            "(its loader reads it, this one does not; distributed_webdataset.py "
-                                            "--num-instances N makes one for this loader)"))
+                made_elsewhere = reference_checks.repartition_folder_problem(Path(folder) / name)
+                if made_elsewhere:
+                    problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", made_elsewhere))
                 else:
                     problems.append(warning(f"{DISTRIBUTED_DIR}/{name}", "repartition folder without a manifest.json "
                                                                          "(unfinished; distributed_webdataset.py completes it)"))
@@ -571,71 +569,6 @@ def _check_extra_files(root, expected, repartitions, problems):
                 problems.append(warning(relative, "partial file left by an interrupted write (safe to delete)"))
             else:
                 problems.append(warning(relative, "extra file not listed in metadata.json (loaders ignore it)"))
-
-
-def _check_reference_checksum(root, metadata, states, results, problems, notes):
-    """metadata.json's `checksum` (the reference harness's md5 folder checksum, datasets.validate.raw_checksum)
-    against the folder, from the md5s metadata.json records for the shards and indexes, which verified by
-    sha256 (only the other files are read); checked when nothing else is wrong. A mismatch is a warning
-    (every file here is checked by its own record), but the reference validate_dataset.py says "Dataset is
-    corrupted.": the warning names the likely cause, e.g. a .convert-state/ left by a crash."""
-    expected = metadata.get("checksum")
-    if not isinstance(expected, str) or any(p.severity == ERROR for p in problems):
-        return
-    known = {}
-    for split, state in states.items():
-        index = metadata["splits"][split].get("index") or {}
-        if not index.get("md5"):
-            return  # written before md5s were recorded: the check would read every shard
-        if not isinstance(index["md5"], str) or not re.fullmatch(r"[0-9a-f]{32}", index["md5"]):
-            problems.append(error(METADATA_FILE, f"split {split!r}: the index's md5 {index['md5']!r} is not an md5 "
-                                                 f"hex digest"))
-            return
-        known[index["name"]] = index["md5"]
-        for shard in state.shards:
-            result = results.get(shard.name)
-            if not shard.md5 or result is None or result.sha256 != shard.sha256:
-                return
-            known[shard.name] = shard.md5
-    root = Path(root)
-    added_later = [folder for folder in (CONVERT_STATE_DIR, DISTRIBUTED_DIR) if (root / folder).is_dir()]
-    base = list(raw_checksum.file_md5s(root, known, skip_folders=added_later).values())
-    if raw_checksum.reference_checksum(base) == expected:
-        counted = []
-    else:
-        inside = {folder: list(raw_checksum.file_md5s(root / folder).values()) for folder in added_later}
-        candidates = [[CONVERT_STATE_DIR], [DISTRIBUTED_DIR], [CONVERT_STATE_DIR, DISTRIBUTED_DIR]]
-        counted = next((folders for folders in candidates if set(folders) <= set(added_later) and
-                        raw_checksum.reference_checksum(base + [md5 for f in folders for md5 in inside[f]]) == expected),
-                       None)
-    state = f"{CONVERT_STATE_DIR}/"
-    if counted is None:
-        extra = sorted({p.file for p in problems if p.severity == WARNING and p.file and p.file != METADATA_FILE})
-        causes = ([f"{state} left by create_webdataset.py (create_webdataset.py --resume with the same options "
-                   f"removes it)"] if CONVERT_STATE_DIR in added_later else [])
-        causes += [f"files added after the conversion ({', '.join(extra[:3])}{', ...' if len(extra) > 3 else ''})"] if extra else []
-        if "plan_fingerprint" in metadata and CONVERT_STATE_REMOVED not in metadata and CONVERT_STATE_DIR not in added_later:
-            causes.append(f"made by an earlier create_webdataset.py, whose checksum counted its {state}, since "
-                          f"deleted or not copied")
-        problems.append(warning("", f"the reference folder checksum (md5 dirhash) differs from metadata.json's "
-                                    f"checksum {expected}: the reference validate_dataset.py says \"Dataset is "
-                                    f"corrupted.\" though every file checked here is intact; likely cause: "
-                                    + ("; ".join(causes) if causes else "a file the reference counts changed (e.g. a "
-                                                                          ".tfindex), or the checksum was edited")))
-        return
-    if CONVERT_STATE_DIR in added_later and CONVERT_STATE_DIR not in counted:
-        problems.append(warning(state, "left by a conversion stopped after writing metadata.json, whose checksum "
-                                       "does not count it: the reference validate_dataset.py counts hidden files and "
-                                       "says \"Dataset is corrupted.\"; create_webdataset.py --resume with the same "
-                                       "options removes it (or delete the folder)"))
-    if CONVERT_STATE_DIR in counted:
-        notes.append(f"metadata.json's checksum counts {state} (written by an earlier create_webdataset.py): deleting "
-                     f"it, or a copy without hidden files (upload_dataset.py makes one), fails the reference "
-                     f"validator; create_webdataset.py --resume with the same options rewrites metadata.json "
-                     f"without it and removes it")
-    if DISTRIBUTED_DIR in added_later and DISTRIBUTED_DIR not in counted:
-        notes.append(f"the reference folder checksum matches without {DISTRIBUTED_DIR}/, added after metadata.json "
-                     f"was written (the reference validate_dataset.py counts it and says corrupted)")
 
 
 # ================================================================================ repartitions
@@ -751,46 +684,14 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
             plan.tasks.append(ShardTask(str(path), remainder, fmt, remainder_record, mine, payload_ext, classes,
                                         True, deep, layout, None, label_offset_of(metadata)))
             plan.expected_files.update(get_format(fmt).companions(remainder))
-        reference = entry.get("reference_loader")
-        if reference is not None:
-            _plan_reference_remainders(root, plan, split, reference, metadata, fmt, payload_ext, classes, deep,
-                                       layout, problems)
+        remainders = entry.get(reference_checks.LOADER_REMAINDERS)
+        if remainders is not None:
+            def task(path, shard, mine):
+                return ShardTask(str(path), shard.name, fmt, shard, mine, payload_ext, classes, True, deep, layout,
+                                 None, label_offset_of(metadata))
 
-
-def _plan_reference_remainders(root, plan, split, reference, metadata, fmt, payload_ext, classes, deep, layout,
-                               problems):
-    """The shards a repartition writes for the reference harness's loader (datasets.repartition.
-    reference_remainders): each checked as a shard against its record and their sample index."""
-    manifest_name = f"{plan.folder}/{REPARTITION_MANIFEST}"
-    index_name = reference.get("index")
-    unsafe = _relative_path_problem(index_name)
-    if unsafe:
-        problems.append(error(manifest_name, f"{split}: the reference loader's sample index {unsafe}"))
-        return
-    plan.expected_files.add(index_name)
-    try:
-        records = _read_index(Path(root) / index_name, index_name)
-    except OSError as exc:
-        problems.append(error(index_name, f"cannot read the reference loader's sample index: {exc.strerror or exc}"))
-        records = None
-    except DatasetError as exc:
-        problems.append(error(index_name, str(exc).removeprefix(f"{index_name}: ")))
-        records = None
-    plan.instance_records[(split, "reference")] = records
-    for item in reference.get("remainders") or []:
-        shard = ShardRecord.from_json(item)
-        unsafe = _relative_path_problem(shard.name)
-        if unsafe:
-            problems.append(error(manifest_name, f"{split}: a reference loader's remainder shard {unsafe}"))
-            continue
-        plan.expected_files.add(shard.name)
-        path = Path(root) / shard.name
-        if not path.is_file():
-            problems.append(error(shard.name, f"missing: the reference harness's loader reads it ({split})"))
-            continue
-        mine = () if records is None else tuple(records.records(records.rows_of_shards([shard.name])))
-        plan.tasks.append(ShardTask(str(path), shard.name, fmt, shard, mine, payload_ext, classes, True, deep,
-                                    layout, None, label_offset_of(metadata)))
+            reference_checks.plan_loader_remainders(root, plan, split, remainders, problems, _relative_path_problem,
+                                                    task)
 
 
 def _expect_repartition_files(plan, manifest):
@@ -879,8 +780,9 @@ def _check_repartition_split(root, plan, where, n, split, entry, state, problems
                                      f"{len(state.columns):,} samples"))
     _check_union(where, split, policy, state, reads, padded, dropped, problems)
     _check_counts(where, split, policy, actual_counts, len(state.columns), problems)
-    if entry.get("reference_loader") is not None:
-        _check_reference_remainders(plan, split, entry["reference_loader"], n, state, problems)
+    if entry.get(reference_checks.LOADER_REMAINDERS) is not None:
+        reference_checks.check_loader_remainders(plan, split, entry[reference_checks.LOADER_REMAINDERS], n, state,
+                                                 problems)
 
 
 def _check_instance_index(label, instance, whole, records, found, state, split, problems):
@@ -914,41 +816,6 @@ def _check_instance_index(label, instance, whole, records, found, state, split, 
                 != (record.payload_crc32c, record.payload_sha256, record.label, record.bbox)):
             problems.append(error(remainder, f"{label}: copied sample differs from the original in "
                                              f"{source.shard} (payload checksum, label or bbox)", record.key))
-
-
-def _check_reference_remainders(plan, split, reference, n, state, problems):
-    """What the reference harness's loader reads under n instances: the split's shards but the last
-    r whole, and remainder i = the i-th slice of the last r shards' samples (repartition.
-    reference_remainders); each sample once, byte-identical to its original."""
-    records = plan.instance_records.get((split, "reference"))
-    if records is None:
-        return
-    where = reference.get("index")
-    if not isinstance(n, int) or n < 2:
-        problems.append(error(where, f"{split}: reference loader remainders for num_instances {n!r}"))
-        return
-    slices = reference_remainders(state.shards, state.groups, n)
-    from_slices = {record.shard for share in slices for record in share}
-    whole = [shard.name for shard in sorted(state.shards, key=lambda shard: shard.name) if shard.name not in from_slices]
-    if reference.get("shards") != whole:
-        problems.append(error(f"{plan.folder}/{REPARTITION_MANIFEST}", f"{split}: the shards the reference loader "
-                                                                       f"reads whole are not those its layout implies"))
-    remainders = [item.get("name") for item in reference.get("remainders") or []]
-    listed = ShardGroups(records, by_offset=False)
-    for name, share in zip(remainders, slices):
-        have = [records.key(row) for row in listed.rows(name).tolist()]
-        if have != [record.key for record in share]:
-            problems.append(error(name, f"{split}: holds {len(have)} samples; the reference loader expects its "
-                                        f"{len(share)}-sample slice of the split's last shards, in order"))
-    found = state.table.rows_of_columns(records)
-    for row, record in enumerate(records.iter_records()):
-        source = state.columns.record(found[row]) if found[row] >= 0 else None
-        if source is None or ((source.payload_crc32c, source.payload_sha256, source.label)
-                              != (record.payload_crc32c, record.payload_sha256, record.label)):
-            problems.append(error(record.shard, f"{split}: copied sample is not in the split or differs from the "
-                                                f"original (payload checksum or label)", record.key))
-    if len(remainders) != n:
-        problems.append(error(where, f"{split}: {len(remainders)} reference loader remainders, num_instances is {n}"))
 
 
 def _check_shard_list(root, plan, instance, whole, remainder, label, problems):
@@ -1265,30 +1132,16 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
 
 
 def validate_reference(root, deep=False, adopt=False, progress=None) -> Report:
-    """A dataset made by the reference harness (datasets.reference_layout): its folder checksum,
-    every shard walked; with `adopt`, once intact, this project's indexes and metadata written."""
+    """A dataset made by the reference harness (datasets.reference.checks.check_dataset): its folder
+    checksum, every shard walked; with `adopt`, once intact, this project's indexes and metadata written."""
     started = time.perf_counter()
     report = Report(str(root), "converted")
-    check = reference_layout.check_reference_dataset(root, deep, progress)
-    report.problems = _sorted_problems([Problem(*p) for p in check.problems])
-    report.notes = ["a dataset made by the reference harness (Graphcore's create_webdataset.py): its md5 folder "
-                    "checksum and every shard's structure, members and counts were checked"] + check.notes
-    if adopt and report.ok:
-        written = reference_layout.adopt(root, check)
-        report.notes.append(f"adopted: wrote {', '.join(written)} beside the shards (no shard changed); "
-                            f"per-shard and per-sample hashes are checked from now on")
-    elif adopt:
-        report.notes.append("not adopted: fix or replace the damaged files first (an intact copy adopts)")
+    problems, report.notes, stats = reference_checks.check_dataset(root, deep, adopt, progress)
+    report.problems = _sorted_problems([Problem(*p) for p in problems])
     report.verdicts["Dataset"] = report.ok
     seconds = time.perf_counter() - started
-    report.stats = {
-        "format": check.fmt, "reference_layout": True, "adopted": bool(adopt and report.ok),
-        "shards_checked": sum(len(scans) for scans in check.shards.values()),
-        "samples_checked": sum(len(s.records) for scans in check.shards.values() for s in scans),
-        "payloads_decoded": sum(s.decoded for scans in check.shards.values() for s in scans),
-        "bytes_checked": check.bytes_read, "workers": 1, "deep": deep, "seconds": round(seconds, 3),
-        "mb_per_s": round(check.bytes_read / seconds / 1e6, 1) if seconds > 0 else None,
-    }
+    report.stats = dict(stats, seconds=round(seconds, 3),
+                        mb_per_s=round(stats["bytes_checked"] / seconds / 1e6, 1) if seconds > 0 else None)
     return report
 
 
@@ -1297,7 +1150,7 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None, a
 
     `progress(total_bytes, description)` may return a tqdm-like object (update(n), close()).
     `adopt`: a dataset made by the reference harness is, once found intact, adopted
-    (datasets.reference_layout.adopt); for any other dataset it is a usage error.
+    (datasets.reference.layout.adopt); for any other dataset it is a usage error.
     """
     root = Path(path)
     if not root.exists():
@@ -1315,7 +1168,7 @@ def validate(path, workers=1, deep=False, write_manifest=False, progress=None, a
         if write_manifest:
             raise ValidationUsageError(f"{root}: --write-manifest is for raw image folders; a converted dataset is "
                                        f"checked against its {METADATA_FILE}")
-        if reference_layout.read_reference_metadata(root) is not None:
+        if reference.read_reference_metadata(root) is not None:
             return validate_reference(root, deep, adopt, progress)
         if adopt:
             raise ValidationUsageError(f"{root}: --adopt is for datasets made by the reference harness; this one "

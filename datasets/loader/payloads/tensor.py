@@ -3,7 +3,7 @@ and in-memory arrays (synthetic samples)."""
 
 from __future__ import annotations
 
-from datasets.formats.pth import decode_pth
+from datasets.reference.pth import decode_pth
 from datasets.loader.payloads.base import PayloadKind
 
 

@@ -41,6 +41,15 @@ def decode_pth(payload) -> np.ndarray:
     return value.numpy().transpose(1, 2, 0)
 
 
+def pth_problem(payload):
+    """Why a `.pth` payload does not decode, or None (datasets.formats.shard_check's check for "pth")."""
+    try:
+        decode_pth(payload)
+    except PthFormatError as error:
+        return str(error)
+    return None
+
+
 def _reason(error) -> str:
     """The informative line of torch's weights-only refusal (its message is mostly advice)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]

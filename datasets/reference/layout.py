@@ -12,7 +12,7 @@ Its layout, in the dataset folder:
     distributed/<N>-instances/<split>-<i>.tar   its repartitions
 
 `checksum` is checksumdir's md5 dirhash of the folder with every file named metadata.json
-left out (datasets.validate.raw_checksum describes the algorithm). File names never enter
+left out (datasets.reference.checksum describes the algorithm). File names never enter
 it, so it can say that something changed, never which file: the shard walk below names what
 it can (structure, members, counts), and `adopt` records per-shard and per-sample hashes that
 name the rest from then on.
@@ -21,7 +21,7 @@ name the rest from then on.
 sha256 and the tar walk from the same bytes. `adopt` writes this project's sample indexes and
 metadata.json (this project's schema, the reference keys kept, `checksum` recomputed over the
 new side files so the reference validator still says "Dataset OK.") without changing a shard
-byte. `scan_reference_split` is the loader's in-memory view of a dataset that was not adopted.
+byte. `scan_unadopted` is the loader's in-memory view of a dataset that was not adopted.
 """
 
 from __future__ import annotations
@@ -46,45 +46,23 @@ from datasets.index import (
     SampleRecord,
     ShardRecord,
     bbox_text,
-    is_reference_metadata,
     payload_crc32c,
     sample_index_name,
     write_metadata,
     write_sample_index,
 )
-from datasets.loader.shard_reader import scan_shard
-from datasets.validate.raw_checksum import list_files, reference_checksum
+from datasets.reference.checksum import list_files, reference_checksum
+from datasets.reference.metadata import (
+    REFERENCE_KEYS,
+    REFERENCE_PAYLOAD,
+    read_reference_metadata,
+    reference_metadata_problems,
+)
+from datasets.reference.pth import pth_problem
 
-REFERENCE_KEYS = ("train_length", "validation_length", "format", "shuffle", "train_transform_pipeline",
-                  "validation_transform_pipeline", "seed", "image_quality", "checksum")
-REFERENCE_PAYLOAD = {"img": "jpg", "tensor": "pth"}
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar$")
 NOTICE = ("{root}: a dataset made by the reference harness (Graphcore's create_webdataset.py): read by scanning "
           "its tar headers; `validate_dataset.py --adopt {root}` indexes it once for checked, faster reads")
-
-
-def reference_metadata_problems(metadata: dict) -> list:
-    """What is wrong with a reference metadata.json, as strings (empty: usable)."""
-    problems = [f"the key {key!r} is missing" for key in ("format", "checksum") if key not in metadata]
-    fmt = metadata.get("format")
-    if "format" in metadata and fmt not in REFERENCE_PAYLOAD:
-        problems.append(f"format {fmt!r} is not one of the reference formats ({', '.join(REFERENCE_PAYLOAD)})")
-    for split in SPLITS:
-        value = metadata.get(f"{split}_length")
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            problems.append(f"{split}_length is {value!r}, not a sample count")
-    if "checksum" in metadata and not (isinstance(metadata["checksum"], str) and len(metadata["checksum"]) == 32):
-        problems.append(f"checksum {metadata['checksum']!r} is not an md5 hex digest")
-    return problems
-
-
-def read_reference_metadata(root) -> Optional[dict]:
-    """The reference metadata.json of `root`, or None if it is this project's (or missing)."""
-    try:
-        metadata = json.loads((Path(root) / METADATA_FILE).read_bytes())
-    except (OSError, ValueError):
-        return None
-    return metadata if is_reference_metadata(metadata) else None
 
 
 def split_shard_names(names, split: str):
@@ -138,13 +116,7 @@ def _bbox_problem(info) -> Optional[str]:
 def decode_reference_payload(ext: str, data) -> Optional[str]:
     """Why a reference payload does not decode, or None."""
     if ext == "pth":
-        from datasets.formats.pth import PthFormatError, decode_pth
-
-        try:
-            decode_pth(data)
-        except PthFormatError as error:
-            return str(error)
-        return None
+        return pth_problem(data)
     import io
 
     from PIL import Image
@@ -347,15 +319,67 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
 # ------------------------------------------------------------------------------- adoption
 
 
-def scan_reference_split(root, split: str, fmt: str) -> list:
+def scan_reference_split(root, split: str, scan_shard) -> list:
     """The SampleRecords of one split of a reference dataset, from its tar headers (no payload
-    hashes): what the loader reads a dataset that was not adopted by."""
+    hashes): what the loader reads a dataset that was not adopted by. `scan_shard(path, name)`
+    is the loader's header scan (datasets.loader.shard_reader.scan_shard), passed in: the
+    loader sits above this package."""
     root = Path(root)
     names, _ = split_shard_names(sorted(os.listdir(root)), split)
     records = []
     for name in names:
         records += scan_shard(str(root / name), name)
     return records
+
+
+@dataclass
+class UnadoptedSplit:
+    """What the loader needs of one split of a dataset not adopted (datasets.loader.sources)."""
+
+    records: list  # SampleRecords in shard order, from the tar headers
+    payload_ext: str
+    description: str
+    notice: str  # the warning the loader gives: scanned, adopt it for checked, faster reads
+
+
+def scan_unadopted(base: str, split: str, metadata: dict, metadata_location: str, remote: bool,
+                   scan_shard) -> UnadoptedSplit:
+    """One split of a reference dataset read the loader's way, or a DatasetError naming the
+    folder (or metadata.json) and the problem. `remote`: `base` is a URL (no listing there)."""
+    fmt = metadata.get("format")
+    if fmt not in REFERENCE_PAYLOAD:
+        raise DatasetError(f"{metadata_location}: format {fmt!r} is not a reference format "
+                           f"({', '.join(REFERENCE_PAYLOAD)})")
+    if remote:
+        raise DatasetError(f"{base}: a dataset made by the reference harness is read from a local folder (no listing "
+                           f"over http); adopt it (validate_dataset.py --adopt) to serve it")
+    try:
+        records = scan_reference_split(base, split, scan_shard)
+    except (OSError, TarFormatError) as error:
+        raise DatasetError(f"{base}: {error}") from None
+    if not records:
+        raise DatasetError(f"{base}: a dataset made by the reference harness with no {split}-NNNNNN.tar shards")
+    shards = len({record.shard for record in records})
+    return UnadoptedSplit(records, REFERENCE_PAYLOAD[fmt], f"{base} (reference harness {fmt}, {split}: "
+                                                          f"{len(records)} samples in {shards} shards, scanned)",
+                          NOTICE.format(root=base.rstrip("/")))
+
+
+def unadopted_shards(root):
+    """(format, root, {split: shard paths in number order}, {split: mean bytes per sample},
+    {split: samples metadata.json counts}, metadata) of a reference dataset not adopted, or None
+    for any other folder: the host benchmark's view (shards by name, counts from its metadata)."""
+    reference = read_reference_metadata(root)
+    if reference is None:
+        return None
+    shards, per_image, samples = {}, {}, {}
+    for split in ("train", "validation"):
+        names, _ = split_shard_names(sorted(p.name for p in Path(root).iterdir()), split)
+        shards[split] = [Path(root) / name for name in names]
+        samples[split] = int(reference.get(f"{split}_length") or 0)
+        total = sum(path.stat().st_size for path in shards[split])
+        per_image[split] = total / samples[split] if samples[split] else 0.0
+    return str(reference["format"]), Path(root), shards, per_image, samples, reference
 
 
 def adopted_metadata(check: ReferenceCheck, split_entries: dict) -> dict:
