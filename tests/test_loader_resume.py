@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -224,6 +225,16 @@ def torchrun(script, processes, *args, **popen):
                             **popen)
 
 
+def _kill_every_process_running(script):
+    """SIGKILL every process whose command line names `script` (the ranks and their forked workers)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(script).encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass  # gone already
+
+
 def test_torchrun_kill_9_mid_epoch_then_resume_on_2_and_3(img, tmp_path, capsys):
     (tmp_path / "killed.py").write_text(KILLED)
     (tmp_path / "resumed.py").write_text(RESUMED)
@@ -235,6 +246,7 @@ def test_torchrun_kill_9_mid_epoch_then_resume_on_2_and_3(img, tmp_path, capsys)
         assert job.poll() is None and time.time() < deadline, job.communicate()[0][-3000:]
         time.sleep(0.5)
     os.killpg(job.pid, signal.SIGKILL)  # kill -9 the whole job: launcher, ranks and their workers
+    _kill_every_process_running(tmp_path / "killed.py")  # torchrun starts each rank in a session of its own
     job.wait()
     before = {(split, i): json.loads((states / f"keys-{split}-{i}.json").read_text())
               for split in ("validation", "train") for i in range(2)}
