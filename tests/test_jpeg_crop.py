@@ -148,12 +148,9 @@ def photo():
     return Image.open(PHOTOS[0]).convert("RGB").crop((3, 5, 3 + 333, 5 + 251))  # sizes off the MCU grid
 
 
-@pytest.mark.parametrize("kind, native", [
-    ("grayscale", True), ("progressive", True), ("444", True), ("422", True), ("restart markers", True),
-    ("cmyk", False), ("png named jpeg", False),
-])
-def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
-    payload = {
+def quirk_payload(photo, kind: str) -> bytes:
+    """`photo` encoded as one of the inputs the crop decoder must handle or hand to PIL."""
+    return {
         "grayscale": lambda: _encoded(photo.convert("L"), quality=90),
         "progressive": lambda: _encoded(photo, quality=90, progressive=True),
         "444": lambda: _encoded(photo, quality=90, subsampling=0),
@@ -162,6 +159,14 @@ def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
         "cmyk": lambda: _encoded(photo.convert("CMYK"), quality=90),
         "png named jpeg": lambda: _encoded(photo, "PNG"),
     }[kind]()
+
+
+@pytest.mark.parametrize("kind, native", [
+    ("grayscale", True), ("progressive", True), ("444", True), ("422", True), ("restart markers", True),
+    ("cmyk", False), ("png named jpeg", False),
+])
+def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
+    payload = quirk_payload(photo, kind)
     assert (jpeg_crop.jpeg_size(payload) is not None) == native
     for use_draft in (False, True):
         crop, whole = _pipelines(64, use_draft)

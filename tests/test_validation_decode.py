@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from test_jpeg_crop import PHOTOS, _encoded
+from test_jpeg_crop import PHOTOS, _encoded, quirk_payload
 from datasets.loader import jpeg_crop
 from datasets.loader.pipeline import ImagePipeline, PipelineError
 from datasets.launcher import Instance
@@ -86,15 +86,7 @@ def test_center_crop_alone_equals_the_whole_image_path(payloads):
 ])
 def test_quirk_inputs_equal_the_whole_image_path(kind, native):
     photo = Image.open(PHOTOS[0]).convert("RGB").crop((3, 5, 3 + 333, 5 + 251))  # sizes off the MCU grid
-    payload = {
-        "grayscale": lambda: _encoded(photo.convert("L"), quality=90),
-        "progressive": lambda: _encoded(photo, quality=90, progressive=True),
-        "444": lambda: _encoded(photo, quality=90, subsampling=0),
-        "422": lambda: _encoded(photo, quality=90, subsampling=1),
-        "restart markers": lambda: _encoded(photo, quality=90, restart_marker_blocks=3),
-        "cmyk": lambda: _encoded(photo.convert("CMYK"), quality=90),
-        "png named jpeg": lambda: _encoded(photo, "PNG"),
-    }[kind]()
+    payload = quirk_payload(photo, kind)
     for size, resize in ((224, 256), (64, 73)):
         fused, whole = _pipelines(size, resize)
         slots = [_slot(size, "chw"), _slot(size, "chw")]
