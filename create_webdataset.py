@@ -10,22 +10,21 @@ metadata.json last (see datasets/upload.py).
 
 Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
 data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
-datasets.convert.converter; its module docstring describes the output and the guarantees.
+datasets.convert: converter.py runs a conversion, and its docstring maps the parts (plan, encode,
+target_state) whose docstrings describe the output and the guarantees.
 """
 
 import argparse
 import sys
 from pathlib import Path
 
-from datasets.convert.converter import (
+from datasets.convert.converter import convert, format_summary
+from datasets.convert.errors import ConversionError, UsageError
+from datasets.convert.plan import (
     DEFAULT_IMAGE_QUALITY,
     DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_SAMPLES_PER_SHARD,
-    ConversionError,
     ConvertOptions,
-    UsageError,
-    convert,
-    format_summary,
 )
 from datasets.formats import FORMATS, format_names, get_format
 from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus

@@ -49,7 +49,9 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.convert.converter import ConvertOptions, EncodeOptions, ShardToWrite, convert, encode_payload, write_shard  # noqa: E402
+from datasets.convert.converter import convert  # noqa: E402
+from datasets.convert.encode import EncodeOptions, ShardToWrite, encode_payload, write_shard  # noqa: E402
+from datasets.convert.plan import ConvertOptions  # noqa: E402
 from datasets.convert.imagenet_source import open_source  # noqa: E402
 from datasets.formats.npy import encode_npy  # noqa: E402
 from datasets.preprocess import apply_steps, parse_steps  # noqa: E402

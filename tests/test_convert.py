@@ -70,7 +70,8 @@ def convert_keeping_the_state(source: Path, folder: Path, copy: Path, *args) -> 
     """Convert in-process with the CLI's arguments; `copy` receives every .convert-state/ file as it was
     before the conversion removed the state (the library's on_published hook runs after each record)."""
     import create_webdataset
-    from datasets.convert.converter import ConvertOptions, convert as run_conversion
+    from datasets.convert.converter import convert as run_conversion
+    from datasets.convert.plan import ConvertOptions
 
     parsed = create_webdataset.build_parser().parse_args(
         ["--source", str(source), "--target", str(folder), *map(str, args)])
@@ -397,7 +398,8 @@ def test_an_instance_finishing_after_its_peer_removed_the_state_reports_complete
     """Two instances can reach finalize together: the one that comes second (the flock makes it wait) finds
     the state removed and metadata.json of its plan written, and reports the dataset complete, writing
     nothing. (Without the flock, on a network mount, its records vanish under it: same answer.)"""
-    from datasets.convert.converter import ConvertOptions, finalize, make_plan
+    from datasets.convert.plan import ConvertOptions, make_plan
+    from datasets.convert.target_state import finalize
     from datasets.convert.imagenet_source import open_source
     from datasets.launcher import Instance
 
@@ -847,7 +849,9 @@ def test_a_shard_whose_record_failed_is_not_recorded_again_while_stopping(tmp_pa
     that succeeds once space is freed would leave the error naming a file that is there, complete."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from datasets.convert.converter import EncodeOptions, ShardToWrite, WriteFailure, run_in_pool
+    from datasets.convert.converter import run_in_pool
+    from datasets.convert.encode import EncodeOptions, ShardToWrite
+    from datasets.convert.errors import WriteFailure
 
     encode = EncodeOptions("img", (), 95, 10**8, "fail")
     tasks = [ShardToWrite("train", n, f"train-{n:06d}.tar", (), encode) for n in range(4)]
