@@ -8,7 +8,7 @@ Contract: convert(ConvertOptions) -> Summary, or UsageError (exit code 2) / Conv
 code 1) with a one-line message naming the file and the problem; format_summary is the closing text.
 The parts, one job each (their docstrings hold the details and guarantees):
   plan.py          the options and the deterministic plan: order, shards, steps, fingerprint
-  encode.py        one sample's payload and json, one whole shard written (in a worker), the members
+  encode.py        one sample's payload and json, one whole shard written (in a worker), its members
   target_state.py  the target folder: --overwrite/--resume rules, state records, the lock, finishing
                    (indexes, metadata.json), crash safety
   errors.py        the failures and how a failed write names its file

@@ -5,8 +5,8 @@ ConversionError exit code 1 (bad data with --on-error fail, an unreadable source
 create_webdataset.py maps them. SampleSkipped is one sample that cannot be converted (skipped, or
 a SampleFailure with --on-error fail); FileFailure and its kinds are picklable, so worker
 processes raise them to the main process. `writing()` turns an OSError of a failed write into a
-WriteFailure "<that file>: cannot write the <what>: <why>" and removes the file's .partial, so
-every file under a final name is complete.
+WriteFailure "<that file>: cannot write the <what>: <why>" and removes the file's .partial (and
+its companions'), so a failed write leaves nothing behind.
 """
 
 import errno
