@@ -8,7 +8,7 @@
 Whole shards are assigned to instances as they are; only the samples needed to balance are copied,
 byte for byte, into one remainder shard per instance. The output goes to DIR/distributed/<N>-instances/
 (manifest.json, written last, plus per-instance shard lists and sample indexes); the original shards
-and metadata.json are only read. See datasets/repartition.py for the plan and the guarantees.
+and metadata.json are only read. See datasets/repartition/ for the plan and the guarantees.
 
 Exit codes: 0 done (or already up to date), 1 bad data (nothing written), 2 wrong arguments.
 """
@@ -21,11 +21,9 @@ from datasets.balance import POLICIES, UnknownPolicyError, check_policy
 from datasets.index import DatasetError
 from datasets.reference import read_reference_metadata
 from datasets.reference.layout import adopt, check_reference_dataset
-from datasets.repartition import (
-    RepartitionUsageError,
-    describe_plan,
-    repartition,
-)
+from datasets.repartition.plan import RepartitionUsageError
+from datasets.repartition.report import describe_plan
+from datasets.repartition.run import repartition
 from datasets.formats.tar import TarFormatError
 
 REMAINDER_HELP = f"""how to handle samples that do not divide evenly: {', '.join(POLICIES)}.

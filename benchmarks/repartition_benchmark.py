@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datasets.index import SampleRecord, ShardRecord, encode_sample_index, tar_shard_name  # noqa: E402
 from datasets.sample_columns import parse_sample_columns  # noqa: E402
 from datasets.balance import POLICIES  # noqa: E402
-from datasets.repartition import group_records_by_shard, plan_split  # noqa: E402
+from datasets.repartition.plan import plan_split  # noqa: E402
+from datasets.repartition.source import group_records_by_shard  # noqa: E402
 from datasets.formats.tar import TarShardWriter  # noqa: E402
 
 IMAGENET_TRAIN = 1_281_167

@@ -42,7 +42,7 @@ from datasets.index import (DatasetError, METADATA_FILE, ShardRecord, parse_meta
                             sample_index_name, write_metadata, write_sample_index)
 from datasets.layout import SPLITS
 from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
-from datasets.repartition import remainder_records
+from datasets.repartition.plan import remainder_records
 from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes
 from datasets.reference.checksum import folder_checksum

@@ -82,7 +82,7 @@ def test_pad_gives_equal_counts_and_names_its_repeats(total, count):
 def test_the_loader_deals_the_counts_a_repartition_writes(total, count):
     """One policy module: at run time each instance gets what a repartition for N would give it."""
     from datasets.balance import POLICIES
-    from datasets.repartition import instance_targets
+    from datasets.repartition.plan import instance_targets
 
     for policy in POLICIES:
         if policy == "drop" and total < count:

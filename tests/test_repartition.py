@@ -42,18 +42,16 @@ from datasets.index import (
 )
 from datasets.formats.npy import encode_npy
 from datasets.sample_columns import read_sample_index
-from datasets.repartition import (
-    Request,
+from datasets.repartition.plan import (
     RepartitionUsageError,
     assign_whole_shards,
-    decide,
-    group_records_by_shard,
     instance_targets,
-    output_dir,
     plan_split,
     remainder_records,
-    repartition,
 )
+from datasets.repartition.request import Request, decide, output_dir
+from datasets.repartition.run import repartition
+from datasets.repartition.source import group_records_by_shard
 from datasets.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
 from datasets.formats.tfrecord import read_tfrecord_index, tfrecord_index_path, tfrecord_shard_name
 from datasets.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples
@@ -194,7 +192,7 @@ def test_targets_and_default_policies():
     assert instance_targets(10, 4, "drop") == [2, 2, 2, 2]
     assert instance_targets(10, 4, "pad") == [3, 3, 3, 3]
     assert instance_targets(12, 4, "pad") == [3, 3, 3, 3]
-    from datasets.repartition import default_policy
+    from datasets.balance import default_policy
 
     assert default_policy("train") == "drop" and default_policy("validation") == "spread"
 
@@ -567,7 +565,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(small_datasets):
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from datasets.repartition import repartition
+    from datasets.repartition.run import repartition
     target, n, event, after, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
     seen = 0
     def progress(what, **info):

@@ -255,7 +255,7 @@ def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
 
 
 def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(converted, tmp_path):
-    from datasets.repartition import repartition
+    from datasets.repartition.run import repartition
     from datasets.validate.validator import validate
 
     target = damaged_copy(converted, tmp_path)
@@ -288,7 +288,7 @@ def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(con
 
 
 def test_repartition_refuses_a_source_shard_with_a_flipped_byte_naming_the_record(converted, tmp_path):
-    from datasets.repartition import repartition
+    from datasets.repartition.run import repartition
 
     target = damaged_copy(converted, tmp_path)
     plan = repartition(target, 3, dry_run=True).plans[0]

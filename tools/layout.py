@@ -32,7 +32,7 @@ LAYERS = [
     ("sample_columns",),
     ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches
     ("reference",),  # Graphcore's reference harness: metadata, checksum, .pth, layout + adopt, remainders
-    ("repartition",),
+    ("repartition",),  # a package: plan (pure) < source < request < write < run, report
     ("validate",),
     ("convert",),
     ("shard_cache",),

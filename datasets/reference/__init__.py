@@ -12,7 +12,7 @@ repartitioner (tools/layout.py places this package just above the formats).
     layout.py       its datasets: shard names, the shard walk, the whole check, adopt, and the
                     loader's view of a dataset not adopted
     remainders.py   the remainder files its loader reads of a repartition: what they hold and
-                    their writer (datasets.repartition calls it with its reader and write guard)
+                    their writer (datasets.repartition.write calls it with its reader and write guard)
     checks.py       what the validator checks for it: metadata.json's checksum of our datasets,
                     the remainder files, a repartition it made, and check + adopt of its datasets
 

@@ -2,7 +2,7 @@
 
 Under N > 1 instances that loader (Graphcore's webdataset_format.py, its DistributeNode) does not
 read this package's shares: it reads the shards dealt whole plus one remainder file per instance,
-distributed/<N>-instances/<split>-<i:06d>.tar. datasets.repartition writes them (for a format whose
+distributed/<N>-instances/<split>-<i:06d>.tar. datasets.repartition.write writes them (for a format whose
 `reference_loader_reads` is set) from `reference_remainders`, and datasets.validate checks them
 against it: one definition of what the files hold.
 """
