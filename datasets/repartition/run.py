@@ -24,8 +24,8 @@ from typing import Optional
 
 from datasets.layout import REPARTITION_MANIFEST
 from datasets.repartition.plan import RepartitionUsageError, plan_split
-from datasets.repartition.request import decide, output_dir, read_manifest, resolve_request
-from datasets.repartition.source import load_dataset, load_split, shards_to_verify, verify_shards
+from datasets.repartition.request import Decision, decide, output_dir, read_manifest, resolve_request
+from datasets.repartition.source import SourceDataset, load_dataset, load_split, shards_to_verify, verify_shards
 from datasets.repartition.write import remove_plan_stamps, write_repartition
 
 
@@ -68,11 +68,7 @@ def repartition(
     existing = read_manifest(dataset.target, num_instances)
     decision = decide(existing, request, dataset.metadata_sha256, dataset.format)
     if decision.conflicts and not overwrite and not dry_run:
-        details = "; ".join(f"{s}: made with {old!r}, asked for {new!r}" for s, old, new in decision.conflicts)
-        raise RepartitionUsageError(
-            f"{out / REPARTITION_MANIFEST} already repartitions these splits with other policies ({details}); "
-            f"pass --overwrite to replace them"
-        )
+        _refuse_conflicts(decision, out)
     kept = [split for split in request.policies if split in decision.keep]
     if not decision.build:
         result = RepartitionResult(
@@ -82,10 +78,7 @@ def repartition(
             remove_plan_stamps(out)  # left if a run was killed right after its manifest
         return result
 
-    plans = []
-    for split in decision.build:
-        shards, by_shard = load_split(dataset, split)
-        plans.append(plan_split(split, shards, by_shard, num_instances, request.policies[split]))
+    plans = _plan_splits(dataset, decision.build, num_instances, request.policies)
     if dry_run:
         return RepartitionResult(
             out, plans, kept, True, False, decision.stale, 0, 0, time.perf_counter() - started, None,
@@ -118,6 +111,24 @@ def repartition(
         manifest,
         dataset.format,
     )
+
+
+def _refuse_conflicts(decision: Decision, out: Path):
+    """The RepartitionUsageError for splits already repartitioned with other policies (no --overwrite)."""
+    details = "; ".join(f"{s}: made with {old!r}, asked for {new!r}" for s, old, new in decision.conflicts)
+    raise RepartitionUsageError(
+        f"{out / REPARTITION_MANIFEST} already repartitions these splits with other policies ({details}); "
+        f"pass --overwrite to replace them"
+    )
+
+
+def _plan_splits(dataset: SourceDataset, splits, num_instances: int, policies: dict) -> list:
+    """Load, check and plan each split to build (reads each index and stats each shard; writes nothing)."""
+    plans = []
+    for split in splits:
+        shards, by_shard = load_split(dataset, split)
+        plans.append(plan_split(split, shards, by_shard, num_instances, policies[split]))
+    return plans
 
 
 @contextmanager
