@@ -49,7 +49,8 @@ from datasets.repartition.plan import (
     plan_split,
     remainder_records,
 )
-from datasets.repartition.request import Request, decide, output_dir
+from datasets.layout import repartition_dir
+from datasets.repartition.request import Request, decide
 from datasets.repartition.run import repartition
 from datasets.repartition.source import group_records_by_shard
 from datasets.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
@@ -350,7 +351,7 @@ def read_range(path, offset, size):
 def check_output(target, num_instances, expected_policies=None):
     """Everything the issue asks of a finished repartition, checked against the bytes on disk."""
     target = Path(target)
-    out = output_dir(target, num_instances)
+    out = repartition_dir(target, num_instances)
     manifest = json.loads((out / REPARTITION_MANIFEST).read_text())
     metadata_bytes = (target / METADATA_FILE).read_bytes()
     metadata = json.loads(metadata_bytes)
@@ -501,7 +502,7 @@ def test_rerun_is_a_noop_and_other_n_gets_its_own_folder(small_datasets):
     target = small_datasets()
     first = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3)
     assert first.returncode == 0, first.stderr
-    out3 = output_dir(target, 3)
+    out3 = repartition_dir(target, 3)
     before = snapshot(out3)
     again = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3)
     assert again.returncode == 0, again.stderr
@@ -517,10 +518,10 @@ def test_rerun_is_a_noop_and_other_n_gets_its_own_folder(small_datasets):
 def test_splits_are_added_and_policies_changed_only_with_overwrite(small_datasets):
     target = small_datasets()
     assert repartition(target, 2, splits=["validation"]).manifest["splits"].keys() == {"validation"}
-    validation_files = {k: v for k, v in snapshot(output_dir(target, 2)).items() if k.startswith("validation")}
+    validation_files = {k: v for k, v in snapshot(repartition_dir(target, 2)).items() if k.startswith("validation")}
     manifest = repartition(target, 2, splits=["train"]).manifest
     assert manifest["splits"].keys() == {"train", "validation"}
-    assert {k: v for k, v in snapshot(output_dir(target, 2)).items() if k.startswith("validation")} == validation_files
+    assert {k: v for k, v in snapshot(repartition_dir(target, 2)).items() if k.startswith("validation")} == validation_files
     check_output(target, 2)
 
     refused = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 2, "--remainder", "train=pad")
@@ -530,7 +531,7 @@ def test_splits_are_added_and_policies_changed_only_with_overwrite(small_dataset
                           "--remainder", "train=pad", "--overwrite")
     assert replaced.returncode == 0, replaced.stderr
     check_output(target, 2, {"train": "pad", "validation": "spread"})
-    assert {k: v for k, v in snapshot(output_dir(target, 2)).items() if k.startswith("validation")} == validation_files
+    assert {k: v for k, v in snapshot(repartition_dir(target, 2)).items() if k.startswith("validation")} == validation_files
 
 
 def test_reconverted_dataset_replaces_a_stale_repartition(small_datasets):
@@ -606,7 +607,7 @@ def test_sigkill_then_rerun_tfrecord(small_datasets):
 def sigkill_then_rerun(target, reference, event, after):
     killed = kill_during(target, 4, event, after, "validation=pad")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    out = output_dir(target, 4)
+    out = repartition_dir(target, 4)
     assert not (out / REPARTITION_MANIFEST).exists()
     # The kill happened where intended: mid-shard leaves a partial, between shards finished remainders.
     if event == "verified":
@@ -618,7 +619,7 @@ def sigkill_then_rerun(target, reference, event, after):
     rerun = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 4, "--remainder", "validation=pad")
     assert rerun.returncode == 0, rerun.stderr
     check_output(target, 4, {"train": "drop", "validation": "pad"})
-    assert contents(output_dir(target, 4)) == contents(output_dir(reference, 4))
+    assert contents(repartition_dir(target, 4)) == contents(repartition_dir(reference, 4))
 
 
 def test_leftovers_of_another_plan_are_discarded(small_datasets):
@@ -627,12 +628,12 @@ def test_leftovers_of_another_plan_are_discarded(small_datasets):
     target = small_datasets("img", counts)
     killed = kill_during(target, 4, "written", 6, "train=pad,validation=pad")
     assert killed.returncode == -signal.SIGKILL
-    assert len(list(output_dir(target, 4).glob("*-remainder-*.tar"))) == 6
+    assert len(list(repartition_dir(target, 4).glob("*-remainder-*.tar"))) == 6
     assert repartition(target, 4).manifest
     check_output(target, 4, {"train": "drop", "validation": "spread"})
     reference = small_datasets("img", counts)
     repartition(reference, 4)
-    assert contents(output_dir(target, 4)) == contents(output_dir(reference, 4))
+    assert contents(repartition_dir(target, 4)) == contents(repartition_dir(reference, 4))
 
 
 # ---------------------------------------------------------------- bad input: clear error, nothing written
@@ -747,7 +748,7 @@ def test_a_second_run_at_the_same_time_is_refused(small_datasets):
     import fcntl
 
     target = small_datasets()
-    out = output_dir(target, 2)
+    out = repartition_dir(target, 2)
     out.mkdir(parents=True)
     held = os.open(out, os.O_RDONLY)
     try:
@@ -818,7 +819,7 @@ def test_remainder_shards_are_standard_tar(real_dataset):
 
     target = real_dataset("img", 8)
     assert run_cli(target, "--num-instances", 3, "--quiet").returncode == 0
-    manifest = json.loads((output_dir(target, 3) / REPARTITION_MANIFEST).read_text())
+    manifest = json.loads((repartition_dir(target, 3) / REPARTITION_MANIFEST).read_text())
     instance = next(i for i in manifest["splits"]["validation"]["instances"] if i["remainder"])
     urls = [str(target / name) for name in (target / instance["shard_list"]).read_text().split()]
     index = read_sample_index(target / instance["index"])
@@ -901,7 +902,7 @@ def test_full_disk_names_the_file_and_a_rerun_finishes(tmp_path):
         result = run_cli(target, "--num-instances", 8)
         assert result.returncode == 1, result.stdout + result.stderr
         assert "No space left on device" in result.stderr and "train-remainder-" in result.stderr
-        out = output_dir(target, 8)
+        out = repartition_dir(target, 8)
         assert not (out / REPARTITION_MANIFEST).exists() and not list(out.glob("*.partial"))
         assert {k: v for k, v in snapshot(target).items() if not k.startswith("distributed/")} == before
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)

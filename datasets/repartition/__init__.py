@@ -19,7 +19,7 @@ One module per job, each importing only those above it here:
     source.py    the input: metadata.json, the split's index and shards, checked before anything is
                  written; the reader of sample bytes (load_dataset, load_split, group_records_by_shard)
     request.py   N, splits and policies checked, and what to do given the existing manifest
-                 (resolve_request, decide, read_manifest, output_dir)
+                 (resolve_request, decide, read_manifest)
     write.py     remainder shards, shard lists, indexes and the manifest, atomically and resumably
     run.py       repartition(): the steps above in order, under the folder's lock
     report.py    describe_plan: the plan as a table

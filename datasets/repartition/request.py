@@ -7,7 +7,7 @@ compares the request with the existing manifest (`read_manifest`) of DIR/distrib
   * a split already repartitioned with another policy is a conflict: rebuilt only with overwrite;
   * a manifest made from an older metadata.json (the dataset was re-converted), for another N or
     format, or unreadable, is stale: everything is rebuilt and the old entries go.
-A different N gets its own folder (`output_dir`).
+A different N gets its own folder (`datasets.layout.repartition_dir`).
 """
 
 from __future__ import annotations
@@ -18,13 +18,9 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.balance import default_policy
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.layout import REPARTITION_MANIFEST, repartition_dir
 from datasets.repartition.plan import RepartitionUsageError, known_policy
 from datasets.repartition.source import SourceDataset, split_length
-
-
-def output_dir(target, num_instances: int) -> Path:
-    return Path(target) / DISTRIBUTED_DIR / f"{num_instances}-instances"
 
 
 @dataclass(frozen=True)
@@ -111,5 +107,5 @@ def read_json_or_none(path: Path):
 
 def read_manifest(target, num_instances: int) -> Optional[dict]:
     """The complete repartition manifest for N instances, or None if there is none (yet)."""
-    manifest = read_json_or_none(output_dir(target, num_instances) / REPARTITION_MANIFEST)
+    manifest = read_json_or_none(repartition_dir(target, num_instances) / REPARTITION_MANIFEST)
     return manifest if isinstance(manifest, dict) else None

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import REPARTITION_MANIFEST
+from datasets.layout import REPARTITION_MANIFEST, repartition_dir
 from datasets.repartition.plan import RepartitionUsageError, plan_split
-from datasets.repartition.request import Decision, decide, output_dir, read_manifest, resolve_request
+from datasets.repartition.request import Decision, decide, read_manifest, resolve_request
 from datasets.repartition.source import SourceDataset, load_dataset, load_split, shards_to_verify, verify_shards
 from datasets.repartition.write import remove_plan_stamps, write_repartition
 
@@ -64,7 +64,7 @@ def repartition(
     started = time.perf_counter()
     dataset = load_dataset(target)
     request = resolve_request(dataset, num_instances, splits, policies)
-    out = output_dir(dataset.target, num_instances)
+    out = repartition_dir(dataset.target, num_instances)
     existing = read_manifest(dataset.target, num_instances)
     decision = decide(existing, request, dataset.metadata_sha256, dataset.format)
     if decision.conflicts and not overwrite and not dry_run:
