@@ -27,7 +27,8 @@ from datasets.formats import FORMATS
 from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
 from datasets.formats.webdataset import WebDatasetFormat
-from datasets.validate.validator import ERROR, WARNING, validate
+from datasets.formats.shard_check import ERROR, WARNING
+from datasets.validate.validator import validate
 
 # The fault matrix edits tar members and headers: the registry's WebDataset tar formats.
 TAR_FORMATS = [name for name, fmt in FORMATS.items() if isinstance(fmt, WebDatasetFormat)]
@@ -519,7 +520,7 @@ def test_fast_header_checksum_equals_the_plain_byte_sum():
 
 
 def test_keys_in_several_shards_are_found_by_hash_and_named_in_order():
-    from datasets.validate.validator import _KeyList, _keys_in_several_shards
+    from datasets.validate.converted import _KeyList, _keys_in_several_shards
 
     checked = [("a", _KeyList(["k1", "k2", "k2", "k3"])), ("b", _KeyList([])), ("c", _KeyList(["k3", "k9", "k1"]))]
     assert _keys_in_several_shards(checked) == {"k1": ["a", "c"], "k3": ["a", "c"]}
