@@ -97,6 +97,17 @@ def _split_label(split):
     return {"train": "Train data", "validation": "Validation data"}.get(split, f"{split.capitalize()} data")
 
 
+@dataclass
+class _RawListing:
+    """What listing the split folders found: the files to hash, each one's split, per split the files that
+    cannot be read (hashed as empty, as checksumdir does), and per split its folder, class and image counts."""
+
+    files: list = field(default_factory=list)  # (path relative to root, size)
+    split_of: dict = field(default_factory=dict)
+    broken_by_split: dict = field(default_factory=lambda: defaultdict(list))
+    layout: dict = field(default_factory=dict)
+
+
 def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=None) -> Report:
     """Check train/ and validation/ folders: the reference checksum, counts, and the manifest if any."""
     root = Path(root)
@@ -104,6 +115,42 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
     report = Report(str(root), "raw")
     problems = report.problems
     manifest_path = root / raw_checksum.MANIFEST_FILE
+    recorded = _read_recorded_manifest(manifest_path, write_manifest, problems)
+    have_manifest = recorded is not None and not write_manifest
+    folders = {split: find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS}
+    listing = _list_split_folders(folders, problems)
+    hashed = _hash_listed_files(root, listing, recorded is not None or write_manifest, deep, workers, progress,
+                                problems)
+    imagenet_findings = _imagenet_findings(folders, listing, hashed, recorded, write_manifest)
+
+    current = {path: raw_checksum.ManifestEntry(path, size, sha) for path, (size, _, sha) in hashed.items()}
+    if write_manifest:
+        _write_manifest(report, manifest_path, recorded, current)
+    elif have_manifest:
+        for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
+            problems.append(error(path, text))
+    _report_imagenet_findings(report, imagenet_findings, recorded, have_manifest, write_manifest)
+
+    report.problems = sorted_problems(problems)
+    _raw_verdicts(report, folders, recorded, have_manifest, write_manifest)
+    seconds = time.perf_counter() - started
+    total = sum(size for size, _, _ in hashed.values())
+    report.stats = {
+        "splits": listing.layout,
+        "files_checked": len(hashed),
+        "bytes_checked": total,
+        "manifest": str(manifest_path) if (have_manifest or write_manifest) else None,
+        "workers": workers,
+        "deep": deep,
+        "seconds": round(seconds, 3),
+        "mb_per_s": round(total / seconds / 1e6, 1) if seconds > 0 else None,
+    }
+    return report
+
+
+def _read_recorded_manifest(manifest_path, write_manifest, problems):
+    """The folder's manifest entries, or None when it has none (or an unreadable one, named as a problem
+    unless it is about to be replaced)."""
     recorded = None
     if manifest_path.exists():
         try:
@@ -111,13 +158,14 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
         except raw_checksum.ManifestError as exc:
             if not write_manifest:
                 problems.append(error(raw_checksum.MANIFEST_FILE, str(exc).removeprefix(f"{manifest_path}: ")))
-    have_manifest = recorded is not None and not write_manifest
-    folders = {split: find_split_folder(root, split) for split in raw_checksum.RAW_SPLITS}
+    return recorded
 
-    files = []  # (path relative to root, size)
-    split_of = {}
-    broken_by_split = defaultdict(list)
-    layout = {}
+
+def _list_split_folders(folders, problems) -> _RawListing:
+    """List every split folder's files: unlistable folders and dangling links are errors, files outside a
+    class folder and empty class folders warnings."""
+    listing = _RawListing()
+    files, split_of, broken_by_split, layout = listing.files, listing.split_of, listing.broken_by_split, listing.layout
     for split, folder in folders.items():
         if folder is None:
             continue
@@ -146,18 +194,28 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
                 problems.append(warning(f"{folder.name}/{entry.name}", "class folder holds no files"))
         all_classes = {e.name for e in os.scandir(folder) if e.is_dir()}
         layout[split] = {"folder": folder.name, "classes": len(all_classes), "images": images, "files": len(listed)}
+    return listing
 
+
+def _hash_listed_files(root, listing, want_sha256, deep, workers, progress, problems) -> dict:
+    """{path: (size, md5, sha256)} of every listed file that could be read; the rest, and (with `deep`)
+    the images that do not decode, are errors."""
     hashed = {}
-    for relative, size, md5, sha, why in _run_raw_jobs(root, files, recorded is not None or write_manifest, deep,
-                                                       workers, progress):
+    for relative, size, md5, sha, why in _run_raw_jobs(root, listing.files, want_sha256, deep, workers, progress):
         if size is None:
             problems.append(error(relative, why))
-            broken_by_split[split_of[relative]].append(relative)
+            listing.broken_by_split[listing.split_of[relative]].append(relative)
             continue
         hashed[relative] = (size, md5, sha)
         if why:
             problems.append(error(relative, why))
+    return hashed
 
+
+def _imagenet_findings(folders, listing, hashed, recorded, write_manifest) -> list:
+    """[(split folder, text)]: how each split differs from the published ImageNet checksum and counts
+    (each split's reference checksum is recorded in the listing's layout)."""
+    files, split_of, broken_by_split, layout = listing.files, listing.split_of, listing.broken_by_split, listing.layout
     imagenet_findings = []  # (split folder, text)
     for split, folder in folders.items():
         expected = raw_checksum.IMAGENET[split]
@@ -180,21 +238,25 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
                                  ("classes", layout[split]["classes"], expected.classes)):
             if have != want:
                 imagenet_findings.append((where, f"{have:,} {what}, the standard ImageNet {split} split has {want:,}"))
+    return imagenet_findings
 
-    current = {path: raw_checksum.ManifestEntry(path, size, sha) for path, (size, _, sha) in hashed.items()}
-    if write_manifest:
-        if recorded is not None:
-            for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
-                problems.append(warning(path, f"{text} (the previous manifest is replaced)"))
-        try:
-            raw_checksum.write_manifest(manifest_path, current.values())
-        except (OSError, raw_checksum.ManifestError) as exc:
-            raise ValidationUsageError(f"{manifest_path}: cannot write the manifest: {exc}") from None
-        report.notes.append(f"manifest written: {manifest_path} ({len(current):,} files, "
-                            f"{sum(e.size for e in current.values()):,} bytes)")
-    elif have_manifest:
+
+def _write_manifest(report, manifest_path, recorded, current):
+    """Record `current` as the folder's manifest; what changed since a previous one is a warning."""
+    if recorded is not None:
         for path, kind, text in raw_checksum.compare_with_manifest(recorded, current):
-            problems.append(error(path, text))
+            report.problems.append(warning(path, f"{text} (the previous manifest is replaced)"))
+    try:
+        raw_checksum.write_manifest(manifest_path, current.values())
+    except (OSError, raw_checksum.ManifestError) as exc:
+        raise ValidationUsageError(f"{manifest_path}: cannot write the manifest: {exc}") from None
+    report.notes.append(f"manifest written: {manifest_path} ({len(current):,} files, "
+                        f"{sum(e.size for e in current.values()):,} bytes)")
+
+
+def _report_imagenet_findings(report, imagenet_findings, recorded, have_manifest, write_manifest):
+    """With a manifest the ImageNet comparison is a note; without one the folder is taken to be ImageNet
+    and every difference is an error."""
     if have_manifest or write_manifest:
         by_folder = defaultdict(list)
         for where, text in imagenet_findings:
@@ -206,13 +268,15 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
             report.notes.append(f"checked against {raw_checksum.MANIFEST_FILE} ({len(recorded):,} files recorded)")
     else:
         for where, text in imagenet_findings:
-            problems.append(error(where, text))
+            report.problems.append(error(where, text))
         if imagenet_findings:
             report.notes.append(f"not ImageNet but your own dataset? Record it once with --write-manifest; later runs "
                                 f"check every file against {raw_checksum.MANIFEST_FILE} and name what was added, "
                                 f"removed or changed")
 
-    report.problems = sorted_problems(problems)
+
+def _raw_verdicts(report, folders, recorded, have_manifest, write_manifest):
+    """One verdict per split shown (its errors), and `Manifest` when an error belongs to no split."""
     if have_manifest or write_manifest:  # the splits that exist, or that the manifest says should
         shown = {s for s, f in folders.items() if f is not None}
         shown |= {_raw_split_of(path) for path in (recorded or {}) if not write_manifest}
@@ -224,16 +288,3 @@ def validate_raw(root, workers=1, deep=False, write_manifest=False, progress=Non
                 p.severity == ERROR and _raw_split_of(p.file) == split for p in report.problems)
     if any(p.severity == ERROR and _raw_split_of(p.file) is None for p in report.problems):
         report.verdicts["Manifest"] = False
-    seconds = time.perf_counter() - started
-    total = sum(size for size, _, _ in hashed.values())
-    report.stats = {
-        "splits": layout,
-        "files_checked": len(hashed),
-        "bytes_checked": total,
-        "manifest": str(manifest_path) if (have_manifest or write_manifest) else None,
-        "workers": workers,
-        "deep": deep,
-        "seconds": round(seconds, 3),
-        "mb_per_s": round(total / seconds / 1e6, 1) if seconds > 0 else None,
-    }
-    return report
