@@ -58,7 +58,7 @@ def plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payloa
         manifest_path = folder / REPARTITION_MANIFEST
         manifest_name = f"{relative}/{REPARTITION_MANIFEST}"
         if not manifest_path.is_file():
-            continue  # reported as an unfinished folder by _check_extra_files
+            continue  # reported as an unfinished folder by converted._check_extra_files
         try:
             manifest = json.loads(manifest_path.read_bytes())
             if not isinstance(manifest, dict) or not isinstance(manifest.get("splits"), dict):
