@@ -3,7 +3,8 @@
 `validate_raw(root, workers, deep, write_manifest, progress)` returns a `Report`
 (datasets.validate.report): the reference harness's checksum and counts against the published
 ImageNet values, and, when the folder has a manifest (`write_manifest=True` records one), every
-file against it. See datasets.validate.raw_checksum. How a folder that is not ImageNet is reported:
+file against it. See datasets.validate.raw_checksum (the manifest) and
+datasets.reference.checksum (the checksum). How a folder that is not ImageNet is reported:
   - no manifest: the folder is taken to be ImageNet, as in the reference harness; any
     difference from the published checksum and counts is corruption (exit code 1), and
     the report suggests `--write-manifest` for a dataset of one's own;
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from datasets.layout import find_split_folder, split_of_folder
 from datasets.formats.shard_check import ERROR, decode_problem, error, warning
+from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum
 from datasets.validate.report import Report, ValidationUsageError, sorted_problems
 
@@ -38,7 +40,7 @@ def _hash_raw_files(job):
     for relative in paths:
         path = os.path.join(root, relative)
         try:
-            md5, sha, size = raw_checksum.md5_sha256_of_file(path, want_sha256)
+            md5, sha, size = md5_sha256_of_file(path, want_sha256)
         except OSError as exc:
             out.append((relative, None, None, None, f"cannot read: {exc.strerror or exc}"))
             continue
@@ -169,7 +171,7 @@ def _list_split_folders(folders, problems) -> _RawListing:
     for split, folder in folders.items():
         if folder is None:
             continue
-        listed, broken, unreadable = raw_checksum.list_files(folder)
+        listed, broken, unreadable = list_files(folder)
         for relative, reason in unreadable:
             problems.append(error(f"{folder.name}/{relative}", f"cannot list the folder: {reason}"))
         for relative, reason in broken:
@@ -218,7 +220,7 @@ def _imagenet_findings(folders, listing, hashed, recorded, write_manifest) -> li
     files, split_of, broken_by_split, layout = listing.files, listing.split_of, listing.broken_by_split, listing.layout
     imagenet_findings = []  # (split folder, text)
     for split, folder in folders.items():
-        expected = raw_checksum.IMAGENET[split]
+        expected = IMAGENET[split]
         if folder is None:
             if recorded is None or write_manifest:
                 imagenet_findings.append((f"{split}/", f"folder missing: the standard layout has {split}/ with "
@@ -227,7 +229,7 @@ def _imagenet_findings(folders, listing, hashed, recorded, write_manifest) -> li
         md5s = [hashed[path][1] for path, _ in files if split_of.get(path) == split and path in hashed]
         # checksumdir hashes a file it cannot read as empty; so does this, to stay comparable
         md5s += [hashlib.md5().hexdigest()] * len(broken_by_split[split])
-        checksum = raw_checksum.reference_checksum(md5s)
+        checksum = reference_checksum(md5s)
         layout[split]["reference_checksum"] = checksum
         layout[split]["imagenet_checksum_matches"] = checksum == expected.checksum
         where = f"{folder.name}/"
