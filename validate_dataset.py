@@ -30,7 +30,8 @@ from pathlib import Path
 
 from datasets.cli_args import add_s3_arguments, apply_s3_arguments, usable_cpus
 from datasets.storage import StorageUnavailable, is_s3
-from datasets.validate.validator import ValidationUsageError, validate
+from datasets.validate.report import ValidationUsageError
+from datasets.validate.validator import validate
 
 MAX_LINES_PER_FILE = 20  # more problems in one file are summarised in one line; --json has them all
 

@@ -10,7 +10,7 @@ Warms the page cache, then measures per dataset, each the best of --repeats, int
   openssl dgst -sha256  the command-line tool on the same shards, through the page cache: the floor
                         (w2: two openssl processes, every other shard each: the floor for two workers)
   sha256 (files)        datasets.fileio.sha256_file over every shard
-  validate w1 / w2      datasets.validate.validator.validate_converted with 1 and 2 worker processes
+  validate w1 / w2      datasets.validate.converted.validate_converted with 1 and 2 worker processes
   validate --deep w1    every payload's CRC32C checked and every payload decoded as well
 
 and sha256 over a buffer already in memory (the CPU bound), and writes the figures as JSON
@@ -42,7 +42,7 @@ from datasets.index import (  # noqa: E402
     write_sample_index,
 )
 from datasets.formats.npy import encode_npy  # noqa: E402
-from datasets.validate.validator import validate_converted  # noqa: E402
+from datasets.validate.converted import validate_converted  # noqa: E402
 
 # The converter's default tensor shapes: train Resize(256) CenterCrop(256), validation CenterCrop(224).
 SAMPLE_SHAPES = {"train": (256, 256, 3), "validation": (224, 224, 3)}

@@ -37,7 +37,7 @@ from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
 from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension
 from datasets.loader.sources import SourceError, load_own_share, resolve_source
 from datasets.preprocess import apply_steps, parse_steps
-from datasets.validate.validator import Report, ValidationUsageError
+from datasets.validate.report import Report, ValidationUsageError
 
 # Mean |a - b| per uint8 channel value where steps were applied to the other's image. A JPEG stored as is
 # matches exactly; one re-encoded at conversion (PNG/CMYK/grayscale source, or a derived resolution) by

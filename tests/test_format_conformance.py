@@ -33,7 +33,8 @@ from datasets.index import encode_sample_index, read_metadata
 from datasets.sample_columns import read_sample_index
 from datasets.loader import get_data
 from datasets.loader.image_loader import SampleError
-from datasets.validate.validator import ERROR, validate
+from datasets.formats.shard_check import ERROR
+from datasets.validate.validator import validate
 
 FORMAT_NAMES = sorted(FORMATS)
 SPLITS = {"train": 36, "validation": 12}

@@ -16,7 +16,8 @@ import pytest
 from conftest import run_script
 from datasets.index import parse_metadata
 from datasets.metadata_digest import ABSENT, DIGEST_KEY, EDITED, MALFORMED, OK, canonical_bytes, digest_status, sealed
-from datasets.validate.validator import ValidationUsageError, validate
+from datasets.validate.report import ValidationUsageError
+from datasets.validate.validator import validate
 
 
 def load(ds):

@@ -12,7 +12,7 @@ from conftest import run_script
 from datasets.index import encode_sample_index
 from datasets.sample_columns import read_sample_index
 from datasets.same_as import LOSSY_BOUND, same_as
-from datasets.validate.validator import ValidationUsageError
+from datasets.validate.report import ValidationUsageError
 
 
 def copy_of(converted, fmt, tmp_path):

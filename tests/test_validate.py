@@ -19,6 +19,7 @@ import crc32c
 import pytest
 
 from conftest import run_script
+from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_bytes, sha256_file
 from datasets.index import encode_sample_index
@@ -27,7 +28,8 @@ from datasets.formats import FORMATS
 from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
 from datasets.formats.webdataset import WebDatasetFormat
-from datasets.validate.validator import ERROR, WARNING, validate
+from datasets.formats.shard_check import ERROR, WARNING
+from datasets.validate.validator import validate
 
 # The fault matrix edits tar members and headers: the registry's WebDataset tar formats.
 TAR_FORMATS = [name for name, fmt in FORMATS.items() if isinstance(fmt, WebDatasetFormat)]
@@ -424,9 +426,9 @@ def test_reference_checksum_small_folder(tmp_path):
     (tmp_path / ".hidden").write_bytes(b"")  # checksumdir counts hidden and empty files too
     digests = sorted(hashlib.md5(data).hexdigest() for data in (b"first", b"second", b""))
     expected = hashlib.md5("".join(digests).encode()).hexdigest()
-    files, broken, unreadable = raw_checksum.list_files(tmp_path)
+    files, broken, unreadable = list_files(tmp_path)
     assert sorted(path for path, _ in files) == [".hidden", "a/one.JPEG", "b/deeper/two.JPEG"]
-    got = raw_checksum.reference_checksum(raw_checksum.md5_sha256_of_file(tmp_path / path)[0] for path, _ in files)
+    got = reference_checksum(md5_sha256_of_file(tmp_path / path)[0] for path, _ in files)
     assert got == expected == coreutils_dirhash(tmp_path)
 
 
@@ -441,7 +443,7 @@ def test_raw_sample_folder_reference_checksum_and_imagenet_comparison(sample_sou
         got = report["stats"]["splits"][split]["reference_checksum"]
         assert got == coreutils_dirhash(sample_source / split)
         assert f"error: {split}/: checksum {got} differs from the standard ImageNet layout " \
-               f"({raw_checksum.IMAGENET[split].checksum})" in out
+               f"({IMAGENET[split].checksum})" in out
     assert "error: train/: 36 images, the standard ImageNet train split has 1,281,167" in out
     assert "error: validation/: 12 images, the standard ImageNet validation split has 50,000" in out
     assert "error: train/: 4 classes, the standard ImageNet train split has 1,000" in out
@@ -519,7 +521,7 @@ def test_fast_header_checksum_equals_the_plain_byte_sum():
 
 
 def test_keys_in_several_shards_are_found_by_hash_and_named_in_order():
-    from datasets.validate.validator import _KeyList, _keys_in_several_shards
+    from datasets.validate.converted import _KeyList, _keys_in_several_shards
 
     checked = [("a", _KeyList(["k1", "k2", "k2", "k3"])), ("b", _KeyList([])), ("c", _KeyList(["k3", "k9", "k1"]))]
     assert _keys_in_several_shards(checked) == {"k1": ["a", "c"], "k3": ["a", "c"]}

@@ -2,9 +2,9 @@
 reference dataset: metadata.json's folder checksum, the repartition files its loader reads, a
 repartition folder it made, and `check_dataset` (check, then adopt).
 
-The validator (datasets.validate.validator) calls these with its own records and problem list;
-problems are datasets.formats.shard_check's. Nothing here imports the validator: it passes in
-the two helpers the remainder check needs.
+The validator (datasets.validate: converted, repartition_checks, validator) calls these with its
+own records and problem list; problems are datasets.formats.shard_check's. Nothing here imports
+the validator: it passes in the two helpers the remainder check needs.
 """
 
 from __future__ import annotations

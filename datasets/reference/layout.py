@@ -239,7 +239,18 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
     files, broken, unreadable = list_files(root)
     for path, reason in broken + unreadable:
         check.problems.append(("error", path, None, f"cannot be read ({reason}): the folder checksum cannot match"))
-    top = sorted(path for path, _ in files if os.sep not in path)
+    shard_split = _find_shards(check, sorted(path for path, _ in files if os.sep not in path))
+    _read_files(check, root, files, shard_split, deep, progress)
+    _check_folder_checksum(check)
+    _check_split_samples(check)
+    if not deep:
+        check.notes.append("payloads were not decoded (--deep decodes every image or tensor)")
+    return check
+
+
+def _find_shards(check: ReferenceCheck, top) -> dict:
+    """{shard name: split} of the top-level files `top`; names the reference loader would take for a shard
+    but cannot read, and gaps in a split's shard numbers, are errors."""
     shard_split = {}
     for split in SPLITS:
         names, others = split_shard_names(top, split)
@@ -256,6 +267,12 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
                                    f"missing: {split} shards run from {numbers[0]} to {numbers[-1]} with "
                                    f"{len(missing)} gap(s)"))
         check.shards[split] = []
+    return shard_split
+
+
+def _read_files(check: ReferenceCheck, root: Path, files, shard_split, deep, progress):
+    """Read every file the folder checksum covers once: its md5, and for a shard also the walk
+    (scan_reference_shard) from the same bytes."""
     bar = progress(sum(size for _, size in files), "files") if progress else None
     try:
         for path, size in files:
@@ -282,10 +299,14 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
     finally:
         if bar is not None:
             bar.close()
+
+
+def _check_folder_checksum(check: ReferenceCheck):
+    """The dirhash of the files read against metadata.json's `checksum` (a match without distributed/ is a note)."""
     check.checksum = reference_checksum(check.file_md5.values())
     check.checksum_outside_distributed = reference_checksum(
         md5 for path, md5 in check.file_md5.items() if not path.startswith(DISTRIBUTED_DIR + os.sep))
-    expected = metadata.get("checksum")
+    expected = check.metadata.get("checksum")
     if check.checksum == expected:
         pass
     elif check.checksum_outside_distributed == expected:
@@ -298,6 +319,11 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
                                f"a file was added, removed or changed; a folder checksum cannot name the file "
                                f"(problems named here come from the shard walk; `--adopt` on an intact copy "
                                f"records per-shard and per-sample hashes that can)"))
+
+
+def _check_split_samples(check: ReferenceCheck):
+    """Each split's sample count against metadata.json's <split>_length, and its keys unique."""
+    metadata = check.metadata
     for split in SPLITS:
         found = sum(len(scan.records) for scan in check.shards.get(split, []))
         expected_count = metadata.get(f"{split}_length")
@@ -311,9 +337,6 @@ def check_reference_dataset(root, deep: bool = False, progress=None) -> Referenc
                     check.problems.append(("error", scan.name, record.key,
                                            f"key also in {keys[record.key]} (keys must be unique in {split})"))
                 keys.setdefault(record.key, scan.name)
-    if not deep:
-        check.notes.append("payloads were not decoded (--deep decodes every image or tensor)")
-    return check
 
 
 # ------------------------------------------------------------------------------- adoption

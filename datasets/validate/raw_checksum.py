@@ -1,7 +1,6 @@
 """Raw image folders (`train/<class>/*`, `validation/<class>/*`): a file manifest.
 
-A folder's checksum is checksumdir's md5 dirhash, computed by datasets.reference.checksum
-(the names re-exported below are its; this module's callers keep reaching them here).
+A folder's checksum is checksumdir's md5 dirhash, computed by datasets.reference.checksum.
 It cannot name the file that changed: the manifest can.
 
 A manifest (`--write-manifest`) records every file's path, size and sha256, so a later
@@ -19,12 +18,6 @@ from pathlib import Path
 
 from datasets.layout import SPLITS
 from datasets.fileio import atomic_write_bytes
-from datasets.reference.checksum import (  # noqa: F401  (re-exported: the validator reaches them here)
-    IMAGENET,
-    list_files,
-    md5_sha256_of_file,
-    reference_checksum,
-)
 
 MANIFEST_FILE = "dataset_manifest.tsv"
 _MANIFEST_HEADER = "path\tsize\tsha256"

@@ -2,7 +2,7 @@
 
 Default (full): the prefix is listed, every object is streamed once (one GET each) into a local
 staging folder that mirrors it, and that folder is checked exactly as a local dataset is
-(validator.validate_converted: sizes, sha256, tar/TFRecord structure, every sample against the
+(datasets.validate.converted.validate_converted: sizes, sha256, tar/TFRecord structure, every sample against the
 index, repartitions); missing and extra objects come out of the same check, since the staging
 folder holds exactly what the listing holds. Problems name files relative to the prefix. The
 staging folder is deleted afterwards; it needs as much free space as the dataset (`staging`
@@ -28,14 +28,9 @@ from typing import Optional
 from datasets.index import METADATA_FILE
 from datasets.storage import head_object, join_location, list_objects, open_byte_range, sha256_base64
 from datasets.formats import get_format
-from datasets.validate.validator import (
-    Report,
-    check_metadata_digest,
-    ValidationUsageError,
-    error,
-    validate_converted,
-    warning,
-)
+from datasets.formats.shard_check import error, warning
+from datasets.validate.converted import check_metadata_digest, validate_converted
+from datasets.validate.report import Report, ValidationUsageError
 
 CHUNK = 1 << 20
 
