@@ -21,7 +21,7 @@ import pytest
 from conftest import run_script
 from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum
-from datasets.fileio import sha256_bytes, sha256_file
+from datasets.fileio import sha256_file
 from datasets.index import encode_sample_index
 from datasets.sample_columns import read_sample_index
 from datasets.formats import FORMATS

@@ -28,6 +28,7 @@ import numpy as np
 
 from datasets import metadata_digest
 from datasets.reference import checks as reference_checks
+from datasets.reference.remainders import LOADER_REMAINDERS
 from datasets.fileio import PARTIAL_SUFFIX
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import get_format
@@ -147,7 +148,7 @@ def _plan_one_repartition(root, folder, plan, metadata, metadata_sha256, states,
             plan.tasks.append(ShardTask(str(path), remainder, fmt, remainder_record, mine, payload_ext, classes,
                                         True, deep, layout, None, label_offset_of(metadata)))
             plan.expected_files.update(get_format(fmt).companions(remainder))
-        remainders = entry.get(reference_checks.LOADER_REMAINDERS)
+        remainders = entry.get(LOADER_REMAINDERS)
         if remainders is not None:
             def task(path, shard, mine):
                 return ShardTask(str(path), shard.name, fmt, shard, mine, payload_ext, classes, True, deep, layout,
@@ -243,8 +244,8 @@ def _check_repartition_split(root, plan, where, n, split, entry, state, problems
                                      f"{len(state.columns):,} samples"))
     _check_union(where, split, policy, state, reads, padded, dropped, problems)
     _check_counts(where, split, policy, actual_counts, len(state.columns), problems)
-    if entry.get(reference_checks.LOADER_REMAINDERS) is not None:
-        reference_checks.check_loader_remainders(plan, split, entry[reference_checks.LOADER_REMAINDERS], n, state,
+    if entry.get(LOADER_REMAINDERS) is not None:
+        reference_checks.check_loader_remainders(plan, split, entry[LOADER_REMAINDERS], n, state,
                                                  problems)
 
 
