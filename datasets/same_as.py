@@ -34,6 +34,7 @@ import numpy as np
 from datasets.formats.shard_check import error
 from datasets.index import DatasetError, payload_problem
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
+from datasets.loader.payloads import get_payload
 from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension
 from datasets.loader.sources import SourceError, load_own_share, resolve_source
 from datasets.preprocess import apply_steps, parse_steps
@@ -130,15 +131,9 @@ def decode(payload: bytes, ext: str, layout: str):
     """An RGB PIL image of a payload (JPEG, .npy HWC/CHW, .pth CHW)."""
     from PIL import Image
 
-    if ext == "npy":
-        from datasets.formats.npy import decode_npy
-
-        array = decode_npy(payload)
-        return Image.fromarray(np.ascontiguousarray(array.transpose(1, 2, 0) if layout == "CHW" else array))
-    if ext == "pth":
-        from datasets.reference.pth import decode_pth
-
-        return Image.fromarray(np.ascontiguousarray(decode_pth(payload)))
+    kind = get_payload(ext)
+    if kind.pixels is not None:
+        return Image.fromarray(kind.pixels(payload, layout))
     image = Image.open(io.BytesIO(payload))
     image.load()
     return image if image.mode == "RGB" else image.convert("RGB")

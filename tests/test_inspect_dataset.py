@@ -168,13 +168,21 @@ def test_quirks_are_counted(tmp_path):
         assert found.get("png_as_jpeg") == expected["png_as_jpeg"], (found, expected)
 
 
-def test_reference_harness_dataset(sample_source, tmp_path):
+@pytest.mark.parametrize("fmt", ["img", "tensor"])
+def test_reference_harness_dataset(sample_source, tmp_path, fmt):
     from reference_layout import write_reference_dataset
 
-    write_reference_dataset(sample_source, tmp_path / "ref", fmt="img")
+    write_reference_dataset(sample_source, tmp_path / "ref", fmt=fmt, tensor_size=32)
     report = inspect_json(tmp_path / "ref")
     check_counts(report)
     assert any("reference harness" in note for note in report["splits"]["train"]["notes"])
+    if fmt == "tensor":  # .pth payloads: decoded through the payload registry's `pixels`
+        assert report["splits"]["train"]["sample"]["width"]["p0"] == 32
+        out = tmp_path / "sheet.png"
+        for as_trained in ([], ["--as-trained"]):
+            result = inspect(tmp_path / "ref", "--png", out, "--count", 4, *as_trained)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert out.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_tfrecords_without_metadata(converted, tmp_path):

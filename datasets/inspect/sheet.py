@@ -44,15 +44,11 @@ def stored_pixels(shown: Shown, tensor_layout: str = "HWC") -> np.ndarray:
     """The stored image as RGB uint8 HWC, scaled down to a tile (aspect kept)."""
     from PIL import Image
 
-    if shown.ext == "npy":
-        from datasets.formats.npy import decode_npy
+    from datasets.loader.payloads import get_payload
 
-        array = decode_npy(shown.payload)
-        image = Image.fromarray(np.ascontiguousarray(array.transpose(1, 2, 0) if tensor_layout == "CHW" else array))
-    elif shown.ext == "pth":
-        from datasets.reference.pth import decode_pth
-
-        image = Image.fromarray(np.ascontiguousarray(decode_pth(shown.payload)))
+    kind = get_payload(shown.ext)
+    if kind.pixels is not None:  # stored pixels (.npy, .pth)
+        image = Image.fromarray(kind.pixels(shown.payload, tensor_layout))
     else:
         image = Image.open(io.BytesIO(shown.payload))
         image.draft("RGB", (TILE_PIXELS, TILE_PIXELS))
@@ -63,19 +59,14 @@ def stored_pixels(shown: Shown, tensor_layout: str = "HWC") -> np.ndarray:
 
 def trained_pixels(view: SplitView, shown: Shown, seed: int) -> np.ndarray:
     """What the loader's pipeline for this split makes of the sample (train: RandomResizedCrop + flip)."""
-    from datasets.reference.pth import decode_pth
+    from datasets.loader.payloads import get_payload
     from datasets.loader.pipeline import ImagePipeline
 
     source = view.source
     pipeline, _ = ImagePipeline.build(view.split == "train", stored=source.stored_steps)
     slot = np.empty((pipeline.size, pipeline.size, 3), dtype=np.uint8)
     rng = random.Random(f"{seed}/{shown.row}")  # the loader's kind of generator; one per tile, by seed
-    if shown.ext == "npy":
-        pipeline.tensor_into(shown.payload, source.tensor_layout, slot, rng)
-    elif shown.ext == "pth":
-        pipeline.array_into(decode_pth(shown.payload), slot, rng)
-    else:
-        pipeline.image_into(shown.payload, slot, rng)
+    get_payload(shown.ext).into(pipeline, shown.payload, slot, rng, None, source)  # as the loader does
     return slot
 
 

@@ -97,17 +97,12 @@ def _class_entry(view, synsets, label, count) -> dict:
 def describe_image(shown: Shown, tensor_layout: str = "HWC") -> dict:
     """{width, height, format, mode} of a stored payload, read from its header only (no decode of
     the pixels for encoded images); raises what the decoder raises."""
-    if shown.ext == "npy":
-        from datasets.formats.npy import decode_npy
+    from datasets.loader.payloads import get_payload
 
-        shape = decode_npy(shown.payload).shape
-        height, width = (shape[1], shape[2]) if tensor_layout == "CHW" else (shape[0], shape[1])
-        return {"width": int(width), "height": int(height), "format": "NPY", "mode": "RGB"}
-    if shown.ext == "pth":
-        from datasets.reference.pth import decode_pth
-
-        height, width = decode_pth(shown.payload).shape[:2]
-        return {"width": int(width), "height": int(height), "format": "PTH", "mode": "RGB"}
+    kind = get_payload(shown.ext)
+    if kind.pixels is not None:  # stored pixels (.npy, .pth)
+        height, width = kind.pixels(shown.payload, tensor_layout).shape[:2]
+        return {"width": int(width), "height": int(height), "format": shown.ext.upper(), "mode": "RGB"}
     from PIL import Image
 
     with Image.open(io.BytesIO(shown.payload)) as image:

@@ -3,6 +3,9 @@ and in-memory arrays (synthetic samples)."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from datasets.formats.npy import decode_npy
 from datasets.reference.pth import decode_pth
 from datasets.loader.payloads.base import PayloadKind
 
@@ -20,6 +23,15 @@ def _array_into(pipeline, payload, slot, rng, bbox, source) -> None:
     pipeline.array_into(payload, slot, rng)
 
 
-NPY = PayloadKind("npy", ("npy",), _npy_into)
-PTH = PayloadKind("pth", ("pth",), _pth_into)
-ARRAY = PayloadKind("array", (), _array_into)  # HWC uint8 numpy arrays a source kind yields as they are
+def _npy_pixels(payload, tensor_layout: str) -> np.ndarray:
+    array = decode_npy(payload)
+    return np.ascontiguousarray(array.transpose(1, 2, 0) if tensor_layout == "CHW" else array)
+
+
+def _pth_pixels(payload, tensor_layout: str) -> np.ndarray:
+    return np.ascontiguousarray(decode_pth(payload))  # decode_pth gives HWC whatever the layout
+
+
+NPY = PayloadKind("npy", ("npy",), _npy_into, _npy_pixels)
+PTH = PayloadKind("pth", ("pth",), _pth_into, _pth_pixels)
+ARRAY = PayloadKind("array", (), _array_into, lambda payload, tensor_layout: payload)  # HWC uint8 numpy arrays a source kind yields as they are
