@@ -352,12 +352,19 @@ def markdown_table(report: dict, baseline: dict = None) -> str:
     return "\n".join(lines)
 
 
+STAGE_GROUPS = ("convert", "validate", "plan", "repartition", "loader")  # --stages: "repartition" includes
+# "validate + rep. 8", "loader" the validation epoch and the training batches
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--fraction", type=float, default=1.0, help="of ImageNet's sample counts (default 1)")
     parser.add_argument("--json", type=Path, help="default OUT/imagenet_scale.json")
     parser.add_argument("--baseline", type=Path, help="the JSON of a run at another fraction: print cost ratios")
+    parser.add_argument("--stages", nargs="+", choices=STAGE_GROUPS, default=list(STAGE_GROUPS),
+                        help="run only these (default all); a stage after convert reads OUT/img as an earlier "
+                             "run left it")
     parser.add_argument("--markdown", type=Path, metavar="JSON", help="print the docs/full-scale.md table of a run's JSON "
                         "(with --baseline: the ratios) and exit")
     parser.add_argument("--epoch-run", nargs=2, metavar=("DATASET", "KEYS_DIR"), help=argparse.SUPPRESS)
@@ -386,30 +393,36 @@ def main(argv=None) -> int:
     total = sum(counts.values())
     print(f"  {counts} in {built['seconds']:.1f} s{' (reused)' if built['reused'] else ''}", flush=True)
     img = out / "img"
-    stages = [
-        run_stage("convert", [PYTHON, "create_webdataset.py", "--source", out / "source", "--target", img,
-                              "--format", "img", "--workers", 2, "--overwrite", "--no-progress"], total),
-        run_stage("validate", [PYTHON, "validate_dataset.py", img, "--workers", 2, "--no-progress"], total),
-    ]
-    for count in PLAN_INSTANCES:
-        stages.append(run_stage(f"plan {count}", [PYTHON, "distributed_webdataset.py", "--target", img,
-                                                  "--num-instances", count, "--dry-run", "--quiet"], total))
-    shutil.rmtree(img / "distributed", ignore_errors=True)
-    stages.append(run_stage("repartition 8", [PYTHON, "distributed_webdataset.py", "--target", img,
-                                              "--num-instances", 8, "--quiet"], total))
-    stages.append(run_stage("validate + rep. 8", [PYTHON, "validate_dataset.py", img, "--workers", 2, "--no-progress"],
-                            total))
-    keys_dir = out / "keys"
-    shutil.rmtree(keys_dir, ignore_errors=True)
-    keys_dir.mkdir()
-    torchrun = Path(PYTHON).with_name("torchrun")
-    stages.append(run_stage("validation epoch", [torchrun, "--standalone", "--nproc_per_node", 2,
-                                                 Path(__file__).resolve(), "--epoch-run", img, keys_dir],
-                            counts["validation"]))
-    once = check_exactly_once(img, keys_dir, 2)
-    train_samples = min(TRAIN_BATCHES, counts["train"] // BATCH_SIZE) * BATCH_SIZE
-    stages.append(run_stage(f"train {TRAIN_BATCHES} batches", [PYTHON, Path(__file__).resolve(), "--train-run", img,
-                                                                TRAIN_BATCHES], train_samples))
+    stages, once = [], {"exactly_once": True, "skipped": True}
+    if "convert" in args.stages:
+        stages.append(run_stage("convert", [PYTHON, "create_webdataset.py", "--source", out / "source", "--target",
+                                            img, "--format", "img", "--workers", 2, "--overwrite", "--no-progress"],
+                                total))
+    if "validate" in args.stages:
+        stages.append(run_stage("validate", [PYTHON, "validate_dataset.py", img, "--workers", 2, "--no-progress"],
+                                total))
+    if "plan" in args.stages:
+        for count in PLAN_INSTANCES:
+            stages.append(run_stage(f"plan {count}", [PYTHON, "distributed_webdataset.py", "--target", img,
+                                                      "--num-instances", count, "--dry-run", "--quiet"], total))
+    if "repartition" in args.stages:
+        shutil.rmtree(img / "distributed", ignore_errors=True)
+        stages.append(run_stage("repartition 8", [PYTHON, "distributed_webdataset.py", "--target", img,
+                                                  "--num-instances", 8, "--quiet"], total))
+        stages.append(run_stage("validate + rep. 8", [PYTHON, "validate_dataset.py", img, "--workers", 2,
+                                                      "--no-progress"], total))
+    if "loader" in args.stages:
+        keys_dir = out / "keys"
+        shutil.rmtree(keys_dir, ignore_errors=True)
+        keys_dir.mkdir()
+        torchrun = Path(PYTHON).with_name("torchrun")
+        stages.append(run_stage("validation epoch", [torchrun, "--standalone", "--nproc_per_node", 2,
+                                                     Path(__file__).resolve(), "--epoch-run", img, keys_dir],
+                                counts["validation"]))
+        once = check_exactly_once(img, keys_dir, 2)
+        train_samples = min(TRAIN_BATCHES, counts["train"] // BATCH_SIZE) * BATCH_SIZE
+        stages.append(run_stage(f"train {TRAIN_BATCHES} batches", [PYTHON, Path(__file__).resolve(), "--train-run",
+                                                                    img, TRAIN_BATCHES], train_samples))
     loader_stages = [s for s in stages if s["stage"] in ("validation epoch", f"train {TRAIN_BATCHES} batches")]
     # torchrun's own agent is not a loader process: only the ranks and their workers count
     loader_rss = [p["peak_rss_mb"] for s in loader_stages for p in s["processes"]

@@ -149,7 +149,7 @@ def convert(options: ConvertOptions) -> Summary:
                 continue
             name = get_format(options.format).shard_name(split, number, len(split_plan.shards))
             own_names.append(name)
-            tasks[split].append(ShardToWrite(split, number, name, tuple(shard), encode))
+            tasks[split].append(ShardToWrite(split, number, name, shard, encode))
     try:
         prepare_target(options, plan, own_names)
     except WriteFailure as failure:

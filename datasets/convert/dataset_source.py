@@ -28,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import crc32c
+import numpy as np
 
-from datasets.convert.imagenet_source import (ImageNetSource, ImageNetSourceError, SourceSample, SourceSplit,
-                                              open_source)
+from datasets.convert.imagenet_source import ImageNetSource, ImageNetSourceError, SourceSplit, open_source
+from datasets.convert.source_listing import ListingBuilder
 from datasets.fileio import sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.index import METADATA_FILE, DatasetError, parse_bbox, parse_metadata, sample_index_name
+from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
 from datasets.sample_columns import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
@@ -90,6 +91,18 @@ class DatasetBytes:
         return data
 
 
+class ParentRecords:
+    """A listing's locator for a parent dataset: the `extra` column is the sample's row in the parent's
+    index columns (kept by this object: ~70 bytes a sample)."""
+
+    def __init__(self, base: str, columns, format_name: str):
+        self.base, self.columns, self.format_name = base, columns, format_name
+
+    def locate(self, row, source, size, extra) -> DatasetBytes:
+        record = self.columns.record(extra)
+        return DatasetBytes(join_location(self.base, record.shard), record, self.format_name)
+
+
 def open_dataset_source(base: str, splits) -> ImageNetSource:
     """List the parent's samples of `splits` from its sample indexes. Raises ImageNetSourceError."""
     metadata_location = join_location(base, METADATA_FILE)
@@ -123,20 +136,21 @@ def open_dataset_source(base: str, splits) -> ImageNetSource:
     return ImageNetSource(base, LAYOUT, classes, listed, provenance=provenance)
 
 
-def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list) -> list:
+def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list):
+    """The split's SourceListing, in the canonical order a listing has (class, then source)."""
     name = (metadata["splits"][split].get("index") or {}).get("name", sample_index_name(split))
     location = join_location(base, name)
     try:
-        records = parse_sample_columns(io.BytesIO(read_bytes(location)), location).iter_records()
+        columns = parse_sample_columns(io.BytesIO(read_bytes(location)), location)
     except (DatasetError, OSError, ShardReadError, StorageUnavailable) as error:
         raise ImageNetSourceError(f"{location}: {error}") from None
-    samples = []
-    for record in records:
-        if not 0 <= record.label < len(classes):
-            raise ImageNetSourceError(f"{location}: sample {record.key!r} has label {record.label}, outside the "
-                                      f"{len(classes)} classes of {METADATA_FILE}")
-        where = DatasetBytes(join_location(base, record.shard), record, fmt.name)
-        samples.append(SourceSample(record.key, record.label, classes[record.label], f"{record.shard}:{record.key}.jpg",
-                                    where, record.payload_size, parse_bbox(record.bbox)))
-    samples.sort(key=lambda s: (s.label, s.source))  # the canonical order a listing has (class, then source)
-    return samples
+    outside = np.flatnonzero((columns.labels < 0) | (columns.labels >= len(classes)))
+    if outside.size:
+        row = int(outside[0])
+        raise ImageNetSourceError(f"{location}: sample {columns.key(row)!r} has label {int(columns.labels[row])}, "
+                                  f"outside the {len(classes)} classes of {METADATA_FILE}")
+    samples = ListingBuilder(classes, ParentRecords(base, columns, fmt.name))
+    for row, (label, size) in enumerate(zip(columns.labels.tolist(), columns.payload_sizes.tolist())):
+        key, shard = columns.key(row), columns.shard(row)
+        samples.add(key, label, f"{shard}:{key}.jpg", size, row, columns.box(row))
+    return samples.finish()

@@ -68,7 +68,7 @@ class ShardToWrite:
     split: str
     number: int
     name: str
-    samples: tuple  # SourceSample, in shard order
+    samples: tuple  # SourceSample, in shard order (in the main process a ListingRows: pickled, this tuple)
     encode: EncodeOptions
     expected: dict | None = None  # ShardRecord json of this plan from an earlier run: keep if it verifies
 

@@ -2,7 +2,9 @@
 
 `open_source(root, splits, layout)` lists every source sample of the requested splits and
 returns an `ImageNetSource`: the class table and, per split, the `SourceSample`s in canonical order
-(class index, then source path), plus the files that were ignored as not being images.
+(class index, then source path) as a columnar `SourceListing` (datasets.convert.source_listing: ~90
+bytes a sample, each SourceSample built when asked for), plus the files that were ignored as not
+being images.
 (The loader's `datasets.loader.sources` resolves what a *training* source names; this module only
 feeds the converter.)
 
@@ -48,9 +50,12 @@ naming both files.
 import io
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from datasets.convert.source_listing import ListingBuilder, SourceListing, SourceSample  # noqa: F401 (re-exported)
 from datasets.layout import is_image_name, split_folder_names
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
@@ -113,25 +118,31 @@ class ArchiveBytes:
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class SourceSample:
-    key: str  # unique within its split, no dots
-    label: int  # class index
-    class_name: str  # class folder name / wnid
-    source: str  # where it came from, relative to the source root: "train/n01/x.JPEG",
-    #              "ILSVRC2012_img_train.tar:n01.tar:x.JPEG", "ILSVRC2012_img_val.tar:y.JPEG"
-    location: object  # FileBytes | ArchiveBytes
-    size: int | None = None  # source bytes, when known (archives; folders when sizes were asked for)
-    bbox: list | None = None  # normalised [x1, y1, x2, y2] from imagenet_2012_bounding_boxes.csv, or None
+class FolderFiles:
+    """A listing's locator for the folder layout: each source path is a file under `root`."""
 
-    def read_bytes(self) -> bytes:
-        return self.location.read()
+    def __init__(self, root: Path):
+        text = str(root)
+        self.prefix = "" if text == "." else text if text.endswith("/") else text + "/"
+
+    def locate(self, row, source, size, extra) -> FileBytes:
+        return FileBytes(self.prefix + source)
+
+
+class ArchiveMembers:
+    """A listing's locator for an archive: the `extra` column holds each member's data offset in `path`."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def locate(self, row, source, size, extra) -> ArchiveBytes:
+        return ArchiveBytes(self.path, extra, size)
 
 
 @dataclass
 class SourceSplit:
     name: str
-    samples: list  # SourceSample, in canonical order (label, source)
+    samples: SourceListing  # a sequence of SourceSample, in canonical order (label, source)
     ignored: list = field(default_factory=list)  # {"path", "reason"}: files that are not images
 
 
@@ -182,7 +193,7 @@ def open_source(root, splits=("train", "validation"), layout="auto", sizes=False
     if "train" in source.splits and (root / BOUNDING_BOX_FILE).is_file():
         boxes = read_bounding_boxes(root / BOUNDING_BOX_FILE)
         train = source.splits["train"]
-        train.samples = [_with_box(sample, boxes) for sample in train.samples]
+        train.samples = train.samples.with_boxes(lambda path: _box_of(path, boxes))
     return source
 
 
@@ -214,10 +225,9 @@ def read_bounding_boxes(path) -> dict:
     return boxes
 
 
-def _with_box(sample: SourceSample, boxes: dict) -> SourceSample:
-    name = sample.source.replace(":", "/").rsplit("/", 1)[-1]
-    box = boxes.get(name) or boxes.get(os.path.splitext(name)[0])
-    return replace(sample, bbox=box) if box else sample
+def _box_of(source: str, boxes: dict):
+    name = source.replace(":", "/").rsplit("/", 1)[-1]
+    return boxes.get(name) or boxes.get(os.path.splitext(name)[0]) or None
 
 
 # ---------------------------------------------------------------- folder layout
@@ -266,20 +276,19 @@ def _open_folders(root: Path, splits, sizes: bool) -> ImageNetSource:
             raise ImageNetSourceError(
                 f"{split_dir / unknown[0]}: class folder has no twin in {table_dir} ({len(unknown)} such "
                 f"folders); the class table comes from {table_dir.name}/")
-        samples, ignored = [], []
+        samples, ignored = ListingBuilder(classes, FolderFiles(root)), []
         for class_name in folders:
-            found = _list_class_folder(root, split_dir / class_name, class_name, index[class_name], sizes, ignored)
+            found = _list_class_folder(root, split_dir / class_name, index[class_name], sizes, ignored, samples)
             if not found:
                 raise ImageNetSourceError(f"{split_dir / class_name}: empty class folder (no image files); "
                                   f"remove it or add its images")
-            samples.extend(found)
-        samples.sort(key=lambda s: (s.label, s.source))
-        result[split] = SourceSplit(split, samples, ignored)
+        result[split] = SourceSplit(split, samples.finish(), ignored)
     return ImageNetSource(root, "folder", classes, result)
 
 
-def _list_class_folder(root: Path, folder: Path, class_name: str, label: int, sizes: bool, ignored) -> list:
-    samples = []
+def _list_class_folder(root: Path, folder: Path, label: int, sizes: bool, ignored, samples: ListingBuilder) -> int:
+    """Add the class folder's images to `samples`; returns how many."""
+    found = 0
     # os.walk with followlinks, as ImageFolder: a class folder may hold subfolders and symlinks.
     for directory, subdirs, files in os.walk(folder, followlinks=True):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
@@ -298,8 +307,9 @@ def _list_class_folder(root: Path, folder: Path, class_name: str, label: int, si
                     size = path.stat().st_size
                 except OSError as error:
                     raise ImageNetSourceError(f"{path}: cannot stat: {error.strerror or error}") from None
-            samples.append(SourceSample(make_key(name), label, class_name, relative, FileBytes(str(path)), size))
-    return samples
+            samples.add(make_key(name), label, relative, size)
+            found += 1
+    return found
 
 
 # ---------------------------------------------------------------- archive layout
@@ -316,46 +326,59 @@ def _stream_members(stream, label: str, offset: int = 0):
         raise ImageNetSourceError(f"not a readable tar archive: {error}") from None
 
 
-def list_train_archive(path: Path):
-    """({class name: [(member name, absolute data offset, size)]}, ignored) of the train tar,
-    reading it once as a stream: each inner per-class tar is read whole (one class, ~150 MB for
-    ImageNet's largest) and its headers parsed from memory."""
-    by_class, ignored = {}, []
+def list_train_archive(path: Path, ignored: list):
+    """Yield (class name, member name, absolute data offset, size) of every member of every inner
+    per-class tar of the train tar, in archive order, reading it once as a stream: each inner tar is
+    read whole (one class, ~150 MB for ImageNet's largest) and its headers parsed from memory. Each
+    class is first announced as (class name, None, 0, 0). Other outer members are added to `ignored`."""
+    seen = set()
     with open(path, "rb", buffering=0) as handle:
         for member in _stream_members(handle, str(path)):
             if not member.name.endswith(".tar"):
                 ignored.append({"path": f"{TRAIN_TAR}:{member.name}", "reason": "not a per-class .tar"})
                 continue
             class_name = member.name.rsplit("/", 1)[-1][: -len(".tar")]
-            if class_name in by_class:
+            if class_name in seen:
                 raise ImageNetSourceError(f"{path}: holds {member.name} twice")
-            members = by_class[class_name] = []
+            seen.add(class_name)
+            yield class_name, None, 0, 0
             inner = io.BytesIO(member.data)
             for item in _stream_members(inner, f"{path}:{member.name}", offset=member.data_offset):
-                members.append((item.name, item.data_offset, len(item.data)))
-    return by_class, ignored
+                yield class_name, item.name, item.data_offset, len(item.data)
 
 
 def _archive_samples_train(root: Path):
+    """(classes, the train SourceListing, ignored): every image member streamed into the listing with
+    its class's order of appearance as a provisional label, relabelled by sorted class name at the end."""
     path = root / TRAIN_TAR
     if not path.is_file():
         raise ImageNetSourceError(f"--source {root}: {TRAIN_TAR} is missing; convert only the validation split with "
                           f"--splits validation", usage=True)
-    listed, ignored = list_train_archive(path)
-    if not listed:
+    ignored, appearance, counts = [], {}, []
+    samples = ListingBuilder(None, ArchiveMembers(str(path.resolve())))
+    for class_name, name, offset, size in list_train_archive(path, ignored):
+        if name is None:
+            appearance[class_name] = len(appearance)
+            counts.append(0)
+            continue
+        display = f"{TRAIN_TAR}:{class_name}.tar:{name}"
+        base = name.rsplit("/", 1)[-1]
+        if not is_image_name(base) or base.startswith("."):
+            ignored.append({"path": display, "reason": "not an image file extension"})
+            continue
+        samples.add(make_key(base), appearance[class_name], display, size, offset)
+        counts[appearance[class_name]] += 1
+    if not appearance:
         raise ImageNetSourceError(f"{path}: holds no per-class tars")
-    resolved = str(path.resolve())
-    by_class = {}
-    for class_name, members in listed.items():
-        kept = by_class[class_name] = []
-        for name, offset, size in members:
-            display = f"{TRAIN_TAR}:{class_name}.tar:{name}"
-            base = name.rsplit("/", 1)[-1]
-            if not is_image_name(base) or base.startswith("."):
-                ignored.append({"path": display, "reason": "not an image file extension"})
-                continue
-            kept.append((base, display, ArchiveBytes(resolved, offset, size), size))
-    return by_class, ignored
+    classes = sorted(appearance)
+    empty = [name for name in classes if not counts[appearance[name]]]
+    if empty:
+        raise ImageNetSourceError(f"{path}:{empty[0]}.tar: empty class archive (no image files)")
+    relabel = np.empty(len(classes), dtype=np.int32)
+    for label, name in enumerate(classes):
+        relabel[appearance[name]] = label
+    samples.classes = classes
+    return classes, samples.finish(relabel), ignored
 
 
 def _read_lines(path: Path):
@@ -401,20 +424,11 @@ def _open_archives(root: Path, splits) -> ImageNetSource:
     synsets = None
     if "validation" in splits or train is None:
         synsets = read_synsets(_find(root, SYNSETS_NAMES, "synset list (devkit id -> wnid)"))
-    classes = sorted(train[0]) if train is not None else sorted(synsets)
+    classes = train[0] if train is not None else sorted(synsets)
     index = {name: i for i, name in enumerate(classes)}
     result = {}
     if train is not None:
-        by_class, ignored = train
-        samples = []
-        for class_name in classes:
-            members = by_class[class_name]
-            if not members:
-                raise ImageNetSourceError(f"{root / TRAIN_TAR}:{class_name}.tar: empty class archive (no image files)")
-            for name, display, location, size in members:
-                samples.append(SourceSample(make_key(name), index[class_name], class_name, display, location, size))
-        samples.sort(key=lambda s: (s.label, s.source))
-        result["train"] = SourceSplit("train", samples, ignored)
+        result["train"] = SourceSplit("train", train[1], train[2])
     if "validation" in splits:
         result["validation"] = _archive_validation(root, synsets, index)
     return ImageNetSource(root, "archive", classes, result)
@@ -431,8 +445,7 @@ def _archive_validation(root: Path, synsets, index) -> SourceSplit:
                           f"({len(unknown)} such wnids)")
     truth_path = _find(root, GROUND_TRUTH_NAMES, "validation ground-truth file")
     truth = read_ground_truth(truth_path, len(synsets))
-    samples, ignored = [], []
-    resolved = str(path.resolve())
+    samples, ignored = ListingBuilder(sorted(index, key=index.get), ArchiveMembers(str(path.resolve()))), []
     with open(path, "rb", buffering=0) as handle:
         for member in _stream_members(handle, str(path)):
             display = f"{VALIDATION_TAR}:{member.name}"
@@ -449,20 +462,16 @@ def _archive_validation(root: Path, synsets, index) -> SourceSplit:
                 raise ImageNetSourceError(f"{display}: image number {number} has no line in {truth_path} "
                                   f"({len(truth)} lines)")
             wnid = synsets[truth[number - 1] - 1]
-            size = len(member.data)
-            location = ArchiveBytes(resolved, member.data_offset, size)
-            samples.append(SourceSample(make_key(base), index[wnid], wnid, display, location, size))
-    if not samples:
+            samples.add(make_key(base), index[wnid], display, len(member.data), member.data_offset)
+    if not len(samples):
         raise ImageNetSourceError(f"{path}: holds no images")
-    samples.sort(key=lambda s: (s.label, s.source))
-    return SourceSplit("validation", samples, ignored)
+    return SourceSplit("validation", samples.finish(), ignored)
 
 
 def _check_unique_keys(split: SourceSplit) -> None:
-    seen = {}
-    for sample in split.samples:
-        other = seen.setdefault(sample.key, sample)
-        if other is not sample:
-            raise ImageNetSourceError(
-                f"{split.name}: {sample.source} and {other.source} give the same sample key {sample.key!r}; "
-                f"keys (file stems) must be unique within a split: rename one")
+    repeated = split.samples.first_repeated_key()
+    if repeated is not None:
+        sample, other = (split.samples.sample(row) for row in repeated)
+        raise ImageNetSourceError(
+            f"{split.name}: {sample.source} and {other.source} give the same sample key {sample.key!r}; "
+            f"keys (file stems) must be unique within a split: rename one")

@@ -17,6 +17,8 @@ options (UsageError) before anything is read.
     source file size for `img` (exact for passthrough payloads, approximate for re-encoded
     ones), the exact array size for `tensor` when the steps end in a fixed size. A single
     sample larger than the limit gets a shard of its own.
+  * memory: the listing is columns (datasets.convert.source_listing, ~90 bytes a sample), the
+    order one int64 array, a shard a view of it; a worker receives its shard's samples only.
   * steps: canonical text; when a split has none, the format's defaults (for tensor, Resize(256)
     CenterCrop(256) for train, Resize(256) CenterCrop(224) for validation).
 """
@@ -27,7 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
+
 from datasets.convert.errors import UsageError
+from datasets.convert.source_listing import ListingShards
 from datasets.formats import format_names, get_format
 from datasets.formats.tar import BLOCK, RECORD, padding
 from datasets.index import SPLITS
@@ -99,14 +104,10 @@ def validate_options(options: ConvertOptions) -> None:
 # ---------------------------------------------------------------- planning
 
 
-def shuffle_order(samples, seed: int, split: str):
-    """One global permutation of the split from the seed: sort by a keyed hash of each key."""
-    secret = f"{seed}:{split}".encode()
-
-    def rank(sample):
-        return hashlib.blake2b(sample.key.encode(), key=secret, digest_size=16).digest(), sample.key
-
-    return sorted(samples, key=rank)
+def shuffle_order(samples, seed: int, split: str) -> np.ndarray:
+    """One global permutation of the split (a SourceListing) from the seed: its rows sorted by
+    (blake2b(key=f"{seed}:{split}", data=sample key, 16 bytes), key)."""
+    return samples.keyed_hash_order(f"{seed}:{split}".encode())
 
 
 def estimated_sample_bytes(sample, fmt: str, fixed_size) -> int:
@@ -116,28 +117,28 @@ def estimated_sample_bytes(sample, fmt: str, fixed_size) -> int:
     return 3 * BLOCK + BLOCK + (info + padding(info)) + (payload + padding(payload))
 
 
-def plan_shards(ordered, samples_per_shard: int, max_shard_bytes, estimate):
-    """Split the ordered samples into shards (lists), bounded by count and estimated bytes."""
-    budget = None if max_shard_bytes is None else max_shard_bytes - (2 * BLOCK + RECORD)
-    shards, current, current_bytes = [], [], 0
-    for sample in ordered:
-        size = estimate(sample) if budget is not None else 0
-        full = len(current) >= samples_per_shard or (budget is not None and current and current_bytes + size > budget)
-        if full:
-            shards.append(current)
-            current, current_bytes = [], 0
-        current.append(sample)
+def plan_shards(count: int, samples_per_shard: int, max_shard_bytes, estimate) -> list:
+    """Split `count` ordered samples into shards: consecutive runs bounded by count and estimated bytes
+    (`estimate(position)`). Returns the shards' start positions followed by `count`."""
+    if max_shard_bytes is None:
+        return list(range(0, count, samples_per_shard)) + [count]
+    budget = max_shard_bytes - (2 * BLOCK + RECORD)
+    bounds, current, current_bytes = [0], 0, 0
+    for position in range(count):
+        size = estimate(position)
+        if current >= samples_per_shard or (current and current_bytes + size > budget):
+            bounds.append(position)
+            current, current_bytes = 0, 0
+        current += 1
         current_bytes += size
-    if current:
-        shards.append(current)
-    return shards
+    return bounds + [count] if count else bounds
 
 
 @dataclass
 class SplitConversion:
     split: str
     steps: tuple  # canonical
-    shards: list  # [[SourceSample]]
+    shards: ListingShards  # a sequence of shards, each a sequence of SourceSample (built when read)
     ignored: list
 
     @property
@@ -169,11 +170,12 @@ def make_plan(options: ConvertOptions, source, seed: int) -> Plan:
     for split in options.splits:
         steps = steps_for(options, split)
         fixed = output_size(parse_steps(list(steps)))
-        samples = source.splits[split].samples
-        ordered = shuffle_order(samples, seed, split) if options.shuffle else list(samples)
-        shards = plan_shards(ordered, options.samples_per_shard, options.max_shard_bytes,
-                             lambda s: estimated_sample_bytes(s, options.format, fixed))
-        split_plans[split] = SplitConversion(split, steps, shards, source.splits[split].ignored)
+        samples = source.splits[split].samples  # a SourceListing: rows in canonical order
+        order = shuffle_order(samples, seed, split) if options.shuffle else np.arange(len(samples))
+        bounds = plan_shards(len(order), options.samples_per_shard, options.max_shard_bytes,
+                             lambda at: estimated_sample_bytes(samples.sample(int(order[at])), options.format, fixed))
+        split_plans[split] = SplitConversion(split, steps, ListingShards(samples, order, bounds),
+                                             source.splits[split].ignored)
     recorded = {
         "format": options.format, "shuffle": options.shuffle, "seed": seed,
         "samples_per_shard": options.samples_per_shard, "max_shard_bytes": options.max_shard_bytes,

@@ -250,10 +250,10 @@ def restore_state(target: Path, plan: Plan, metadata: dict) -> None:
             continue
         by_shard = ShardGroups(columns, by_offset=False)  # one shard's records at a time
         split_plan = plan.splits[split]
-        shard_of_source = {}
+        shard_of_source, skipped_paths = {}, {item["path"] for item in entry["skipped"]}  # a few, not every sample
         for number, samples in enumerate(split_plan.shards):
             name = get_format(plan.options["format"]).shard_name(split, number, len(split_plan.shards))
-            shard_of_source.update((sample.source, name) for sample in samples)
+            shard_of_source.update((sample.source, name) for sample in samples if sample.source in skipped_paths)
         skipped = {}
         for item in entry["skipped"]:
             skipped.setdefault(shard_of_source.get(item["path"]), []).append(item)
