@@ -30,7 +30,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-CHUNK = 1 << 16  # rows held as Python objects at a time (building, hashing, reordering)
+CHUNK = 1 << 14  # rows held as Python objects at a time (building, hashing, reordering)
 
 
 @dataclass(frozen=True, slots=True)
