@@ -222,7 +222,10 @@ class ListingBuilder:
         """The listing, sorted; `relabel` (an array: provisional label -> label) maps the labels first."""
         self._flush()
         chunks, self._chunks = self._chunks, []
-        column = lambda i, dtype: (np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0, dtype))  # noqa: E731
+
+        def column(i, dtype):
+            return np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0, dtype)
+
         key_lengths, source_lengths = column(1, np.int64), column(3, np.int64)
         labels, sizes, extra = column(4, np.int32), column(5, np.int64), column(6, np.int64)
         box_ids, boxes = column(7, np.int32), (np.concatenate([c[8] for c in chunks]) if chunks
