@@ -7,7 +7,8 @@ import tracemalloc
 
 import pytest
 
-from datasets.convert.imagenet_source import ImageNetSourceError, SourceSample, open_source
+from datasets.convert.imagenet_source import ImageNetSourceError, open_source
+from datasets.convert.source_listing import SourceSample
 
 CLASSES = ("n01440764", "n01443537", "n01484850")
 

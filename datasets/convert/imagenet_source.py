@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets.convert.source_listing import ListingBuilder, SourceListing, SourceSample  # noqa: F401 (re-exported)
+from datasets.convert.source_listing import ListingBuilder, SourceListing
 from datasets.layout import is_image_name, split_folder_names
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
