@@ -13,12 +13,16 @@ Rows, interleaved over --rounds, images per CPU-second of every process involved
   loader w0       get_data on DIR/img with 0 workers: the loader's per-sample reading, index,
                   CRC32C and batching in the same process as the decode
   loader w2       the same with 2 workers: + the main process and the IPC between them
+  own w0, own w2  the loader rows with `image_into` skipped (a no-op): the loader's own CPU per
+                  image (reading, index, CRC32C, batching, IPC), printed in microseconds with the
+                  ratio it leaves possible, floor / (floor + own), before any side-by-side cost
 
 Prints a table and writes the figures as JSON. Timings on a shared host are noisy: compare the
 ratios of one run.
 """
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import sys
@@ -31,8 +35,26 @@ from datasets.hostbench.pipelines import floor_batches, loader_batches  # noqa: 
 from datasets.hostbench.sources import folder_split_dir, list_folder_images  # noqa: E402
 from datasets.hostbench.timing import measure_batches  # noqa: E402
 from datasets.launcher import Instance  # noqa: E402
+from datasets.loader.pipeline import ImagePipeline  # noqa: E402
 
 BATCH = 64
+
+
+@contextlib.contextmanager
+def _image_into_skipped():
+    """ImagePipeline.image_into a no-op (the slot keeps what it held), in this process and the
+    workers it forks meanwhile."""
+    kept = ImagePipeline.image_into
+    ImagePipeline.image_into = lambda self, payload, slot, rng, bbox=None: None
+    try:
+        yield
+    finally:
+        ImagePipeline.image_into = kept
+
+
+def _own_rate(build, seconds, workers):
+    with _image_into_skipped():
+        return _rate(build, seconds, workers=workers)
 
 
 def _rate(build, seconds, workers=0, queue=None):
@@ -75,6 +97,10 @@ def main(argv=None) -> int:
                                    args.seconds),
         "loader w2": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 2, "device", single),
                                    args.seconds, workers=2),
+        "own w0": lambda: _own_rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 0, "device", single),
+                                    args.seconds, 0),
+        "own w2": lambda: _own_rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 2, "device", single),
+                                    args.seconds, 2),
     }
     rounds = {name: [] for name in rows}
     for _ in range(args.rounds):
@@ -82,7 +108,13 @@ def main(argv=None) -> int:
             rounds[name].append(measure())
     medians = {name: sorted(rates)[len(rates) // 2] for name, rates in rounds.items()}
     print(f"{args.dir} {args.split}: images per CPU-second, median of {args.rounds} rounds of {args.seconds:g} s")
+    floor_us = 1e6 / medians["floor x1"]
     for name, rates in rounds.items():
+        if name.startswith("own"):
+            own_us = 1e6 / medians[name]
+            print(f"  {name:10s} {own_us:7.1f} us/img of the loader's own CPU: {floor_us / (floor_us + own_us):.3f}x "
+                  f"floor x1 at best  rounds {[round(1e6 / r, 1) for r in rates]} us")
+            continue
         print(f"  {name:10s} {medians[name]:7.0f}  {medians[name] / medians['floor x1']:.2f}x floor x1  "
               f"rounds {[round(r) for r in rates]}")
     if args.json:

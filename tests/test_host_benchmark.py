@@ -179,6 +179,24 @@ def test_cpu_meter_counts_a_live_child_process():
         child.wait()
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
+def test_cpu_meter_does_not_count_its_own_reads_of_proc():
+    """The scans of /proc are the measurement's cost: this process's figure leaves them out."""
+    from datasets.hostbench.timing import CpuMeter
+
+    meter = CpuMeter()
+    meter.start()
+    began = time.process_time()
+    for _ in range(20):
+        meter.discover()  # a scan of every process's stat file each
+        meter.sample()
+    own, _, _ = meter.used()
+    spent = time.process_time() - began
+    assert meter.metering_seconds > 0
+    assert own == pytest.approx(spent - meter.metering_seconds, abs=0.005)
+    assert own < spent
+
+
 def test_combined_instances_use_the_slowest_time():
     from datasets.hostbench.timing import combine_instances, measurement_figures
 

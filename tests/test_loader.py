@@ -232,6 +232,26 @@ def test_batches_kept_by_the_caller_are_never_overwritten(img, normalization):
     assert all(torch.equal(a, b) for a, b in zip(copies, copies_again))
 
 
+def test_labels_cross_the_worker_boundary_as_arrays_and_arrive_as_int64_tensors(img):
+    """A worker's message holds the labels as a numpy array (a tensor would cost a shared-memory
+    segment per batch); DataLoader hands the message over as it is; the batch has int64 labels."""
+    from datasets.loader.batch_ring import BatchBuilder, BatchRing
+    from datasets.loader.image_loader import as_sent
+
+    builder = BatchBuilder(2, 8, False, False, torch.float32, None, None, False, BatchRing(1, 3), 0)
+    for label, key in ((3, "a"), (7, "b")):
+        builder.slot()
+        builder.add(label, key)
+    message = builder.emit()
+    assert type(message.labels).__name__ == "ndarray" and as_sent(message) is message
+    loader = get_data(img, "train", 4, 2, instance=SINGLE, with_keys=True, normalization="device")
+    assert loader._loader is None
+    _, labels, keys = read_all(loader)
+    assert loader._loader.collate_fn is as_sent
+    recorded = {r.key: r.label for r in read_sample_index(Path(img) / "samples-train.index.tsv")}
+    assert labels.dtype == torch.int64 and labels.tolist() == [recorded[key] for key in keys]
+
+
 def test_fewer_shards_than_workers(img):
     """2 validation shards, 3 workers; and a one-shard source read by 2 workers."""
     loader = get_data(img, "validation", 2, 3, instance=SINGLE, with_keys=True, normalization="device")

@@ -22,7 +22,9 @@ img/CPU-s       images / CPU seconds: "per core". CPU seconds = this process (al
                 sighting (or the start of the measurement) to its last sighting, so work
                 on batches prefetched before the start and after the end of the
                 measurement roughly cancels in steady state. Without /proc only this
-                process is counted, and `cpu_scope` says so.
+                process is counted, and `cpu_scope` says so. The meter's own reads of
+                /proc (a few per batch, a scan of every process per new iterator) are
+                not counted: they are the measurement's cost, not the pipeline's.
 MB/s            images/s x the source's mean stored bytes per image: for shards, the
                 split's shard bytes / samples from metadata.json (tar headers, .cls and
                 .json members included: everything a reader fetches); for a folder, the
@@ -112,15 +114,21 @@ class CpuMeter:
         self._first = {}  # pid -> CPU seconds at first sighting (0 for pids born after start)
         self._last = {}  # pid -> CPU seconds at last sighting
         self._started = False
+        self.metering_seconds = 0.0  # this process's CPU spent reading /proc since start(): not counted
 
     def start(self) -> None:
-        self._own_start = time.process_time()
         self._first, self._last = {}, {}
         self._started = True
-        self.discover(born_before_start=True)
+        self._discover(born_before_start=True)
+        self._own_start, self.metering_seconds = time.process_time(), 0.0
 
     def discover(self, born_before_start: bool = False) -> None:
         """Pick up new worker processes (call after a DataLoader iterator is created)."""
+        began = time.process_time()
+        self._discover(born_before_start)
+        self.metering_seconds += time.process_time() - began
+
+    def _discover(self, born_before_start: bool) -> None:
         self._discovered_at = time.perf_counter()
         if not HAVE_PROC:
             return
@@ -135,17 +143,19 @@ class CpuMeter:
             self._last[pid] = stat[1]
 
     def sample(self) -> None:
-        now = time.perf_counter()
-        if now - self._discovered_at >= self.REDISCOVER_SECONDS:
-            self.discover()
+        began = time.process_time()
+        if time.perf_counter() - self._discovered_at >= self.REDISCOVER_SECONDS:
+            self._discover(False)
         for pid in self._first:
             stat = read_proc_stat(pid)
             if stat is not None:
                 self._last[pid] = stat[1]
+        self.metering_seconds += time.process_time() - began
 
     def used(self) -> tuple:
-        """(CPU seconds of this process, of its descendants, number of descendants counted) since start."""
-        own = time.process_time() - self._own_start
+        """(CPU seconds of this process, of its descendants, number of descendants counted) since
+        start; this process's seconds without the meter's own (`metering_seconds`)."""
+        own = time.process_time() - self._own_start - self.metering_seconds
         children = sum(self._last[pid] - self._first[pid] for pid in self._first)
         return own, children, len(self._first)
 

@@ -62,7 +62,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from datasets.loader.batch_ring import BatchBuilder, BatchRing
+from datasets.loader.batch_ring import BatchBuilder, BatchRing, labels_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
                                     load as resume_load, order_rng, pick, plan_segment, shuffled,
@@ -445,7 +445,10 @@ class ImageLoader:
                            "persistent_workers": True}
             # pin_memory is done here, after BatchRing.receive: DataLoader's pin thread would hand
             # over a pinned copy, and the ring would then keep serving that stale copy.
-            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, **options)
+            # collate_fn: the worker's message as it is (the batch is built); the default would walk
+            # it (64 keys) and turn the labels into a tensor, sent through shared memory.
+            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, collate_fn=as_sent,
+                                      **options)
         loader = self._loader
         ring = dataset.ring
         ring.release_returned()
@@ -457,7 +460,7 @@ class ImageLoader:
                 if isinstance(item, WorkerReport):
                     report.add_worker(item)
                     continue
-                batch = Batch(ring.receive(item), item.labels, item.keys)
+                batch = Batch(ring.receive(item), labels_tensor(item), item.keys)
                 worker, batches, position = item.progress
                 live["done"][worker], live["next"] = (batches, position), (worker + 1) % workers
                 item = None
@@ -480,6 +483,11 @@ class ImageLoader:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
         warn_cache_problems(report.cache)
         log.info("%s", report.summary())
+
+
+def as_sent(message):
+    """DataLoader's collate_fn: a worker's RingMessage or WorkerReport, unchanged."""
+    return message
 
 
 def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
