@@ -78,3 +78,35 @@ def s3_bucket(s3_server, request):
 
 
 _BUCKETS = []
+
+
+@pytest.fixture(scope="session")
+def compare_run(tmp_path_factory, sample_source, converted):
+    """One `host_benchmark.py --compare --recommend` of the source folder, img and tensor (every row, the
+    goals, the JSON, the PNG, the decision), shared by test_host_benchmark and test_recommend: a run costs
+    a torch + torchvision import and 22 rows. -> (result, json path, plot, recommendation plot)."""
+    directory = tmp_path_factory.mktemp("compare-run")
+    (directory / "source").symlink_to(sample_source, target_is_directory=True)
+    for fmt in ("img", "tensor"):
+        (directory / fmt).symlink_to(converted(fmt), target_is_directory=True)
+    out = tmp_path_factory.mktemp("compare-run-out")
+    paths = out / "compare.json", out / "compare.png", out / "rec.png"
+    result = run_script("host_benchmark.py", "--compare", directory, "--batches", 2, "--warmup-batches", 1,
+                        "--batch-size", 4, "--dataloader-worker", 1, "--json", paths[0], "--plot", paths[1],
+                        "--recommend", "--target-rate", 3000, "--recommend-plot", paths[2], timeout=900)
+    return (result, *paths)
+
+
+@pytest.fixture(scope="session")
+def filtered_compare_run(tmp_path_factory, sample_source, converted):
+    """One `host_benchmark.py --compare --formats img,tfrecord,lmdb` of a folder that also holds the source
+    folder and tensor (which the filter leaves out), shared by the filter test and the tfrecord and lmdb
+    row tests. -> (result, json path)."""
+    directory = tmp_path_factory.mktemp("filtered-compare")
+    (directory / "source").symlink_to(sample_source, target_is_directory=True)
+    for fmt in ("img", "tensor", "tfrecord", "lmdb"):
+        (directory / fmt).symlink_to(converted(fmt), target_is_directory=True)
+    out = tmp_path_factory.mktemp("filtered-compare-out") / "compare.json"
+    result = run_script("host_benchmark.py", "--compare", directory, "--formats", "img,tfrecord,lmdb", "--batches", 2,
+                        "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out)
+    return result, out
