@@ -18,12 +18,38 @@ SAMPLES_PER_SHARD = 8
 SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
 
 
-def run_script(script, *args, env=None, timeout=600, cwd=None):
-    """Run a top-level script (e.g. "create_webdataset.py") or a module ("-m", "x") as users do."""
+def _script_command(script, args, env):
     command = [PYTHON, *( [script] if script == "-m" else [str(REPO / script)] ), *map(str, args)]
     full_env = dict(os.environ, PYTHONPATH=str(REPO))
     full_env.update(env or {})
+    return command, full_env
+
+
+def run_script(script, *args, env=None, timeout=600, cwd=None):
+    """Run a top-level script (e.g. "create_webdataset.py") or a module ("-m", "x") as users do."""
+    command, full_env = _script_command(script, args, env)
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd or REPO)
+
+
+def run_scripts(*runs, env=None, timeout=600, cwd=None):
+    """run_script for several independent runs ((script, *args) each) at the same time: most of a run that
+    imports torch is one busy core, so on a 2-core machine two at once take little longer than one.
+    -> their CompletedProcess, in order."""
+    jobs = []
+    for script, *args in runs:
+        command, full_env = _script_command(script, args, env)
+        jobs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=full_env, cwd=cwd or REPO))
+    results = []
+    try:
+        for job in jobs:
+            stdout, stderr = job.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr))
+    finally:
+        for job in jobs[len(results):]:  # a timeout: leave nothing running
+            job.kill()
+            job.communicate()
+    return results
 
 
 @pytest.fixture(scope="session")
