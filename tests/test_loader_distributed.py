@@ -2,9 +2,9 @@
 
 A dedicated dataset whose sizes divide by neither 2 nor 3 (35 train, 25 validation samples,
 shards of 8, so the last shards are partial), batches of 3, in every format that reads by byte range or
-cursor (img, tfrecord, lmdb). One torchrun launch per K (a launch costs each rank a torch import, most of
-the test's time); the script loops over formats, worker counts and policies and writes the keys each rank
-read to a JSON file.
+cursor (img, tfrecord, lmdb). One torchrun launch per K, the two side by side (a launch costs each rank a
+torch import, most of the test's time); the script loops over formats, worker counts and policies and
+writes the keys each rank read to a JSON file.
 """
 
 import json
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, run_script
+from conftest import run_scripts
 from datasets.sample_columns import read_sample_index
 
 BATCH = 3
 FORMATS = ("img", "tfrecord", "lmdb")
+PROCESSES = (2, 3)
 WORKERS = (0, 1, 2)
 CONFIGS = (("validation", "spread"), ("train", "drop"), ("train", "pad"))
 
@@ -62,26 +63,34 @@ def uneven_source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def uneven_datasets(uneven_source):
-    """{format: the uneven source converted to it}."""
-    made = {}
-    for fmt in FORMATS:
-        target = uneven_source / fmt
-        result = run_script("create_webdataset.py", "--source", uneven_source / "source", "--target", target,
-                            "--format", fmt, "--samples-per-shard", 8, "--seed", 0)
+    """{format: the uneven source converted to it} (the three conversions at once)."""
+    made = {fmt: uneven_source / fmt for fmt in FORMATS}
+    results = run_scripts(*(("create_webdataset.py", "--source", uneven_source / "source", "--target", target,
+                             "--format", fmt, "--samples-per-shard", 8, "--seed", 0) for fmt, target in made.items()))
+    for result in results:
         assert result.returncode == 0, result.stdout + result.stderr
-        made[fmt] = target
     return made
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_torchrun_exactly_once_and_equal_batches(uneven_datasets, tmp_path, processes):
-    script = tmp_path / "rank_script.py"
+@pytest.fixture(scope="module")
+def launches(uneven_datasets, tmp_path_factory):
+    """{K: (torchrun's result, the folder its ranks wrote)}: the K = 2 and K = 3 jobs side by side
+    (independent: each has its own rendezvous port and output folder)."""
+    root = tmp_path_factory.mktemp("launches")
+    script = root / "rank_script.py"
     script.write_text(RANK_SCRIPT)
-    out = tmp_path / "out"
-    out.mkdir()
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", processes,
-                        script, out, BATCH, *(f"{fmt}={path}" for fmt, path in uneven_datasets.items()),
-                        timeout=480, env={"OMP_NUM_THREADS": "1"})
+    outs = {k: root / f"out-{k}" for k in PROCESSES}
+    for out in outs.values():
+        out.mkdir()
+    sources = [f"{fmt}={path}" for fmt, path in uneven_datasets.items()]
+    results = run_scripts(*(("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", k, script, outs[k],
+                             BATCH, *sources) for k in PROCESSES), timeout=480, env={"OMP_NUM_THREADS": "1"})
+    return {k: (result, outs[k]) for k, result in zip(PROCESSES, results)}
+
+
+@pytest.mark.parametrize("processes", PROCESSES)
+def test_torchrun_exactly_once_and_equal_batches(uneven_datasets, launches, processes):
+    result, out = launches[processes]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(processes)]
     assert [r["instance"] for r in ranks] == [[i, processes, "torchrun"] for i in range(processes)]
