@@ -18,12 +18,38 @@ SAMPLES_PER_SHARD = 8
 SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
 
 
-def run_script(script, *args, env=None, timeout=600, cwd=None):
-    """Run a top-level script (e.g. "create_webdataset.py") or a module ("-m", "x") as users do."""
+def _script_command(script, args, env):
     command = [PYTHON, *( [script] if script == "-m" else [str(REPO / script)] ), *map(str, args)]
     full_env = dict(os.environ, PYTHONPATH=str(REPO))
     full_env.update(env or {})
+    return command, full_env
+
+
+def run_script(script, *args, env=None, timeout=600, cwd=None):
+    """Run a top-level script (e.g. "create_webdataset.py") or a module ("-m", "x") as users do."""
+    command, full_env = _script_command(script, args, env)
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd or REPO)
+
+
+def run_scripts(*runs, env=None, timeout=600, cwd=None):
+    """run_script for several independent runs ((script, *args) each) at the same time: most of a run that
+    imports torch is one busy core, so on a 2-core machine two at once take little longer than one.
+    -> their CompletedProcess, in order."""
+    jobs = []
+    for script, *args in runs:
+        command, full_env = _script_command(script, args, env)
+        jobs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env=full_env, cwd=cwd or REPO))
+    results = []
+    try:
+        for job in jobs:
+            stdout, stderr = job.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(job.args, job.returncode, stdout, stderr))
+    finally:
+        for job in jobs[len(results):]:  # a timeout: leave nothing running
+            job.kill()
+            job.communicate()
+    return results
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +104,35 @@ def s3_bucket(s3_server, request):
 
 
 _BUCKETS = []
+
+
+@pytest.fixture(scope="session")
+def compare_run(tmp_path_factory, sample_source, converted):
+    """One `host_benchmark.py --compare --recommend` of the source folder, img and tensor (every row, the
+    goals, the JSON, the PNG, the decision), shared by test_host_benchmark and test_recommend: a run costs
+    a torch + torchvision import and 22 rows. -> (result, json path, plot, recommendation plot)."""
+    directory = tmp_path_factory.mktemp("compare-run")
+    (directory / "source").symlink_to(sample_source, target_is_directory=True)
+    for fmt in ("img", "tensor"):
+        (directory / fmt).symlink_to(converted(fmt), target_is_directory=True)
+    out = tmp_path_factory.mktemp("compare-run-out")
+    paths = out / "compare.json", out / "compare.png", out / "rec.png"
+    result = run_script("host_benchmark.py", "--compare", directory, "--batches", 2, "--warmup-batches", 1,
+                        "--batch-size", 4, "--dataloader-worker", 1, "--json", paths[0], "--plot", paths[1],
+                        "--recommend", "--target-rate", 3000, "--recommend-plot", paths[2], timeout=900)
+    return (result, *paths)
+
+
+@pytest.fixture(scope="session")
+def filtered_compare_run(tmp_path_factory, sample_source, converted):
+    """One `host_benchmark.py --compare --formats img,tfrecord,lmdb` of a folder that also holds the source
+    folder and tensor (which the filter leaves out), shared by the filter test and the tfrecord and lmdb
+    row tests. -> (result, json path)."""
+    directory = tmp_path_factory.mktemp("filtered-compare")
+    (directory / "source").symlink_to(sample_source, target_is_directory=True)
+    for fmt in ("img", "tensor", "tfrecord", "lmdb"):
+        (directory / fmt).symlink_to(converted(fmt), target_is_directory=True)
+    out = tmp_path_factory.mktemp("filtered-compare-out") / "compare.json"
+    result = run_script("host_benchmark.py", "--compare", directory, "--formats", "img,tfrecord,lmdb", "--batches", 2,
+                        "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out)
+    return result, out

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from conftest import run_script
+from conftest import run_script, run_scripts
 from datasets.cifar10 import FOLDER, CifarError, load_split, restricted_load
 
 NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
@@ -102,12 +102,14 @@ def test_a_pickle_global_other_than_numpys_array_is_refused():
 
 
 def test_nothing_is_downloaded_and_the_error_says_where_the_files_go(tmp_path, cifar):
-    result = run_script("host_benchmark.py", "--data", "cifar10")
-    assert result.returncode == 2 and "cifar-10-python.tar.gz" in result.stderr and "--imagenet-data-path" in result.stderr
-    result = run_script("host_benchmark.py", "--data", "cifar10", "--imagenet-data-path", tmp_path / "empty")
-    assert result.returncode == 2 and "no CIFAR-10 python batches here" in result.stderr
     root, _ = cifar
-    result = run_script("host_benchmark.py", "--data", "cifar10", "--imagenet-data-path", root, "--batches", 2,
-                        "--batch-size", 4, "--warmup-batches", 1, "--dataloader-worker", 0, "--image-size", 32)
+    nowhere, empty, result = run_scripts(
+        ("host_benchmark.py", "--data", "cifar10"),
+        ("host_benchmark.py", "--data", "cifar10", "--imagenet-data-path", tmp_path / "empty"),
+        ("host_benchmark.py", "--data", "cifar10", "--imagenet-data-path", root, "--batches", 2, "--batch-size", 4,
+         "--warmup-batches", 1, "--dataloader-worker", 0, "--image-size", 32))
+    assert nowhere.returncode == 2 and "cifar-10-python.tar.gz" in nowhere.stderr
+    assert "--imagenet-data-path" in nowhere.stderr
+    assert empty.returncode == 2 and "no CIFAR-10 python batches here" in empty.stderr
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Throughput of the iteration:" in result.stdout and "(cifar10)" in result.stdout

@@ -285,13 +285,14 @@ def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_for
 # ---------------------------------------------------------------- the CLI, end to end
 
 
-def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
-    out_json, out_png = tmp_path / "compare.json", tmp_path / "compare.png"
-    result = run_script("host_benchmark.py", "--compare", compare_dir, "--batches", 2, "--warmup-batches", 1,
-                        "--batch-size", 4, "--dataloader-worker", 1, "--json", out_json, "--plot", out_png)
+def test_compare_writes_every_row_to_json_and_a_png(compare_run):
+    """The shared run (conftest.compare_run) also has --recommend, which adds only the local read ceilings."""
+    result, out_json, out_png, _ = compare_run
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == EXPECTED_ROWS
+    assert [row["id"] for row in report["rows"]] == EXPECTED_ROWS + [
+        f"transport_ceiling/{fmt}@local" for fmt in ("folder", "img", "tensor")]
+    report["rows"] = [row for row in report["rows"] if row["kind"] != "transport_ceiling"]
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["batches"] == 2 and row["images"] == 8, row["id"]
@@ -330,15 +331,16 @@ def test_compare_writes_every_row_to_json_and_a_png(tmp_path, compare_dir):
         assert label in result.stdout
 
 
-def test_compare_with_a_format_filter(tmp_path, compare_dir):
-    out_json = tmp_path / "only-img.json"
-    result = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "img", "--batches", 1,
-                        "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 0, "--json", out_json)
+def test_compare_with_a_format_filter(filtered_compare_run, compare_dir):
+    """--formats img,tfrecord,lmdb of a folder that also holds the source folder and tensor (the run is shared
+    with the tfrecord and lmdb row tests)."""
+    result, out_json = filtered_compare_run
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == ["baseline_webdataset_pil", "img/host", "img/device", "img/device-pil",
-                                                     "img/device-noverify", "img/device-tv-rrc-flip", "img/device-strong",
-                                                     "img/device-strong-mix"]
+    assert [row["id"] for row in report["rows"] if row["format"] not in ("tfrecord", "lmdb")] == [
+        "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
+        "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix"]
+    assert report["config"]["formats"] == ["img", "tfrecord", "lmdb"]
     measured = ("img_verify_cost", "jpeg_user_transform_fused")
     assert {goal["status"] for goal in report["goals"] if goal["goal"] not in measured} == {"not measured"}
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"] if goal["goal"] in measured)

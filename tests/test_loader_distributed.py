@@ -1,8 +1,10 @@
 """The loader under real torchrun: K = 2 and 3 processes x 0, 1 and 2 DataLoader workers.
 
 A dedicated dataset whose sizes divide by neither 2 nor 3 (35 train, 25 validation samples,
-shards of 8, so the last shards are partial), batches of 3, in every format that reads by byte range or cursor (img, tfrecord, lmdb). One torchrun launch per K; the script
-loops over worker counts and policies and writes the keys each rank read to a JSON file.
+shards of 8, so the last shards are partial), batches of 3, in every format that reads by byte range or
+cursor (img, tfrecord, lmdb). One torchrun launch per K, the two side by side (a launch costs each rank a
+torch import, most of the test's time); the script loops over formats, worker counts and policies and
+writes the keys each rank read to a JSON file.
 """
 
 import json
@@ -11,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, REPO, run_script
+from conftest import run_scripts
 from datasets.sample_columns import read_sample_index
 
 BATCH = 3
+FORMATS = ("img", "tfrecord", "lmdb")
+PROCESSES = (2, 3)
 WORKERS = (0, 1, 2)
 CONFIGS = (("validation", "spread"), ("train", "drop"), ("train", "pad"))
 
@@ -23,24 +27,25 @@ import json, sys
 from datasets.launcher import detect_instance
 from datasets.loader import get_data
 
-source, out_dir, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+out_dir, batch, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3:]  # sources: FORMAT=PATH
 instance = detect_instance()
 result = {}
-for workers in (0, 1, 2):
-    for split, policy in (("validation", "spread"), ("train", "drop"), ("train", "pad")):
-        loader = get_data(source, split, batch, workers, normalization="device", with_keys=True, policy=policy,
-                          epoch=2, seed=7, instance=instance)
-        keys, batches = [], 0
-        for images, labels, batch_keys in loader:
-            assert images.shape[0] == len(batch_keys) == labels.shape[0]
-            keys += batch_keys
-            batches += 1
-        report = loader.report
-        result[f"{workers}/{split}/{policy}"] = {
-            "keys": keys, "batches": batches, "len": len(loader), "complete": report.complete,
-            "padded": report.padded, "policy_dropped": report.policy_dropped,
-            "last_batch_dropped": report.last_batch_dropped, "skipped": len(report.skipped),
-        }
+runs = [(fmt, source, workers, split, policy) for fmt, source in (s.split("=", 1) for s in sources)
+        for workers in (0, 1, 2) for split, policy in (("validation", "spread"), ("train", "drop"), ("train", "pad"))]
+for fmt, source, workers, split, policy in runs:
+    loader = get_data(source, split, batch, workers, normalization="device", with_keys=True, policy=policy,
+                      epoch=2, seed=7, instance=instance)
+    keys, batches = [], 0
+    for images, labels, batch_keys in loader:
+        assert images.shape[0] == len(batch_keys) == labels.shape[0]
+        keys += batch_keys
+        batches += 1
+    report = loader.report
+    result[f"{fmt}/{workers}/{split}/{policy}"] = {
+        "keys": keys, "batches": batches, "len": len(loader), "complete": report.complete,
+        "padded": report.padded, "policy_dropped": report.policy_dropped,
+        "last_batch_dropped": report.last_batch_dropped, "skipped": len(report.skipped),
+    }
 with open(f"{out_dir}/rank{instance.index}.json", "w") as handle:
     json.dump({"instance": [instance.index, instance.count, instance.source], "result": result}, handle)
 print(instance.describe(), "samples:", {k: len(v["keys"]) for k, v in result.items()})
@@ -56,34 +61,54 @@ def uneven_source(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module", params=["img", "tfrecord", "lmdb"])
-def uneven_dataset(uneven_source, request):
-    target = uneven_source / request.param
-    result = run_script("create_webdataset.py", "--source", uneven_source / "source", "--target", target,
-                        "--format", request.param, "--samples-per-shard", 8, "--seed", 0)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return target
+@pytest.fixture(scope="module")
+def uneven_datasets(uneven_source):
+    """{format: the uneven source converted to it} (the three conversions at once)."""
+    made = {fmt: uneven_source / fmt for fmt in FORMATS}
+    results = run_scripts(*(("create_webdataset.py", "--source", uneven_source / "source", "--target", target,
+                             "--format", fmt, "--samples-per-shard", 8, "--seed", 0) for fmt, target in made.items()))
+    for result in results:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return made
 
 
-@pytest.mark.parametrize("processes", [2, 3])
-def test_torchrun_exactly_once_and_equal_batches(uneven_dataset, tmp_path, processes):
-    script = tmp_path / "rank_script.py"
+@pytest.fixture(scope="module")
+def launches(uneven_datasets, tmp_path_factory):
+    """{K: (torchrun's result, the folder its ranks wrote)}: the K = 2 and K = 3 jobs side by side
+    (independent: each has its own rendezvous port and output folder)."""
+    root = tmp_path_factory.mktemp("launches")
+    script = root / "rank_script.py"
     script.write_text(RANK_SCRIPT)
-    out = tmp_path / "out"
-    out.mkdir()
-    result = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", processes,
-                        script, uneven_dataset, out, BATCH, timeout=240, env={"OMP_NUM_THREADS": "1"})
+    outs = {k: root / f"out-{k}" for k in PROCESSES}
+    for out in outs.values():
+        out.mkdir()
+    sources = [f"{fmt}={path}" for fmt, path in uneven_datasets.items()]
+    results = run_scripts(*(("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", k, script, outs[k],
+                             BATCH, *sources) for k in PROCESSES), timeout=480, env={"OMP_NUM_THREADS": "1"})
+    return {k: (result, outs[k]) for k, result in zip(PROCESSES, results)}
+
+
+@pytest.mark.parametrize("processes", PROCESSES)
+def test_torchrun_exactly_once_and_equal_batches(uneven_datasets, launches, processes):
+    result, out = launches[processes]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(processes)]
     assert [r["instance"] for r in ranks] == [[i, processes, "torchrun"] for i in range(processes)]
-    keys = {split: [r.key for r in read_sample_index(uneven_dataset / f"samples-{split}.index.tsv")]
+    for fmt in FORMATS:
+        check_format(fmt, uneven_datasets[fmt], ranks, processes)
+
+
+def check_format(fmt, dataset, ranks, processes):
+    """Every worker count and policy of one format: exactly once (validation), equal batch counts and
+    every train sample read, padded or named as dropped (train)."""
+    keys = {split: [r.key for r in read_sample_index(dataset / f"samples-{split}.index.tsv")]
             for split in ("train", "validation")}
-    assert len(keys["train"]) == 35 and len(keys["validation"]) == 25
+    assert len(keys["train"]) == 35 and len(keys["validation"]) == 25, fmt
 
     for workers in WORKERS:
         for split, policy in CONFIGS:
-            runs = [r["result"][f"{workers}/{split}/{policy}"] for r in ranks]
-            where = f"{processes} instances, {workers} workers, {split}/{policy}"
+            runs = [r["result"][f"{fmt}/{workers}/{split}/{policy}"] for r in ranks]
+            where = f"{fmt}, {processes} instances, {workers} workers, {split}/{policy}"
             assert all(run["complete"] and run["skipped"] == 0 for run in runs), where
             assert all(run["batches"] == run["len"] for run in runs), where
             read = Counter(k for run in runs for k in run["keys"])

@@ -250,13 +250,15 @@ def test_torchrun_kill_9_mid_epoch_then_resume_on_2_and_3(img, tmp_path, capsys)
     job.wait()
     before = {(split, i): json.loads((states / f"keys-{split}-{i}.json").read_text())
               for split in ("validation", "train") for i in range(2)}
+    jobs = {}  # both resumed jobs side by side: they only read the states; each writes its own folder
+    for count, workers in ((2, 1), (3, 0)):
+        (tmp_path / f"resumed-{count}").mkdir()
+        jobs[count] = torchrun(tmp_path / "resumed.py", count, img, states, tmp_path / f"resumed-{count}", workers)
     # 0 and 1 workers read in the same order: the references run in this process
     reference = {(split, i): [k for _, _, keys in make(img, split, batch, 0, (i, 2)) for k in keys]
                  for split, batch in (("validation", 2), ("train", 3)) for i in range(2)}
-    for count, workers in ((2, 1), (3, 0)):
+    for count, job in jobs.items():
         out = tmp_path / f"resumed-{count}"
-        out.mkdir()
-        job = torchrun(tmp_path / "resumed.py", count, img, states, out, workers)
         log = job.communicate(timeout=300)[0]
         assert job.returncode == 0, log[-3000:]
         ranks = [json.loads((out / f"rank{i}.json").read_text()) for i in range(count)]

@@ -137,16 +137,9 @@ def test_a_file_that_is_not_a_saved_report_is_one_line_exit_1(tmp_path):
     assert result.returncode == 1 and "not a saved" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_recommend_end_to_end_matches_the_rows_of_the_same_run(tmp_path, sample_source, converted):
-    directory = tmp_path / "compare"
-    directory.mkdir()
-    (directory / "source").symlink_to(sample_source, target_is_directory=True)
-    for fmt in ("img", "tensor"):
-        (directory / fmt).symlink_to(converted(fmt), target_is_directory=True)
-    out = tmp_path / "bench.json"
-    result = run_script("host_benchmark.py", "--compare", directory, "--batches", 2, "--warmup-batches", 1,
-                        "--batch-size", 8, "--dataloader-worker", 0, "--recommend", "--target-rate", 3000,
-                        "--json", out, "--recommend-plot", tmp_path / "rec.png", timeout=900)
+def test_recommend_end_to_end_matches_the_rows_of_the_same_run(compare_run):
+    """The `--compare --recommend --target-rate 3000` run shared with test_host_benchmark (conftest.compare_run)."""
+    result, out, _, rec_png = compare_run
     assert result.returncode == 0, result.stdout + result.stderr
     saved = json.loads(out.read_text())
     rows = {row["id"]: row for row in saved["rows"]}
@@ -164,7 +157,7 @@ def test_recommend_end_to_end_matches_the_rows_of_the_same_run(tmp_path, sample_
     chosen = decision["recommended"]
     assert f"--dataloader-worker {chosen['dataloader_worker']}" in result.stdout or not chosen["meets_target"]
     assert decision["why"] in result.stdout
-    assert (tmp_path / "rec.png").read_bytes().startswith(PNG_MAGIC)
+    assert rec_png.read_bytes().startswith(PNG_MAGIC)
     # The same decision from the saved report, without measuring again.
     again = run_script("host_benchmark.py", "--recommend", out, "--target-rate", 3000)
     assert again.returncode == 0 and decision["why"] in again.stdout, again.stdout + again.stderr

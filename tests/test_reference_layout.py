@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_script, run_scripts
 from reference_layout import flip_byte, folder_dirhash, write_reference_dataset, write_tar
 from datasets.index import read_metadata, sample_index_name
 from datasets.sample_columns import read_sample_index
@@ -271,26 +271,28 @@ def test_host_benchmark_measures_a_reference_dataset_under_data_imagenet(referen
 
 
 def test_host_benchmark_data_imagenet_detects_ours_and_a_folder_and_accepts_synthetic(converted, sample_source):
-    for path in (converted("img"), sample_source):
-        result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+    *detected, synthetic = run_scripts(
+        *(("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+          for path in (converted("img"), sample_source)),
+        ("host_benchmark.py", "--data", "synthetic", "--batches", 2, *BENCH))
+    for result in detected:
         assert result.returncode == 0, result.stdout + result.stderr
         assert "Throughput of the iteration:" in result.stdout
-    result = run_script("host_benchmark.py", "--data", "synthetic", "--batches", 2, *BENCH)
-    assert result.returncode == 0 and "Throughput of the iteration:" in result.stdout
+    assert synthetic.returncode == 0 and "Throughput of the iteration:" in synthetic.stdout
 
 
 def test_host_benchmark_reference_options(reference):
     dataset = reference("img")
-    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset,
-                        "--dataloader-rebatch-size", 2, "--webdataset-percentage-to-use", 40,
-                        "--webdataset-memory-cache-ratio", 0.5, *BENCH)
+    result, too_large = run_scripts(
+        ("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset, "--dataloader-rebatch-size", 2,
+         "--webdataset-percentage-to-use", 40, "--webdataset-memory-cache-ratio", 0.5, *BENCH),
+        ("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset, "--dataloader-rebatch-size", 8,
+         *BENCH))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "the first 2 of 5 train shards" in result.stdout  # ceil(40% of 5)
     assert "1 of 2 shards" in result.stdout
     assert "12 images in" in result.stdout  # 16 samples in batches of 4 (joined from pairs), 1 warm-up batch
-    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", dataset,
-                        "--dataloader-rebatch-size", 8, *BENCH)
-    assert result.returncode == 2 and "larger than --batch-size" in result.stderr
+    assert too_large.returncode == 2 and "larger than --batch-size" in too_large.stderr
 
 
 def test_host_benchmark_bad_input_is_one_line_never_a_traceback(tmp_path, reference):
@@ -300,8 +302,10 @@ def test_host_benchmark_bad_input_is_one_line_never_a_traceback(tmp_path, refere
     truncated = reference("img")
     shard = truncated / "train-000002.tar"
     shard.write_bytes(shard.read_bytes()[:20000])
-    for path, code in ((garbage, 1), (garbage / "train-000000.tar", 1), (truncated, 1), (tmp_path / "missing", 2)):
-        result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+    cases = ((garbage, 1), (garbage / "train-000000.tar", 1), (truncated, 1), (tmp_path / "missing", 2))
+    results = run_scripts(*(("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", path, *BENCH)
+                            for path, _ in cases))
+    for (path, code), result in zip(cases, results):
         assert result.returncode == code, result.stdout + result.stderr
         assert "Traceback" not in result.stderr
         if code == 1:

@@ -28,7 +28,7 @@ import pytest
 from datasets.formats import get_format
 from datasets.layout import REPARTITION_MANIFEST
 
-from conftest import PYTHON, REPO, run_script
+from conftest import PYTHON, REPO, run_script, run_scripts
 from datasets.fileio import hash_file, sha256_file
 from datasets.index import (
     METADATA_FILE,
@@ -799,8 +799,9 @@ def test_real_conversion_for_every_instance_count(real_dataset, fmt, per_shard):
     """36 train / 12 validation samples; shards of 8 (last partial: 4) or 5 (last: 1 and 2)."""
     target = real_dataset(fmt, per_shard)
     before = snapshot(target)
-    for n in NS:
-        result = run_cli(target, "--num-instances", n, "--quiet")
+    # every count at once: each run writes (and locks) only its own distributed/<N>-instances/ folder
+    for n, result in zip(NS, run_scripts(*(("distributed_webdataset.py", "--target", target, "--num-instances", n,
+                                            "--quiet") for n in NS))):
         assert result.returncode == 0, result.stdout + result.stderr
         check_output(target, n, DEFAULTS)
     result = run_cli(target, "--num-instances", 7, "--remainder", "pad", "--overwrite", "--quiet")

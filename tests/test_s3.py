@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_script
+from conftest import run_script, run_scripts
 from datasets import storage
 from datasets.index import METADATA_FILE
 from datasets.launcher import Instance
@@ -473,16 +473,15 @@ def test_host_benchmark_compares_the_same_dataset_locally_over_http_and_over_s3(
 
 
 def test_host_benchmark_refuses_a_copy_of_another_dataset(s3_server, converted, uploaded):
-    result = run_script("host_benchmark.py", "--compare", converted("img"), "--split", "validation", "--batches", 1,
-                        "--compare-transport", uploaded("tensor"), "--s3-endpoint", s3_server.endpoint,
-                        env=s3_server.env())
-    assert result.returncode == 1 and uploaded("tensor") in result.stderr and "'tensor'" in result.stderr
     other = converted("img", "--samples-per-shard", 5)
-    result = run_script("host_benchmark.py", "--compare", other, "--split", "validation", "--batches", 1,
-                        "--compare-transport", uploaded("img"), "--s3-endpoint", s3_server.endpoint,
-                        env=s3_server.env())
-    assert result.returncode == 1 and f"not a copy of {other}" in result.stderr, result.stderr
-    bad = run_script("host_benchmark.py", "--compare", other, "--compare-transport", str(other))
+    result, result_other, bad = run_scripts(
+        ("host_benchmark.py", "--compare", converted("img"), "--split", "validation", "--batches", 1,
+         "--compare-transport", uploaded("tensor"), "--s3-endpoint", s3_server.endpoint),
+        ("host_benchmark.py", "--compare", other, "--split", "validation", "--batches", 1,
+         "--compare-transport", uploaded("img"), "--s3-endpoint", s3_server.endpoint),
+        ("host_benchmark.py", "--compare", other, "--compare-transport", str(other)), env=s3_server.env())
+    assert result.returncode == 1 and uploaded("tensor") in result.stderr and "'tensor'" in result.stderr
+    assert result_other.returncode == 1 and f"not a copy of {other}" in result_other.stderr, result_other.stderr
     assert bad.returncode == 2 and "not an http(s):// or s3://" in bad.stderr
 
 

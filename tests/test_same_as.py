@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import run_script
+from conftest import run_script, run_scripts
 from datasets.index import encode_sample_index
 from datasets.sample_columns import read_sample_index
 from datasets.same_as import LOSSY_BOUND, same_as
@@ -103,9 +103,10 @@ def test_a_remote_copy_over_http_is_compared_like_a_local_one(converted):
 def test_usage_errors(converted, tmp_path):
     with pytest.raises(ValidationUsageError, match="neither"):
         same_as(tmp_path, tmp_path)
-    result = run_script("validate_dataset.py", converted("img"), "--same-as", tmp_path / "nothing")
-    assert result.returncode in (1, 2) and "Traceback" not in result.stderr
-    result = run_script("validate_dataset.py", converted("img"), "--split", "train")
-    assert result.returncode == 2 and "--split applies to --same-as only" in result.stderr
-    result = run_script("validate_dataset.py", converted("img"), "--same-as", converted("lmdb"), "--deep")
-    assert result.returncode == 2
+    nothing, split, deep = run_scripts(
+        ("validate_dataset.py", converted("img"), "--same-as", tmp_path / "nothing"),
+        ("validate_dataset.py", converted("img"), "--split", "train"),
+        ("validate_dataset.py", converted("img"), "--same-as", converted("lmdb"), "--deep"))
+    assert nothing.returncode in (1, 2) and "Traceback" not in nothing.stderr
+    assert split.returncode == 2 and "--split applies to --same-as only" in split.stderr
+    assert deep.returncode == 2

@@ -426,19 +426,14 @@ def torch_equal(a, b):
 # ---------------------------------------------------------------- the format comparison
 
 
-def test_host_benchmark_compare_has_the_tfrecord_rows(converted, tmp_path):
+def test_host_benchmark_compare_has_the_tfrecord_rows(filtered_compare_run):
+    """The shared `--compare --formats img,tfrecord,lmdb` run (conftest.filtered_compare_run)."""
     import json
 
-    compare_dir = tmp_path / "compare"
-    compare_dir.mkdir()
-    (compare_dir / "tfrecord").symlink_to(converted("tfrecord"), target_is_directory=True)
-    (compare_dir / "img").symlink_to(converted("img"), target_is_directory=True)
-    out_json = tmp_path / "compare.json"
-    result = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "img,tfrecord", "--batches", 2,
-                        "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out_json)
+    result, out_json = filtered_compare_run
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out_json.read_text())
-    assert [row["id"] for row in report["rows"]] == [
+    assert [row["id"] for row in report["rows"] if row["format"] in ("img", "tfrecord")] == [
         "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
         "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix", "baseline_tfrecord_torch", "tfrecord/host", "tfrecord/device", "tfrecord/device-pil", "tfrecord/device-noverify"]
     for row in report["rows"]:

@@ -18,7 +18,7 @@ import subprocess
 import crc32c
 import pytest
 
-from conftest import run_script
+from conftest import run_script, run_scripts
 from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_file
@@ -395,16 +395,17 @@ def test_cli_corrupted_exit_1_lines_json_and_two_workers(converted, tmp_path):
 
 
 def test_cli_usage_errors_exit_2(tmp_path, converted):
-    missing = run_script("validate_dataset.py", "--imagenet-data-path", tmp_path / "nowhere")
-    assert missing.returncode == 2 and "nowhere: no such file or directory" in missing.stderr
     (tmp_path / "empty").mkdir()
-    neither = run_script("validate_dataset.py", tmp_path / "empty")
+    missing, neither, no_path, manifest_on_converted, bad_workers = run_scripts(
+        ("validate_dataset.py", "--imagenet-data-path", tmp_path / "nowhere"),
+        ("validate_dataset.py", tmp_path / "empty"),
+        ("validate_dataset.py",),
+        ("validate_dataset.py", converted("img"), "--write-manifest"),
+        ("validate_dataset.py", converted("img"), "--workers", 0))
+    assert missing.returncode == 2 and "nowhere: no such file or directory" in missing.stderr
     assert neither.returncode == 2 and "neither a converted dataset" in neither.stderr
-    no_path = run_script("validate_dataset.py")
     assert no_path.returncode == 2 and "the dataset path is required" in no_path.stderr
-    manifest_on_converted = run_script("validate_dataset.py", converted("img"), "--write-manifest")
     assert manifest_on_converted.returncode == 2 and "--write-manifest is for raw image folders" in manifest_on_converted.stderr
-    bad_workers = run_script("validate_dataset.py", converted("img"), "--workers", 0)
     assert bad_workers.returncode == 2
 
 
