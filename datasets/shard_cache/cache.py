@@ -271,13 +271,20 @@ class ShardCache:
             os.close(fill.write_fd)
             fill.write_fd = None
             path = self.path(fill.name)
-            os.replace(fill.part, path)
-            stat = path.stat()
-            meta = self._side(fill.name, ".meta")
-            temporary = meta.with_name(meta.name + f".{os.getpid()}")
-            temporary.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}))
-            os.replace(temporary, meta)
-            self._side(fill.name, ".pin").touch()  # the last use (LRU); created if no reader pinned it yet (prefetch)
+            # Pinned while it becomes an entry: another process's evict() would otherwise see the new file
+            # under an old pin (its last use long ago) and remove it before its .meta exists.
+            pin = lock_file(self._side(fill.name, ".pin"), fcntl.LOCK_SH)
+            try:
+                os.replace(fill.part, path)
+                stat = path.stat()
+                meta = self._side(fill.name, ".meta")
+                temporary = meta.with_name(meta.name + f".{os.getpid()}")
+                temporary.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                                 "sha256": sha256}))
+                os.replace(temporary, meta)
+                os.utime(self._side(fill.name, ".pin"))  # the last use (LRU)
+            finally:
+                unlock(pin)
             self.count("fills")
             self.evict()
         except Exception as error:  # noqa: BLE001
