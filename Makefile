@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(PY) -m datasets.demo --out $(DEMO)
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 tests
 
 clean:
 	rm -rf $(DEMO) .pytest_cache
