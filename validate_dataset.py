@@ -124,28 +124,22 @@ def render(report):
 
 def main(argv=None):
     args = parse_args(argv)
-    progress = None if args.no_progress else progress_bar
     if args.same_as is not None:
         return same_as_main(args)
-    try:
-        if is_s3(args.path):
-            from datasets.validate.remote import validate_s3
+    return checked(args, lambda: check(args), render, "checked")
 
-            apply_s3_arguments(args)
-            report = validate_s3(args.path, workers=args.workers, deep=args.deep, quick=args.quick, progress=progress,
-                                 staging=args.staging)
-        else:
-            report = validate(args.path, workers=args.workers, deep=args.deep, write_manifest=args.write_manifest,
-                              progress=progress, adopt=args.adopt)
-    except (ValidationUsageError, StorageUnavailable) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("validate_dataset.py: interrupted; nothing was checked to the end", file=sys.stderr)
-        return 130
-    for line in render(report):
-        print(line)
-    return write_json_report(args, report) or report.exit_code
+
+def check(args):
+    """The Report of the dataset at args.path: over S3 (datasets.validate.remote) or local/http."""
+    progress = None if args.no_progress else progress_bar
+    if is_s3(args.path):
+        from datasets.validate.remote import validate_s3
+
+        apply_s3_arguments(args)
+        return validate_s3(args.path, workers=args.workers, deep=args.deep, quick=args.quick, progress=progress,
+                           staging=args.staging)
+    return validate(args.path, workers=args.workers, deep=args.deep, write_manifest=args.write_manifest,
+                    progress=progress, adopt=args.adopt)
 
 
 def same_as_main(args) -> int:
@@ -153,15 +147,21 @@ def same_as_main(args) -> int:
     from datasets.same_as import render as render_same_as, same_as
 
     apply_s3_arguments(args)
+    return checked(args, lambda: same_as(args.path, args.same_as, args.split), render_same_as, "compared")
+
+
+def checked(args, make_report, render_lines, done: str) -> int:
+    """Print the report `make_report()` returns and return its exit code: 2 for a usage or storage error
+    (one line), 130 when interrupted; --json FILE gets the report too."""
     try:
-        report = same_as(args.path, args.same_as, args.split)
+        report = make_report()
     except (ValidationUsageError, StorageUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("validate_dataset.py: interrupted; nothing was compared to the end", file=sys.stderr)
+        print(f"validate_dataset.py: interrupted; nothing was {done} to the end", file=sys.stderr)
         return 130
-    for line in render_same_as(report):
+    for line in render_lines(report):
         print(line)
     return write_json_report(args, report) or report.exit_code
 
