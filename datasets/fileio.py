@@ -162,3 +162,15 @@ def sha256_file(path, chunk_size: int = HASH_CHUNK):
 
 def sha256_bytes(data) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_read_fds = {}  # path -> fd, per process: a converter worker reads many ranges of one archive or shard
+
+
+def pread_range(path: str, size: int, offset: int) -> bytes:
+    """Up to `size` bytes at `offset` of the local file `path` (fewer at its end: the caller checks),
+    through one fd kept open per path for the process's life."""
+    fd = _read_fds.get(path)
+    if fd is None:
+        fd = _read_fds[path] = os.open(path, os.O_RDONLY)
+    return os.pread(fd, size, offset)

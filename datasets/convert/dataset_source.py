@@ -23,7 +23,6 @@ reference checksum and plan fingerprint.
 from __future__ import annotations
 
 import io
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from datasets.convert.imagenet_source import ImageNetSource, ImageNetSourceError, SourceSplit, open_source
 from datasets.convert.source_listing import ListingBuilder
-from datasets.fileio import sha256_bytes
+from datasets.fileio import pread_range, sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
 from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
@@ -53,9 +52,6 @@ def open_any_source(location, splits, layout="auto", sizes=False) -> ImageNetSou
     if is_dataset_source(location):
         return open_dataset_source(str(location), splits)
     return open_source(location, splits, layout, sizes=sizes)
-
-
-_payload_fds = {}  # local shard path -> fd, per process: a worker reads many payloads from one shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +75,7 @@ class DatasetBytes:
                                  record.payload_offset + record.payload_size) as stream:
                 data = stream.read(record.payload_size)
         else:
-            fd = _payload_fds.get(self.location)
-            if fd is None:
-                fd = _payload_fds[self.location] = os.open(self.location, os.O_RDONLY)
-            data = os.pread(fd, record.payload_size, record.payload_offset)
+            data = pread_range(self.location, record.payload_size, record.payload_offset)
         if len(data) != record.payload_size:
             raise OSError(f"{self.location}: truncated: sample {record.key!r} needs {record.payload_size} bytes "
                           f"at byte {record.payload_offset}, {len(data)} read")

@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from datasets.convert.source_listing import ListingBuilder, SourceListing
+from datasets.fileio import pread_range
 from datasets.layout import is_image_name, split_folder_names
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
@@ -96,9 +97,6 @@ class FileBytes:
             return handle.read()
 
 
-_archive_fds = {}  # path -> fd, per process: a worker reads many ranges from one archive
-
-
 @dataclass(frozen=True, slots=True)
 class ArchiveBytes:
     """One member's data: `size` bytes at absolute `offset` in the (uncompressed) tar at `path`."""
@@ -108,10 +106,7 @@ class ArchiveBytes:
     size: int
 
     def read(self) -> bytes:
-        fd = _archive_fds.get(self.path)
-        if fd is None:
-            fd = _archive_fds[self.path] = os.open(self.path, os.O_RDONLY)
-        data = os.pread(fd, self.size, self.offset)
+        data = pread_range(self.path, self.size, self.offset)
         if len(data) != self.size:
             raise OSError(f"archive truncated: {self.size} bytes expected at offset {self.offset} of "
                           f"{self.path}, {len(data)} read")
