@@ -105,6 +105,8 @@ def parse_args(argv=None):
     p.add_argument("--print-every", type=int, default=1)
     p.add_argument("--ledger", default=None, help="directory: each rank writes epoch<E>-rank<R>.json, its order ledger")
     p.add_argument("--keys-log", default=None, help="directory: each rank appends its batches' keys per step")
+    p.add_argument("--step-log", default=None,
+                   help="file: rank 0 appends one JSON line per step (images, data wait and step time in s, loss)")
     p.add_argument("--kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL rank 0 there
     args = p.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.image_size < 8:
@@ -249,6 +251,8 @@ def train_loop(args, instance, device):
             print(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {step}, {done_in_epoch} batches "
                   f"into the epoch ({how})", flush=True)
     log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
+    step_log = open(args.step_log, "a") if args.step_log and instance.index == 0 else None
+    waited = DataWait()
 
     for epoch in range(start_epoch, args.epochs):
         if not (args.resume and epoch == start_epoch):  # restore_loader set the resumed epoch
@@ -278,6 +282,11 @@ def train_loop(args, instance, device):
                 log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys,
                                       "pixels": int(images.sum().item())}) + "\n")
                 log.flush()
+            waited.add(len(keys), t1 - t0, t2 - t0)
+            if step_log:
+                step_log.write(json.dumps({"epoch": epoch, "step": step, "images": len(keys), "wait_s": t1 - t0,
+                                           "step_s": t2 - t0, "loss": loss_value}) + "\n")
+                step_log.flush()
             if instance.index == 0 and step % args.print_every == 0:
                 rate = len(keys) / (t2 - t0)
                 print(f"epoch {epoch} step {step}/{total} loss {loss_value:.4f} lr {scheduler.get_last_lr()[0]:.4g} "
@@ -303,7 +312,29 @@ def train_loop(args, instance, device):
             if instance.index == 0:
                 print(f"epoch {epoch}: validation top-1 {top1:.2%}; {train.report.summary()}", flush=True)
     if instance.index == 0:
-        print(f"done: {step} steps", flush=True)
+        print(f"done: {step} steps; {waited.summary()}", flush=True)
+
+
+class DataWait:
+    """The run's data-wait fraction: time blocked on the loader over step time, summed over the steps
+    after the first WARMUP (the first steps wait for workers to start and the device to compile)."""
+
+    WARMUP = 10
+
+    def __init__(self):
+        self.steps = self.images = 0
+        self.wait = self.time = 0.0
+
+    def add(self, images: int, wait: float, step_time: float) -> None:
+        self.steps += 1
+        if self.steps > self.WARMUP:
+            self.images, self.wait, self.time = self.images + images, self.wait + wait, self.time + step_time
+
+    def summary(self) -> str:
+        if self.time <= 0:
+            return f"data wait: not measured (no step after the first {self.WARMUP})"
+        return (f"data wait {self.wait / self.time:.1%} of step time over steps {self.WARMUP + 1}-{self.steps} "
+                f"({self.images / self.time:,.0f} img/s per instance)")
 
 
 def main(argv=None) -> int:

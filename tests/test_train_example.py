@@ -51,12 +51,16 @@ def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_
     (tmp_path / "resumed").mkdir()
     # The uninterrupted run and the one killed run side by side: independent jobs (own rendezvous port,
     # files and checkpoint), and each job's launcher and start-up leave a core idle on a 2-core machine.
-    jobs = [start_torchrun(*common, "--checkpoint", "whole.pt", "--keys-log", "whole", cwd=tmp_path),
+    jobs = [start_torchrun(*common, "--checkpoint", "whole.pt", "--keys-log", "whole", "--step-log", "steps.jsonl",
+                           cwd=tmp_path),
             start_torchrun(*common, "--checkpoint", "resumed.pt", "--keys-log", "resumed", "--kill-at-step", "4",
                            cwd=tmp_path)]
     whole, killed = [finish(job) for job in jobs]
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
     assert "data wait" in whole.stdout and "img/s per instance" in whole.stdout
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]  # rank 0's
+    assert [s["step"] for s in steps] == list(range(1, 8)) and all(0 <= s["wait_s"] <= s["step_s"] for s in steps)
+    assert "done: 7 steps; data wait: not measured (no step after the first 10)" in whole.stdout
 
     assert killed.returncode != 0 and "done:" not in killed.stdout
     assert "checkpoint resumed.pt at step 3" in killed.stdout and "epoch 1" not in killed.stdout
@@ -87,6 +91,13 @@ def load_example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_the_run_s_data_wait_is_summed_over_the_steps_after_the_warm_up():
+    waited = load_example().DataWait()
+    for step in range(1, 15):  # 10 warm-up steps of 1 s waiting; then 4 steps of 0.1 s wait in 0.4 s
+        waited.add(8, 1.0, 1.0) if step <= 10 else waited.add(8, 0.1, 0.4)
+    assert waited.summary() == "data wait 25.0% of step time over steps 11-14 (20 img/s per instance)"
 
 
 def test_a_checkpoint_of_another_run_is_refused(converted, tmp_path, capsys):

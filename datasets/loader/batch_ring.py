@@ -6,16 +6,26 @@ normalisation, applying a batch transform) and makes the message.
 
 Used by datasets/loader/image_loader.py: a worker `acquire`s a slot's buffer and sends a
 `RingMessage`; the main process `receive`s it and, as batches are let go, `release_returned`.
+
+pin_memory: the main process page-locks each ring buffer once (cudaHostRegister), so a batch is
+handed out already pinned and `.to("cuda", non_blocking=True)` copies it straight from the shared
+memory the worker wrote. `pin_memory()` per batch instead costs a copy of the whole batch in the
+training loop's thread (38.5 MB at batch 256, ~10 ms on an H200 host, 15% of a ResNet-50 step).
+A pinned buffer goes back to its worker only after the copies enqueued from it have run: a CUDA
+event recorded on the current stream when the batch is let go must have completed.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import os
 from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
+log = logging.getLogger(__name__)
 
 def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
     """A tensor whose storage is created in shared memory when it will be sent to another process
@@ -60,6 +70,11 @@ class BatchRing:
         self.baseline = {}  # (worker, slot) -> storage use count when only the ring holds it
         self.lent = set()
         self.reused = self.fresh = 0  # batches received in a reused buffer / in a fresh one (no slot free)
+        self.pin = False  # main process: page-lock the buffers for CUDA (ImageLoader sets it)
+        self.lockable = True  # False once CUDA refused a page lock
+        self.locked = {}  # (worker, slot) -> page-locked address (cudaHostRegister), main process
+        self.locked_by = None  # the process that holds the locks
+        self.draining = {}  # (worker, slot) -> CUDA event: let go, waiting for the copies enqueued from it
 
     # -- in the worker
     def acquire(self, worker: int, shape, dtype, shared: bool, channels_last: bool):
@@ -78,15 +93,26 @@ class BatchRing:
 
     # -- in the main process
     def receive(self, message: RingMessage) -> torch.Tensor:
+        """The batch's images; where `pin`, pinned: the ring's own page-locked buffer, else a copy."""
         if message.slot < 0:
             self.fresh += 1
-            return message.images[:message.count]
+            images = message.images[:message.count]
+            return images.pin_memory() if self.pin else images
         key = (message.worker, message.slot)
         if message.images is None:
             self.reused += 1
         else:
+            if key in self.locked:  # a new buffer for this slot (another shape): the old one's lock goes
+                page_unlock(self.locked.pop(key))
             self.buffers[key] = message.images
             self.baseline[key] = self._use_count(key)
+        if self.pin and key not in self.locked:
+            address = page_lock(self.buffers[key]) if self.lockable else None
+            if address is None:  # CUDA refused: a pinned copy, and the slot is free again at once
+                self.lockable = False
+                self.free[key] = 1
+                return self.buffers[key][:message.count].pin_memory()
+            self.locked[key], self.locked_by = address, os.getpid()
         self.lent.add(key)
         return self.buffers[key][:message.count]
 
@@ -95,11 +121,62 @@ class BatchRing:
 
     def release_returned(self) -> None:
         """Mark free the lent buffers that nothing references any more (every view of a batch,
-        including one kept by the training code or a pending copy, holds a storage reference)."""
+        including one kept by the training code or a pending copy, holds a storage reference);
+        a page-locked one once the device work enqueued before it was let go has run."""
         for key in list(self.lent):
             if self._use_count(key) <= self.baseline[key]:
                 self.lent.discard(key)
+                if key in self.locked:
+                    event = torch.cuda.Event()
+                    event.record()  # after every copy the training code enqueued from it
+                    self.draining[key] = event
+                else:
+                    self.free[key] = 1
+        for key, event in list(self.draining.items()):
+            if event.query():
+                del self.draining[key]
                 self.free[key] = 1
+
+    def unlock(self) -> None:
+        """Unlock every page-locked buffer, once the copies enqueued from them have run."""
+        if self.locked_by != os.getpid():  # a forked worker's copy of the ring: the locks are not its own
+            return
+        for key, event in self.draining.items():
+            event.synchronize()
+            self.free[key] = 1
+        self.draining.clear()
+        for address in self.locked.values():
+            page_unlock(address)
+        self.locked.clear()
+
+    def __getstate__(self):  # a worker started by spawn gets the ring without the main process's locks
+        state = dict(self.__dict__)
+        state.update(locked={}, draining={}, locked_by=None, pin=False)
+        return state
+
+    def __del__(self):
+        try:
+            if self.locked:
+                self.unlock()
+        except Exception:  # interpreter shutdown: CUDA may be gone already, and the process with it
+            pass
+
+
+def page_lock(tensor: torch.Tensor) -> Optional[int]:
+    """Page-lock `tensor`'s storage for CUDA (cudaHostRegister); its address, or None if CUDA refused
+    (logged once; the batches are then pinned by copying)."""
+    storage = tensor.untyped_storage()
+    address = storage.data_ptr()
+    error = torch.cuda.cudart().cudaHostRegister(address, storage.nbytes(), 0)
+    if error != 0:
+        log.warning("cudaHostRegister of a %d-byte batch buffer failed (%s): batches are pinned by copying",
+                    storage.nbytes(), error)
+        return None
+    return address
+
+
+def page_unlock(address: int) -> None:
+    torch.cuda.cudart().cudaHostUnregister(address)
 
 
 def labels_tensor(message: RingMessage) -> torch.Tensor:

@@ -443,8 +443,8 @@ class ImageLoader:
                 # they read the epoch from shared memory at each new iteration.
                 options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout,
                            "persistent_workers": True}
-            # pin_memory is done here, after BatchRing.receive: DataLoader's pin thread would hand
-            # over a pinned copy, and the ring would then keep serving that stale copy.
+            # pin_memory is done by the ring (its buffers page-locked once): DataLoader's pin thread
+            # would copy every batch, and the ring would then keep serving that stale copy.
             # collate_fn: the worker's message as it is (the batch is built); the default would walk
             # it (64 keys) and turn the labels into a tensor, sent through shared memory.
             self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, collate_fn=as_sent,
@@ -452,7 +452,7 @@ class ImageLoader:
         loader = self._loader
         ring = dataset.ring
         ring.release_returned()
-        pin = self.pin_memory and torch.cuda.is_available()
+        pin = ring.pin = self.pin_memory and torch.cuda.is_available()  # the ring hands out pinned batches
         if self.pin_memory and not pin:
             log.info("pin_memory ignored: no CUDA device")
         try:
@@ -464,8 +464,8 @@ class ImageLoader:
                 worker, batches, position = item.progress
                 live["done"][worker], live["next"] = (batches, position), (worker + 1) % workers
                 item = None
-                if pin:
-                    batch = Batch(batch.images.pin_memory(), batch.labels.pin_memory(), batch.keys)
+                if pin:  # the images came pinned (the ring's page-locked buffers)
+                    batch = Batch(batch.images, batch.labels.pin_memory(), batch.keys)
                 ring.release_returned()
                 report.batches += 1
                 report.samples += len(batch.keys)
