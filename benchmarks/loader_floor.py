@@ -10,6 +10,8 @@ Rows, interleaved over --rounds, images per CPU-second of every process involved
                   memory, into one reused uint8 batch, one process
   floor x2        two floor processes at once (each one's rate): what running two decoding
                   processes side by side costs on this host, loader or not
+  floor ring      floor x1 writing its batches into 10 buffers in turn, as many as the 2-worker
+                  loader's ring holds: the floor without its one reused batch staying in cache
   loader w0       get_data on DIR/img with 0 workers: the loader's per-sample reading, index,
                   CRC32C and batching in the same process as the decode
   loader w2       the same with 2 workers: + the main process and the IPC between them
@@ -38,6 +40,7 @@ from datasets.launcher import Instance  # noqa: E402
 from datasets.loader.pipeline import ImagePipeline  # noqa: E402
 
 BATCH = 64
+RING_BUFFERS_W2 = 2 * (2 + 3)  # the loader's ring with 2 workers: (prefetch 2 + 3) batches each
 
 
 @contextlib.contextmanager
@@ -93,6 +96,8 @@ def main(argv=None) -> int:
     rows = {
         "floor x1": lambda: _rate(lambda: floor_batches(items, args.split, BATCH), args.seconds),
         "floor x2": lambda: _side_by_side(lambda: floor_batches(items, args.split, BATCH), args.seconds),
+        "floor ring": lambda: _rate(lambda: floor_batches(items, args.split, BATCH, buffers=RING_BUFFERS_W2),
+                                    args.seconds),
         "loader w0": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 0, "device", single),
                                    args.seconds),
         "loader w2": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 2, "device", single),
