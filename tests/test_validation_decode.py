@@ -127,17 +127,37 @@ def test_a_wrong_slot_size_and_a_truncated_jpeg_are_reported_as_before(payloads)
             pipeline.image_into(payloads[0][: len(payloads[0]) * 2 // 3], np.empty((224, 224, 3), np.uint8), None)
 
 
-def test_resize_into_equals_pil_resize_windows(payloads):
-    """The native resampler alone: random boxes, output sizes (down and up), windows, flips."""
+@pytest.fixture(params=[0, 1, 2], ids=["scalar", "sse2", "avx2"])
+def simd_level(request):
+    """Each of the resampler's kernel sets in turn (skipped where the CPU lacks it); the best after."""
+    import _jpeg_crop
+
+    if _jpeg_crop.simd(request.param) != request.param:
+        _jpeg_crop.simd()
+        pytest.skip(f"this CPU has no kernel level {request.param}")
+    yield request.param
+    _jpeg_crop.simd()
+
+
+def _narrow_images():
+    """Images 1-9 px wide or high: every tap group meets a row's end (the AVX2 kernel reads 4 pixels at once)."""
+    rng = np.random.default_rng(9)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            for w, h in ((1, 7), (3, 40), (5, 9), (9, 3), (2, 2), (7, 64), (64, 5))]
+
+
+def test_resize_into_equals_pil_resize_windows(payloads, simd_level):
+    """The native resampler alone, with each kernel set: random boxes, output sizes (down and up),
+    windows, flips, on the photos and on images a few pixels wide."""
     rng = random.Random(5)
-    for payload in payloads[::4]:
-        image = Image.open(io.BytesIO(payload)).convert("RGB")
+    images = [Image.open(io.BytesIO(payload)).convert("RGB") for payload in payloads[::4]] + _narrow_images()
+    for image in images:
         width, height = image.size
         canvas = jpeg_crop.Canvas(np.ascontiguousarray(np.asarray(image.convert("RGBX"))).reshape(-1), width, height,
                                   (0, 0, width, height))
         for trial in range(4):
-            size = (rng.randint(8, int(width * 1.3)), rng.randint(8, int(height * 1.3)))
-            x0, y0 = rng.uniform(0, width / 2), rng.uniform(0, height / 2)
+            size = (rng.randint(1, max(1, int(width * 1.3))), rng.randint(1, max(1, int(height * 1.3))))
+            x0, y0 = rng.uniform(0, (width - 1) / 2), rng.uniform(0, (height - 1) / 2)
             box = (x0, y0, rng.uniform(x0 + 1, width), rng.uniform(y0 + 1, height)) if trial % 2 else None
             window = (rng.randint(1, size[0]), rng.randint(1, size[1]))
             offset = (rng.randint(0, size[0] - window[0]), rng.randint(0, size[1] - window[1]))

@@ -258,12 +258,22 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *simd(PyObject *self, PyObject *args) {
+    int level = -1;
+    if (!PyArg_ParseTuple(args, "|i", &level))
+        return NULL;
+    return PyLong_FromLong(resample_simd(level));
+}
+
 static PyMethodDef methods[] = {
     {"header", header, METH_VARARGS, "header(data) -> (width, height, libjpeg J_COLOR_SPACE number)"},
     {"decode_into", decode_into, METH_VARARGS,
      "decode_into(data, out, scale_denom, x0, y0, x1, y1) -> (xs, ys, xe, ye) written, or None if unsupported"},
     {"resize_into", resize_into, METH_VARARGS,
      "resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip) -> None"},
+    {"simd", simd, METH_VARARGS,
+     "simd(level=-1) -> the resize kernels now used (0 scalar, 1 SSE2, 2 AVX2); level: use that one, or the best "
+     "this CPU has (-1 or a level above it). Every level computes the same bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,6 +8,13 @@
 #ifdef __SSE2__
 #include <emmintrin.h> /* baseline on x86-64: the same integer sums as PIL's SIMD code, 4 channels at once */
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+/* AVX2 kernels, compiled for AVX2 alone and chosen at run time where the CPU has it (the module itself
+ * stays baseline x86-64). Integer sums are exact whatever their grouping: every path gives the same bytes. */
+#define RESAMPLE_AVX2 1
+#include <immintrin.h>
+#define TARGET_AVX2 __attribute__((target("avx2")))
+#endif
 
 #define PRECISION_BITS (32 - 8 - 2)
 #define MAX_COEFS_PRECISION (16 - 1)
@@ -87,6 +94,31 @@ static int axis_init(struct axis *a, int in_size, float in0, float in1, int out_
     return 0;
 }
 
+static int simd_level = -1; /* 0 scalar, 1 SSE2, 2 AVX2; -1: not yet chosen */
+
+static int simd(void) {
+    if (simd_level < 0) {
+        simd_level = 0;
+#ifdef __SSE2__
+        simd_level = 1;
+#endif
+#ifdef RESAMPLE_AVX2
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx2"))
+            simd_level = 2;
+#endif
+    }
+    return simd_level;
+}
+
+int resample_simd(int level) {
+    int best;
+    simd_level = -1;
+    best = simd();
+    simd_level = level < 0 || level > best ? best : level;
+    return simd_level;
+}
+
 static inline uint8_t clip(int32_t sum, int precision) {
     int32_t v = sum >> precision;
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
@@ -115,13 +147,127 @@ static inline __m128i narrow(__m128i a, __m128i b, __m128i c, __m128i d, int pre
 }
 #endif
 
-/* Rows [y0, y1) of `in`, resampled horizontally to output columns [left, left + width), RGBX. */
-static void horizontal(const uint8_t *in, size_t in_stride, int y0, int y1, const struct axis *a, int left,
-                       int width, uint8_t *temp) {
+#ifdef RESAMPLE_AVX2
+/* horizontal()'s 4-row groups from y0 on, AVX2: two rows a register, four taps a step (pillow-simd's
+ * shuffle into 16-bit pairs); returns the first row left undone. */
+TARGET_AVX2 static int horizontal_avx2(const uint8_t *in, size_t in_stride, int in_w, int y0, int y1,
+                                       const struct axis *a, int left, int width, uint8_t *temp) {
     int y = y0, xx, half = 1 << (a->precision - 1);
     size_t out_stride = (size_t)width * 4;
+    const __m256i lo = _mm256_set_epi8(-1, 7, -1, 3, -1, 6, -1, 2, -1, 5, -1, 1, -1, 4, -1, 0,
+                                       -1, 7, -1, 3, -1, 6, -1, 2, -1, 5, -1, 1, -1, 4, -1, 0);
+    const __m256i hi = _mm256_set_epi8(-1, 15, -1, 11, -1, 14, -1, 10, -1, 13, -1, 9, -1, 12, -1, 8,
+                                       -1, 15, -1, 11, -1, 14, -1, 10, -1, 13, -1, 9, -1, 12, -1, 8);
+    const __m128i shift = _mm_cvtsi32_si128(a->precision);
+    for (; y + 3 < y1; y += 4) {
+        const uint8_t *r0 = in + (size_t)y * in_stride, *r1 = r0 + in_stride, *r2 = r1 + in_stride,
+                      *r3 = r2 + in_stride;
+        uint8_t *dst = temp + (size_t)(y - y0) * out_stride;
+        for (xx = 0; xx < width; xx++) {
+            const int32_t *k = a->k + (size_t)(xx + left) * a->ksize;
+            size_t first = (size_t)a->first[xx + left] * 4;
+            int count = a->count[xx + left], x = 0;
+            __m256i s01 = _mm256_set1_epi32(half), s23 = s01;
+            /* Up to 4 taps inside the row: one 4-tap step, the taps past `count` weighing 0 (axis_init
+             * leaves them 0; ksize >= 4 keeps them this pixel's) whatever the pixels there hold. */
+            int padded = count < 4 && a->ksize >= 4 && a->first[xx + left] + 4 <= in_w ? 4 : count;
+            for (; x + 3 < padded; x += 4) { /* pixels x..x+3 of rows (0, 1) and (2, 3) */
+                __m256i w01 = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x] | ((uint32_t)(uint16_t)k[x + 1] << 16)));
+                __m256i w23 = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x + 2] |
+                                                          ((uint32_t)(uint16_t)k[x + 3] << 16)));
+                size_t at = first + 4 * (size_t)x;
+                __m256i a01 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r0 + at))),
+                    _mm_loadu_si128((const __m128i *)(r1 + at)), 1);
+                __m256i a23 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r2 + at))),
+                    _mm_loadu_si128((const __m128i *)(r3 + at)), 1);
+                s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, lo), w01));
+                s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, hi), w23));
+                s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(_mm256_shuffle_epi8(a23, lo), w01));
+                s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(_mm256_shuffle_epi8(a23, hi), w23));
+            }
+            if (padded > count)
+                x = count;
+            for (; x + 1 < count; x += 2) {
+                __m256i w = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x] | ((uint32_t)(uint16_t)k[x + 1] << 16)));
+                size_t at = first + 4 * (size_t)x;
+                __m256i a01 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r0 + at))),
+                    _mm_loadl_epi64((const __m128i *)(r1 + at)), 1);
+                __m256i a23 = _mm256_inserti128_si256(
+                    _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r2 + at))),
+                    _mm_loadl_epi64((const __m128i *)(r3 + at)), 1);
+                s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, lo), w));
+                s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(_mm256_shuffle_epi8(a23, lo), w));
+            }
+            if (x < count) { /* one tap: the pixel's channels against (k, 0) */
+                __m256i w = _mm256_set1_epi32((uint16_t)k[x]);
+                size_t at = first + 4 * (size_t)x;
+                int32_t p0, p1, p2, p3;
+                memcpy(&p0, r0 + at, 4);
+                memcpy(&p1, r1 + at, 4);
+                memcpy(&p2, r2 + at, 4);
+                memcpy(&p3, r3 + at, 4);
+                s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(
+                    _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, p1, p0)), w)); /* lane 0 row 0, lane 1 row 1 */
+                s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(
+                    _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, p3, p2)), w));
+            }
+            {
+                __m256i n01 = _mm256_sra_epi32(s01, shift), n23 = _mm256_sra_epi32(s23, shift);
+                __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(n01, n23), _mm256_setzero_si256());
+                /* lane 0: row 0 (bytes 0-3), row 2 (4-7); lane 1: row 1 (16-19), row 3 (20-23) */
+                uint8_t value[32];
+                _mm256_storeu_si256((__m256i *)value, bytes);
+                memcpy(dst + 4 * xx, value, 4);
+                memcpy(dst + out_stride + 4 * xx, value + 16, 4);
+                memcpy(dst + 2 * out_stride + 4 * xx, value + 4, 4);
+                memcpy(dst + 3 * out_stride + 4 * xx, value + 20, 4);
+            }
+        }
+    }
+    return y;
+}
+
+/* vertical_row()'s 8-pixel groups, AVX2 (the SSE2 steps in each 128-bit lane); returns the first byte left. */
+TARGET_AVX2 static int vertical_row_avx2(const uint8_t *rows, size_t stride, const int32_t *k, int count,
+                                         int precision, int width, uint8_t *dst) {
+    int half = 1 << (precision - 1), i = 0, y;
+    __m256i zero = _mm256_setzero_si256();
+    __m128i shift = _mm_cvtsi32_si128(precision);
+    for (; i + 32 <= width * 4; i += 32) {
+        __m256i s0 = _mm256_set1_epi32(half), s1 = s0, s2 = s0, s3 = s0;
+        for (y = 0; y < count; y += 2) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(rows + (size_t)y * stride + i));
+            __m256i b = y + 1 < count ? _mm256_loadu_si256((const __m256i *)(rows + (size_t)(y + 1) * stride + i)) : zero;
+            __m256i weights = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[y] |
+                                                          ((uint32_t)(uint16_t)(y + 1 < count ? k[y + 1] : 0) << 16)));
+            __m256i l = _mm256_unpacklo_epi8(a, b), h = _mm256_unpackhi_epi8(a, b);
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_unpacklo_epi8(l, zero), weights));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_unpackhi_epi8(l, zero), weights));
+            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_unpacklo_epi8(h, zero), weights));
+            s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_unpackhi_epi8(h, zero), weights));
+        }
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm256_packus_epi16(_mm256_packs_epi32(_mm256_sra_epi32(s0, shift), _mm256_sra_epi32(s1, shift)),
+                                                _mm256_packs_epi32(_mm256_sra_epi32(s2, shift), _mm256_sra_epi32(s3, shift))));
+    }
+    return i;
+}
+#endif
+
+/* Rows [y0, y1) of `in`, resampled horizontally to output columns [left, left + width), RGBX. */
+static void horizontal(const uint8_t *in, size_t in_stride, int in_w, int y0, int y1, const struct axis *a,
+                       int left, int width, uint8_t *temp) {
+    int y = y0, xx, half = 1 << (a->precision - 1);
+    size_t out_stride = (size_t)width * 4;
+#ifdef RESAMPLE_AVX2
+    if (simd() >= 2)
+        y = horizontal_avx2(in, in_stride, in_w, y0, y1, a, left, width, temp);
+#endif
 #ifdef __SSE2__
-    for (; y + 3 < y1; y += 4) { /* 4 rows share each pixel's taps and weights */
+    for (; simd() >= 1 && y + 3 < y1; y += 4) { /* 4 rows share each pixel's taps and weights */
         const uint8_t *row = in + (size_t)y * in_stride;
         uint8_t *dst = temp + (size_t)(y - y0) * out_stride;
         for (xx = 0; xx < width; xx++) {
@@ -184,9 +330,13 @@ static void horizontal(const uint8_t *in, size_t in_stride, int y0, int y1, cons
 static void vertical_row(const uint8_t *rows, size_t stride, const int32_t *k, int count, int precision, int width,
                          uint8_t *dst) {
     int half = 1 << (precision - 1), i = 0, y;
+#ifdef RESAMPLE_AVX2
+    if (simd() >= 2)
+        i = vertical_row_avx2(rows, stride, k, count, precision, width, dst);
+#endif
 #ifdef __SSE2__
     __m128i zero = _mm_setzero_si128();
-    for (; i + 16 <= width * 4; i += 16) { /* 4 pixels: 16 channel values */
+    for (; simd() >= 1 && i + 16 <= width * 4; i += 16) { /* 4 pixels: 16 channel values */
         __m128i s0 = _mm_set1_epi32(half), s1 = s0, s2 = s0, s3 = s0;
         for (y = 0; y < count; y += 2) {
             __m128i a = _mm_loadu_si128((const __m128i *)(rows + (size_t)y * stride + i));
@@ -302,7 +452,7 @@ int resample_window(const uint8_t *in, size_t in_stride, int in_w, int in_h, con
         temp = scratch_bytes((size_t)(y1 - y0) * out->width * 4);
         if (!temp)
             goto done;
-        horizontal(in, in_stride, y0, y1, &ax, left, out->width, temp);
+        horizontal(in, in_stride, in_w, y0, y1, &ax, left, out->width, temp);
         rows = temp;
         temp_stride = (size_t)out->width * 4;
     } else {

@@ -27,4 +27,8 @@ struct resample_out {
 int resample_window(const uint8_t *in, size_t in_stride, int in_w, int in_h, const float box[4],
                     int out_w, int out_h, int left, int top, const struct resample_out *out);
 
+/* Use the kernels of `level`: 0 scalar, 1 SSE2, 2 AVX2 (-1, or a level this CPU lacks: the best it has).
+ * Returns the level now used. Every level computes the same bytes; tests compare them. */
+int resample_simd(int level);
+
 #endif
