@@ -378,6 +378,27 @@ def test_truncated_shard_skip_and_fail(img, tmp_path):
         read_all(get_data(target, "validation", 4, 0, instance=SINGLE, with_keys=True, on_error="fail"))
 
 
+def test_a_shard_that_no_longer_matches_its_index_names_the_member(img, tmp_path):
+    """A payload member renamed in the shard (its header's name field; the index unchanged): the
+    sample is bad with both names, read through the local fast path (no record built) and with 2 workers."""
+    target, records = _corrupt_copy(img, tmp_path, "validation")
+    bad = records[3]
+    header = bad.payload_offset - 512  # the payload member's tar header precedes its data
+    with open(target / bad.shard, "r+b") as handle:
+        handle.seek(header)
+        name = handle.read(100).split(b"\0", 1)[0]
+        assert name == f"{bad.key}.jpg".encode()
+        handle.seek(header)
+        handle.write(b"X" + name[1:])
+    loader = get_data(target, "validation", 4, 2, instance=SINGLE, with_keys=True, normalization="device")
+    with pytest.warns(UserWarning, match="1 samples skipped"):
+        _, _, keys = read_all(loader)
+    (skipped,) = loader.report.skipped
+    assert (skipped.key, skipped.shard) == (bad.key, bad.shard) and bad.key not in keys
+    assert f"the shard holds 'X{name[1:].decode()}', its index says '{bad.key}.jpg'" in skipped.reason
+    assert "does not match its index" in skipped.reason
+
+
 # ------------------------------------------------------------------ http
 
 

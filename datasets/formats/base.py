@@ -158,6 +158,12 @@ class ShardFormat:
         None when this format has no such fast path (then iter_samples is used)."""
         return None
 
+    def read_payload_rows(self, location, columns, rows) -> Optional[Iterator[tuple]]:
+        """`read_payloads` for `rows` (a sequential run of one local shard) of a columnar index
+        (datasets.sample_columns), no record built: (row, extension, payload view, None | reason),
+        the same checks and reasons. None when this format has no such path (then read_payloads)."""
+        return None
+
     # ------------------------------------------------------------------ checking
     def check_shard(self, task):
         """Every check of one shard (a `shard_check.ShardTask`) -> `shard_check.ShardResult`."""

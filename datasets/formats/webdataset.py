@@ -70,6 +70,50 @@ def _payload_member(record: SampleRecord):
     return best
 
 
+def _map_shard(location):
+    """(size, memoryview of the whole file) of a local shard, or raise OSError."""
+    with open(location, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    return size, memoryview(mapped)
+
+
+def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
+    """`read_indexed_payloads` for rows of a columnar index: (row, extension, payload view, None) or
+    (row, None, None, reason), the same checks, from the index's columns (payload offset, size, its
+    member's header offset and extension) without building a record or parsing members: the
+    loader's per-sample path for local shards."""
+    try:
+        size, view = _map_shard(location)
+    except OSError as error:
+        reason = f"cannot read the shard: {error.strerror or error}"
+        for row in rows.tolist():
+            yield row, None, None, reason
+        return
+    starts = columns.record_offsets[rows]
+    fields = zip(rows.tolist(), starts.tolist(), (starts + columns.record_sizes[rows]).tolist(),
+                 columns.payload_offsets[rows].tolist(), columns.payload_sizes[rows].tolist(),
+                 columns.payload_headers[rows].tolist(), columns.payload_exts[rows].tolist())
+    exts = [ext.encode() for ext in columns.exts]
+    keys, key_offsets = columns.keys, columns.key_offsets
+    for row, start, end, payload, length, header, ext in fields:
+        if end > size:
+            yield row, None, None, (f"TarFormatError: {location}: truncated: the shard is {size} bytes, "
+                                    f"sample {columns.key(row)!r} needs bytes {start}-{end}")
+            continue
+        if header < 0:
+            yield row, None, None, (f"the index lists no payload member for {columns.key(row)!r} "
+                                    f"({columns.members(row)})")
+            continue
+        name = keys[key_offsets[row]:key_offsets[row + 1]].tobytes() + b"." + exts[ext]
+        stored = bytes(view[header:header + 100]).split(b"\0", 1)[0]
+        if stored != name and not (len(name) >= 100 and stored == name[:100]):
+            yield row, None, None, (f"at byte {header} the shard holds {stored.decode(errors='replace')!r}, "
+                                    f"its index says {name.decode()!r}: the shard does not match its index")
+            continue
+        yield row, columns.exts[ext], view[payload:payload + length], None
+
+
 def read_indexed_payloads(run) -> Iterator[tuple]:
     """The fast path for local shards: (record, extension, payload view, None) per record, or
     (record, None, None, reason).
@@ -82,15 +126,12 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
     validate_dataset.py do).
     """
     try:
-        with open(run.location, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        size, view = _map_shard(run.location)
     except OSError as error:
         reason = f"cannot read the shard: {error.strerror or error}"
         for record in run.records:
             yield record, None, None, reason
         return
-    view = memoryview(mapped)
     for record in run.records:
         end = record.record_offset + record.record_size
         if end > size:
@@ -162,6 +203,9 @@ class WebDatasetFormat(ShardFormat):
 
     def read_payloads(self, run):
         return read_indexed_payloads(run) if run.records and run.records[0].members else None
+
+    def read_payload_rows(self, location, columns, rows):
+        return read_indexed_payload_rows(location, columns, rows) if len(rows) and columns.members(rows[0]) else None
 
     def check_shard(self, task):
         return check_tar_shard(task)

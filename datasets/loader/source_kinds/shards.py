@@ -13,18 +13,33 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+import crc32c
 import numpy as np
 
 from datasets.formats import format_for_location
 from datasets.index import payload_problem
 from datasets.loader.payloads import get_payload
-from datasets.loader.shard_reader import Run, iter_run, payload_extension, read_member, reads_locally, sample_label
+from datasets.loader.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
+                                          sample_label)
 from datasets.loader.source_kinds.base import Boxed, SourceKind
 
 
+class RowRun:
+    """A sequential run of rows of one shard: its location and byte range; `run()` builds the Run
+    with its records (the record-free local path never does)."""
+
+    __slots__ = ("columns", "rows", "location", "start", "stop")
+
+    def __init__(self, columns, rows, location, start, stop):
+        self.columns, self.rows, self.location, self.start, self.stop = columns, rows, location, start, stop
+
+    def run(self) -> Run:
+        return Run(self.location, self.start, self.stop, tuple(self.columns.records(self.rows)))
+
+
 def _row_runs(columns, rows, locate):
-    """(rows of the run, Run) per sequential run of `rows` (rows of a columnar index, reading order):
-    consecutive rows of one shard whose byte ranges touch. Lazy: records exist for one run at a time."""
+    """A RowRun per sequential run of `rows` (rows of a columnar index, reading order): consecutive
+    rows of one shard whose byte ranges touch. Lazy: records exist for one run at a time, if at all."""
     rows = np.asarray(rows, dtype=np.int64)
     if not len(rows):
         return
@@ -33,9 +48,8 @@ def _row_runs(columns, rows, locate):
     breaks = np.flatnonzero((shard[1:] != shard[:-1]) | (offset[1:] != end[:-1])) + 1
     bounds = np.r_[0, breaks, len(rows)]
     for first, last in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        run_rows = rows[first:last]
-        records = tuple(columns.records(run_rows))
-        yield run_rows, Run(locate(records[0].shard), int(offset[first]), int(end[last - 1]), records)
+        yield RowRun(columns, rows[first:last], locate(columns.shard(rows[first])), int(offset[first]),
+                     int(end[last - 1]))
 
 
 def _raw_samples(stream, items):
@@ -46,13 +60,50 @@ def _raw_samples(stream, items):
     cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache/), or None
     if cache is not None:
         cache.plan_rows(columns, items, source.locate)  # what it prefetches (cache_prefetch)
-    # Items are rows of the columnar index; each run's records are built as it is read.
-    for rows, run in _row_runs(columns, items, source.locate):
-        if cache is not None and cache.covers(run):  # read from the cache, or while filling it
-            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
-                                                                                        boxes_indexed))
+    # Items are rows of the columnar index; a run's records are built as it is read, where needed.
+    for row_run in _row_runs(columns, items, source.locate):
+        rows = row_run.rows
+        if cache is not None:
+            run = row_run.run()
+            if cache.covers(run):  # read from the cache, or while filling it
+                yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
+                                                                                            boxes_indexed))
+                continue
         else:
-            yield from _run_samples(stream, rows, run, boxes_indexed)
+            samples = _local_row_samples(stream, row_run)
+            if samples is not None:
+                yield from samples
+                continue
+            run = row_run.run()
+        yield from _run_samples(stream, rows, run, boxes_indexed)
+
+
+def _local_row_samples(stream, row_run):
+    """The raw sample tuples of a local run read straight from the columns (no record built), or
+    None where that path does not apply (a remote shard, boxes asked for, sha256-era indexes, a
+    format without `read_payload_rows`)."""
+    source, columns = stream.source, stream.columns
+    if stream.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
+        return None
+    fmt = source.shard_format or format_for_location(row_run.location)
+    payloads = fmt.read_payload_rows(row_run.location, columns, row_run.rows)
+    if payloads is None:
+        return None
+    return _checked_row_samples(payloads, columns, stream.verify)
+
+
+def _checked_row_samples(payloads, columns, verify):
+    checksums, known = columns.checksums if columns.has_checksums else None, columns.checksum_known
+    labels, shard_ids, shard_names = columns.labels, columns.shard_ids, columns.shard_names
+    kinds = {}  # extension -> payload kind name (the registry's answer, looked up once a run)
+    for row, ext, payload, error in payloads:
+        kind = kinds.get(ext)
+        if kind is None:
+            kind = kinds[ext] = get_payload(ext).name
+        if verify and error is None and checksums is not None and (known is None or known[row]):
+            if crc32c.crc32c(payload) != checksums[row]:
+                error = "payload CRC32C differs from the sample index"
+        yield row, shard_names[shard_ids[row]], int(labels[row]), payload, kind, error
 
 
 def _run_samples(stream, rows, run, boxes_indexed):
