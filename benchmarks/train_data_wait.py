@@ -59,7 +59,8 @@ def summarise(steps: list) -> dict:
 
 
 def run_one(args, workers: int, folder: Path) -> dict:
-    log = folder / f"steps-w{workers}.jsonl"
+    log = (args.keep_logs or folder) / f"steps-w{workers}.jsonl"
+    log.unlink(missing_ok=True)  # the script appends
     command = [sys.executable, str(SCRIPT), "--data", str(args.data), "--arch", args.arch,
                "--batch-size", str(args.batch_size), "--workers", str(workers), "--max-steps", str(args.steps),
                "--epochs", "1000", "--no-val", "--checkpoint", str(folder / f"ckpt-w{workers}.pt"),
@@ -94,6 +95,8 @@ def main(argv=None) -> int:
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--strong-aug", action="store_true")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="folder for each run's step log (steps-w<workers>.jsonl); default: deleted")
     args = parser.parse_args(argv)
     try:
         counts = [int(w) for w in args.workers.split(",")]
@@ -101,7 +104,9 @@ def main(argv=None) -> int:
         parser.error(f"--workers {args.workers!r}: comma-separated integers")
     if args.steps <= WARMUP:
         parser.error(f"--steps must be more than {WARMUP}")
-    with tempfile.TemporaryDirectory() as tmp:
+    if args.keep_logs:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:  # checkpoints (and the logs unless kept)
         rows = [run_one(args, workers, Path(tmp)) for workers in counts]
     device = device_name()
     print(f"{args.arch}, batch {args.batch_size}, {args.steps} steps ({WARMUP} warm-up not counted), "
