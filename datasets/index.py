@@ -163,11 +163,15 @@ def payload_crc32c(payload) -> int:
     return crc32c.crc32c(payload)
 
 
+def crc32c_problem(expected: int, payload) -> Optional[str]:
+    """None if `payload`'s CRC32C is `expected` (the index's), else what differs."""
+    return None if crc32c.crc32c(payload) == expected else "payload CRC32C differs from the sample index"
+
+
 def payload_problem(record: SampleRecord, payload) -> Optional[str]:
     """None if `payload` has the checksum the index records for it (or it records none), else what differs."""
     if record.payload_crc32c is not None:
-        if crc32c.crc32c(payload) != record.payload_crc32c:
-            return "payload CRC32C differs from the sample index"
+        return crc32c_problem(record.payload_crc32c, payload)
     elif record.payload_sha256 and sha256_bytes(payload) != record.payload_sha256:
         return "payload sha256 differs from the sample index"
     return None

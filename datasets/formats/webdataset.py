@@ -18,7 +18,7 @@ import json
 import mmap
 import os
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
 import numpy as np
 
@@ -78,6 +78,20 @@ def _map_shard(location):
     return size, memoryview(mapped)
 
 
+def _truncated(location, size: int, key: str, start: int, end: int) -> str:
+    return f"TarFormatError: {location}: truncated: the shard is {size} bytes, sample {key!r} needs bytes {start}-{end}"
+
+
+def _name_mismatch(view, header: int, name: bytes) -> Optional[str]:
+    """None if the member header at `header` carries `name` (<key>.<ext>; its first 100 bytes for a
+    long name), else the reason."""
+    stored = bytes(view[header:header + 100]).split(b"\0", 1)[0]
+    if stored == name or (len(name) >= 100 and stored == name[:100]):
+        return None
+    return (f"at byte {header} the shard holds {stored.decode(errors='replace')!r}, its index says "
+            f"{name.decode()!r}: the shard does not match its index")
+
+
 def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
     """`read_indexed_payloads` for rows of a columnar index: (row, extension, payload view, None) or
     (row, None, None, reason), the same checks, from the index's columns (payload offset, size, its
@@ -98,20 +112,16 @@ def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
     keys, key_offsets = columns.keys, columns.key_offsets
     for row, start, end, payload, length, header, ext in fields:
         if end > size:
-            yield row, None, None, (f"TarFormatError: {location}: truncated: the shard is {size} bytes, "
-                                    f"sample {columns.key(row)!r} needs bytes {start}-{end}")
-            continue
-        if header < 0:
-            yield row, None, None, (f"the index lists no payload member for {columns.key(row)!r} "
-                                    f"({columns.members(row)})")
-            continue
-        name = keys[key_offsets[row]:key_offsets[row + 1]].tobytes() + b"." + exts[ext]
-        stored = bytes(view[header:header + 100]).split(b"\0", 1)[0]
-        if stored != name and not (len(name) >= 100 and stored == name[:100]):
-            yield row, None, None, (f"at byte {header} the shard holds {stored.decode(errors='replace')!r}, "
-                                    f"its index says {name.decode()!r}: the shard does not match its index")
-            continue
-        yield row, columns.exts[ext], view[payload:payload + length], None
+            reason = _truncated(location, size, columns.key(row), start, end)
+        elif header < 0:
+            reason = f"the index lists no payload member for {columns.key(row)!r} ({columns.members(row)})"
+        else:
+            key = keys[key_offsets[row]:key_offsets[row + 1]].tobytes()
+            reason = _name_mismatch(view, header, key + b"." + exts[ext])
+        if reason is not None:
+            yield row, None, None, reason
+        else:
+            yield row, columns.exts[ext], view[payload:payload + length], None
 
 
 def read_indexed_payloads(run) -> Iterator[tuple]:
@@ -135,19 +145,16 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
     for record in run.records:
         end = record.record_offset + record.record_size
         if end > size:
-            yield record, None, None, (f"TarFormatError: {run.location}: truncated: the shard is {size} bytes, "
-                                       f"sample {record.key!r} needs bytes {record.record_offset}-{end}")
+            yield record, None, None, _truncated(run.location, size, record.key, record.record_offset, end)
             continue
         member = _payload_member(record)
         if member is None:
             yield record, None, None, f"the index lists no payload member for {record.key!r} ({record.members})"
             continue
         ext, header_offset = member
-        name = f"{record.key}.{ext}".encode()
-        stored = bytes(view[header_offset:header_offset + 100]).split(b"\0", 1)[0]
-        if stored != name and not (len(name) >= 100 and stored == name[:100]):
-            yield record, None, None, (f"at byte {header_offset} the shard holds {stored.decode(errors='replace')!r}, "
-                                       f"its index says {name.decode()!r}: the shard does not match its index")
+        reason = _name_mismatch(view, header_offset, f"{record.key}.{ext}".encode())
+        if reason is not None:
+            yield record, None, None, reason
             continue
         yield record, ext, view[record.payload_offset:record.payload_offset + record.payload_size], None
 

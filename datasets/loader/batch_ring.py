@@ -27,6 +27,7 @@ import torch
 
 log = logging.getLogger(__name__)
 
+
 def _new_tensor(shape, dtype, shared: bool) -> torch.Tensor:
     """A tensor whose storage is created in shared memory when it will be sent to another process
     (as torch's default_collate does in workers), so sending it copies nothing."""

@@ -148,6 +148,18 @@ static inline __m128i narrow(__m128i a, __m128i b, __m128i c, __m128i d, int pre
 #endif
 
 #ifdef RESAMPLE_AVX2
+/* Two taps' 16-bit weights (k[0], k[1]) in every 32-bit lane, for madd. */
+TARGET_AVX2 static inline __m256i tap_pair(const int32_t *k) {
+    return _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[0] | ((uint32_t)(uint16_t)k[1] << 16)));
+}
+
+/* `bytes` (8 or 16) of two rows: `a` in the low 128-bit lane, `b` in the high one. */
+TARGET_AVX2 static inline __m256i two_rows(const uint8_t *a, const uint8_t *b, int bytes) {
+    __m128i lo = bytes == 16 ? _mm_loadu_si128((const __m128i *)a) : _mm_loadl_epi64((const __m128i *)a);
+    __m128i hi = bytes == 16 ? _mm_loadu_si128((const __m128i *)b) : _mm_loadl_epi64((const __m128i *)b);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
 /* horizontal()'s 4-row groups from y0 on, AVX2: two rows a register, four taps a step (pillow-simd's
  * shuffle into 16-bit pairs); returns the first row left undone. */
 TARGET_AVX2 static int horizontal_avx2(const uint8_t *in, size_t in_stride, int in_w, int y0, int y1,
@@ -172,16 +184,9 @@ TARGET_AVX2 static int horizontal_avx2(const uint8_t *in, size_t in_stride, int 
              * leaves them 0; ksize >= 4 keeps them this pixel's) whatever the pixels there hold. */
             int padded = count < 4 && a->ksize >= 4 && a->first[xx + left] + 4 <= in_w ? 4 : count;
             for (; x + 3 < padded; x += 4) { /* pixels x..x+3 of rows (0, 1) and (2, 3) */
-                __m256i w01 = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x] | ((uint32_t)(uint16_t)k[x + 1] << 16)));
-                __m256i w23 = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x + 2] |
-                                                          ((uint32_t)(uint16_t)k[x + 3] << 16)));
+                __m256i w01 = tap_pair(k + x), w23 = tap_pair(k + x + 2);
                 size_t at = first + 4 * (size_t)x;
-                __m256i a01 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r0 + at))),
-                    _mm_loadu_si128((const __m128i *)(r1 + at)), 1);
-                __m256i a23 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(r2 + at))),
-                    _mm_loadu_si128((const __m128i *)(r3 + at)), 1);
+                __m256i a01 = two_rows(r0 + at, r1 + at, 16), a23 = two_rows(r2 + at, r3 + at, 16);
                 s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, lo), w01));
                 s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, hi), w23));
                 s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(_mm256_shuffle_epi8(a23, lo), w01));
@@ -190,14 +195,9 @@ TARGET_AVX2 static int horizontal_avx2(const uint8_t *in, size_t in_stride, int 
             if (padded > count)
                 x = count;
             for (; x + 1 < count; x += 2) {
-                __m256i w = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)k[x] | ((uint32_t)(uint16_t)k[x + 1] << 16)));
+                __m256i w = tap_pair(k + x);
                 size_t at = first + 4 * (size_t)x;
-                __m256i a01 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r0 + at))),
-                    _mm_loadl_epi64((const __m128i *)(r1 + at)), 1);
-                __m256i a23 = _mm256_inserti128_si256(
-                    _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(r2 + at))),
-                    _mm_loadl_epi64((const __m128i *)(r3 + at)), 1);
+                __m256i a01 = two_rows(r0 + at, r1 + at, 8), a23 = two_rows(r2 + at, r3 + at, 8);
                 s01 = _mm256_add_epi32(s01, _mm256_madd_epi16(_mm256_shuffle_epi8(a01, lo), w));
                 s23 = _mm256_add_epi32(s23, _mm256_madd_epi16(_mm256_shuffle_epi8(a23, lo), w));
             }

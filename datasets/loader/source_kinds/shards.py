@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-import crc32c
 import numpy as np
 
 from datasets.formats import format_for_location
-from datasets.index import payload_problem
+from datasets.index import crc32c_problem, payload_problem
 from datasets.loader.payloads import get_payload
 from datasets.loader.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
                                           sample_label)
@@ -63,19 +62,16 @@ def _raw_samples(stream, items):
     # Items are rows of the columnar index; a run's records are built as it is read, where needed.
     for row_run in _row_runs(columns, items, source.locate):
         rows = row_run.rows
-        if cache is not None:
-            run = row_run.run()
-            if cache.covers(run):  # read from the cache, or while filling it
-                yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
-                                                                                            boxes_indexed))
-                continue
+        samples = _local_row_samples(stream, row_run) if cache is None else None
+        if samples is not None:
+            yield from samples
+            continue
+        run = row_run.run()
+        if cache is not None and cache.covers(run):  # read from the cache, or while filling it
+            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
+                                                                                        boxes_indexed))
         else:
-            samples = _local_row_samples(stream, row_run)
-            if samples is not None:
-                yield from samples
-                continue
-            run = row_run.run()
-        yield from _run_samples(stream, rows, run, boxes_indexed)
+            yield from _run_samples(stream, rows, run, boxes_indexed)
 
 
 def _local_row_samples(stream, row_run):
@@ -101,8 +97,7 @@ def _checked_row_samples(payloads, columns, verify):
         if kind is None:
             kind = kinds[ext] = get_payload(ext).name
         if verify and error is None and checksums is not None and (known is None or known[row]):
-            if crc32c.crc32c(payload) != checksums[row]:
-                error = "payload CRC32C differs from the sample index"
+            error = crc32c_problem(checksums[row], payload)
         yield row, shard_names[shard_ids[row]], int(labels[row]), payload, kind, error
 
 
