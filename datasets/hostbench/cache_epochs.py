@@ -38,7 +38,8 @@ EPOCH_NAMES = {"local": ("first", "second"), "uncached": ("first", "second"), "c
 def measure_epochs(row_id: str, label: str, location: str, split: str, batch_size: int, workers: int, instance,
                    options: dict, gather, bytes_per_image: float, kind: str) -> list:
     """Two whole epochs of one loader: a row per epoch (every instance's figures combined)."""
-    batches = loader_batches(location, split, batch_size, workers, "device", instance, **options)
+    # read_ahead off: an epoch's requests and CPU are its own, none made ahead for the next one
+    batches = loader_batches(location, split, batch_size, workers, "device", instance, read_ahead=False, **options)
     loader = batches.make_iterable(0)  # the loader itself (no rebatching here): its report holds the cache events
     rows = []
     # One request log for both epochs (the persistent workers keep the log file they were started with);

@@ -160,7 +160,9 @@ def observe_requests():
 def plan_transport_rows(copies: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
                         loader_options: dict | None = None, size: int = 224) -> list:
     """One loader row per copy: its format's device row, reading the copy (ids `<format>/device@<name>`)."""
-    options = {"image_size": size, **(loader_options or {})}
+    # read_ahead off: the GETs a row counts are those of the batches it measured, none made for
+    # the next epoch after its window closed
+    options = {"image_size": size, "read_ahead": False, **(loader_options or {})}
     rows = []
     for copy in copies:
         source = copy.source
@@ -179,7 +181,7 @@ def count_epoch_gets(copy: RemoteCopy, split: str, batch_size: int, workers: int
                      loader_options: dict | None = None, size: int = 224) -> int:
     """GETs of one whole untimed epoch of the copy's loader row (this instance's share), every process's."""
     batches = loader_batches(copy.location, split, batch_size, workers, "device", instance, seed=seed,
-                             image_size=size, **(loader_options or {}))
+                             image_size=size, read_ahead=False, **(loader_options or {}))
     batches.max_epochs = 1
     with RequestLog() as log:
         for _ in batches:

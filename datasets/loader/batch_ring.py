@@ -50,6 +50,7 @@ class RingMessage(NamedTuple):
     labels: np.ndarray
     keys: list
     progress: tuple = ()  # (worker as planned, its batches handed over, its reading position): for resume
+    run: tuple = ()  # (generation, epoch) the batch belongs to, see datasets/loader/epoch_runs.py
 
 
 class SharedFlags:

@@ -28,6 +28,12 @@ How the work is shared (datasets/loader/share_plan.py has the rules and their pr
   * last partial batch: dropped for train (`drop_last=True`, its keys are reported), kept for
     validation. Hence, for train, every instance yields exactly `len(loader)` batches.
 
+Between epochs the workers do not wait: one DataLoader iteration spans every epoch, and a worker
+that finished its share goes on into the next epoch (the one `for` without set_epoch asks for next)
+while the training loop finishes this one. set_epoch to another epoch, a `break` midway or
+load_state_dict throws that read-ahead away (datasets/loader/epoch_runs.py); read_ahead=False
+makes each epoch an iteration of its own.
+
 Batches are built inside the workers, written sample by sample into one preallocated uint8 tensor
 (in shared memory, so handing it to the main process copies nothing: datasets/loader/batch_ring.py).
 With host normalisation the worker converts it to float32/float16; with device normalisation it is
@@ -51,6 +57,7 @@ are not checked (validate_dataset.py checks those sha256).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
@@ -62,7 +69,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from datasets.loader.batch_ring import BatchBuilder, BatchRing, SharedFlags, labels_tensor
+from datasets.loader.epoch_runs import EpochRuns, RunFlags
+from datasets.loader.batch_ring import BatchBuilder, BatchRing, RingMessage, SharedFlags, labels_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
                                     load as resume_load, order_rng, pick, plan_segment, shuffled,
@@ -91,8 +99,8 @@ GOOD_KEPT = 4096
 class ImageStream(IterableDataset):
     """One instance's share of a split, as batches, for torch.utils.data.DataLoader(batch_size=None).
 
-    Each iteration yields `Batch`es and, last, one `WorkerReport` per worker; `ImageLoader`
-    turns that into (images, labels) and an `EpochReport`.
+    Each worker yields its `RingMessage`s of an epoch and, last, its `WorkerReport`, epoch after
+    epoch (`spans_epochs`); `ImageLoader` turns that into (images, labels) and an `EpochReport`.
     """
 
     def __init__(self, source: Source, split: str, batch_size: int, instance: Instance, *, train: bool,
@@ -129,6 +137,9 @@ class ImageStream(IterableDataset):
         self.resume = None
         self._resume_on = SharedFlags(1, 0)
         self.ring = BatchRing(1, 3)  # ImageLoader gives it one sized for its workers
+        # Where the workers start (generation, epoch; shared) and whether they go on into the next
+        # epoch (ImageLoader's read_ahead): datasets/loader/epoch_runs.py.
+        self.run_flags, self.spans_epochs = RunFlags(epoch), False
 
     def _choose_repartition(self, repartition):
         manifest, their_policy, counts = repartition["location"], repartition["policy"], repartition["counts"]
@@ -217,28 +228,50 @@ class ImageStream(IterableDataset):
     # ------------------------------------------------------------------ in the worker
 
     def __iter__(self):
+        """The messages of the epoch `run_flags` name; with `spans_epochs`, epoch after epoch from
+        there, abandoning one when the main process starts a new generation (epoch_runs.py)."""
         info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        plan = self.plan()
-        resume = self.resume_for(self.epoch)
+        workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        generation = None
+        while True:
+            if self.run_flags.generation() != generation:
+                generation, epoch = self.run_flags.read()
+            finished = yield from self._epoch_messages(epoch, generation, workers, info is not None)
+            if not self.spans_epochs:
+                return
+            if finished:
+                epoch += 1
+
+    def _epoch_messages(self, epoch, generation, workers, shared):
+        """Yield this worker's batches of `epoch`, then its report; False if abandoned midway
+        because the run flags moved past `generation` (checked after each message sent)."""
+        worker, count = workers
+        plan = self.plan(epoch)
+        resume = self.resume_for(epoch)
         # Resumed: DataLoader worker d plays planned worker (d + next) % W, from where it stopped.
-        rotation, done = resume.start(self.instance.index, workers) if resume is not None else (0, None)
-        logical = (worker + rotation) % workers
-        items = plan.worker_items(logical, workers)
-        report = WorkerReport(logical)
+        rotation, done = resume.start(self.instance.index, count) if resume is not None else (0, None)
+        logical = (worker + rotation) % count
+        items = plan.worker_items(logical, count)
+        report = WorkerReport(logical, sender=worker, run=(generation, epoch))
         if len(items):
             torch.set_num_threads(1)
-            yield from self._batches(items, plan, (logical, worker), resume.number if resume else 0,
-                                     done[logical] if done else (0, 0), report, shared=info is not None)
+            batches = self._batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
+                                    done[logical] if done else (0, 0), report, shared)
+            for message in batches:
+                yield message._replace(run=report.run)
+                if self.run_flags.generation() != generation:
+                    batches.close()
+                    return False
         report.cache = self.source.cache.take_events() if self.source.cache is not None else {}
         yield report
+        return True
 
-    def _batches(self, items, plan, workers, segment, start, report, shared):
+    def _batches(self, items, plan, epoch, workers, segment, start, report, shared):
         """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
         shuffle buffer's order, computed on indices (resume.buffer_order), each batch augmented with
         its own generator, so a resumed worker yields what the uninterrupted one would have."""
         logical, worker = workers
-        tag = (self.seed, self.epoch, segment, self.instance.index, logical)
+        tag = (self.seed, epoch, segment, self.instance.index, logical)
         size, first_batch, position = self.shuffle_buffer if self.shuffle else 0, int(start[0]), int(start[1])
         if position == 0:
             raw = self._raw_samples(items)
@@ -341,7 +374,7 @@ class ImageLoader:
     """
 
     def __init__(self, dataset: ImageStream, workers: int, with_keys: bool = False, pin_memory: bool = False,
-                 prefetch_factor: Optional[int] = None, timeout: float = 0):
+                 prefetch_factor: Optional[int] = None, timeout: float = 0, read_ahead: bool = True):
         self.dataset, self.workers, self.with_keys = dataset, workers, with_keys
         self.pin_memory, self.prefetch_factor, self.timeout = pin_memory, prefetch_factor, timeout
         # Per worker: the batches in flight (prefetch), the one the training step holds, the one
@@ -349,6 +382,8 @@ class ImageLoader:
         dataset.ring = BatchRing(workers, (prefetch_factor or 2) + 3 if workers else 3)
         self.report: Optional[EpochReport] = None
         self._loader = None
+        self._runs = None  # the DataLoader iteration kept across epochs (datasets/loader/epoch_runs.py)
+        dataset.spans_epochs = self.read_ahead = read_ahead
         self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
         self._identity = None
         self.source_argument = None  # what get_data was given, named in ledgers
@@ -415,7 +450,7 @@ class ImageLoader:
         dataset.set_epoch(int(states[0]["epoch"]))
         dataset.resume, dataset._plans, self._live = resume, {}, None
         dataset._resume_on.values[0] = int(resume is not None)
-        self._loader = None  # workers started before hold no resume: start new ones
+        self._loader = self._runs = None  # workers started before hold no resume: start new ones
 
     def write_ledger(self, path) -> dict:
         """Write (and return) the ledger of the epoch being or last iterated: the keys and labels
@@ -423,6 +458,21 @@ class ImageLoader:
         derived from the plan and progress. `python -m datasets.ledger verify` checks a run's ledgers."""
         identity, segment = self._identity_and_segment()
         return write_ledger(path, self, identity, segment)
+
+    def _dataloader(self) -> DataLoader:
+        options = {}
+        if self.workers > 0:
+            # Persistent workers: no process start-up when an iteration starts afresh (a new
+            # generation after an error); the iteration itself spans epochs (EpochRuns).
+            options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout,
+                       "persistent_workers": True}
+        # pin_memory is done by the ring (its buffers page-locked once): DataLoader's pin thread
+        # would copy every batch, and the ring would then keep serving that stale copy.
+        # collate_fn: the worker's message as it is (the batch is built); the default would walk
+        # it (64 keys) and turn the labels into a tensor, sent through shared memory.
+        self._loader = DataLoader(self.dataset, batch_size=None, num_workers=self.workers, collate_fn=as_sent,
+                                  **options)
+        return self._loader
 
     def __iter__(self):
         dataset = self.dataset
@@ -440,27 +490,18 @@ class ImageLoader:
         rotation, done = resume.start(self.instance.index, workers) if resume else (0, [[0, 0]] * workers)
         live = self._live = {"epoch": epoch, "resume": resume, "next": rotation, "done": list(done),
                              "complete": False}
-        if self._loader is None:
-            options = {}
-            if self.workers > 0:
-                # Persistent workers: no process start-up per epoch (it dominates short epochs);
-                # they read the epoch from shared memory at each new iteration.
-                options = {"prefetch_factor": self.prefetch_factor or 2, "timeout": self.timeout,
-                           "persistent_workers": True}
-            # pin_memory is done by the ring (its buffers page-locked once): DataLoader's pin thread
-            # would copy every batch, and the ring would then keep serving that stale copy.
-            # collate_fn: the worker's message as it is (the batch is built); the default would walk
-            # it (64 keys) and turn the labels into a tensor, sent through shared memory.
-            self._loader = DataLoader(dataset, batch_size=None, num_workers=self.workers, collate_fn=as_sent,
-                                      **options)
-        loader = self._loader
+        if self._runs is None:
+            # discard holds the ring, not this loader: a cycle through the DataLoader iterator would
+            # leave its shutdown to the garbage collector, which closes its queues first (5 s per worker)
+            self._runs = EpochRuns(self._dataloader(), dataset.run_flags, self.workers,
+                                   functools.partial(discard, dataset.ring), self.read_ahead)
         ring = dataset.ring
         ring.release_returned()
         pin = ring.pin = self.pin_memory and torch.cuda.is_available()  # the ring hands out pinned batches
         if self.pin_memory and not pin:
             log.info("pin_memory ignored: no CUDA device")
         try:
-            for item in loader:
+            for item in self._runs.messages(epoch):
                 if isinstance(item, WorkerReport):
                     report.add_worker(item)
                     continue
@@ -489,6 +530,13 @@ class ImageLoader:
         log.info("%s", report.summary())
 
 
+def discard(ring: BatchRing, message) -> None:
+    """A message of an epoch no longer wanted: its ring buffer goes back to its worker."""
+    if isinstance(message, RingMessage):
+        ring.receive(message)
+        ring.release_returned()
+
+
 def as_sent(message):
     """DataLoader's collate_fn: a worker's RingMessage or WorkerReport, unchanged."""
     return message
@@ -505,7 +553,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
              use_bbox_info: bool = False, verify: bool = True, cache_dir=None, cache_limit=None,
              cache_remote_paths: bool = False, cache_prefetch: int = 0, transform=None,
-             batch_transform=None) -> ImageLoader:
+             batch_transform=None, read_ahead: bool = True) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
@@ -534,6 +582,9 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
     cache_dir, cache_limit, cache_remote_paths, cache_prefetch: the node's shard cache, docs/shard-cache.md.
+    read_ahead      workers go on into the next epoch while this one is finished (one DataLoader iteration
+                    across epochs); False: each epoch its own iteration, nothing read before it is asked
+                    for (what counting one epoch's requests or bytes needs).
     """
     if isinstance(instance, tuple):
         instance = detect_instance(*instance)
@@ -562,7 +613,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           use_repartition=use_repartition, use_bbox_info=use_bbox_info,
                           verify=verify, torch_random=torch_random, batch_transform=batch_transform)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
-                         prefetch_factor=prefetch_factor)
+                         prefetch_factor=prefetch_factor, read_ahead=read_ahead)
     loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None
     log.info("%s; %s; runtime steps %s%s; %d batches of %d per epoch", instance.describe(), resolved.description,
              " + ".join(pipeline.steps) or "none",

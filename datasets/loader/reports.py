@@ -32,13 +32,15 @@ class Skipped:
 class WorkerReport:
     """Sent by each worker after its last batch, so skip counts reach the main process."""
 
-    worker: int
+    worker: int  # the worker as planned (a resumed epoch rotates them), not the DataLoader worker
     samples: int = 0
     batches: int = 0
     skipped: list = field(default_factory=list)
     substituted: list = field(default_factory=list)  # (skipped key, key repeated in its place)
     partial_dropped: list = field(default_factory=list)  # keys of a final partial batch left out
     cache: dict = field(default_factory=dict)  # the shard cache's events in this worker (shard_cache.new_events)
+    sender: int = 0  # the DataLoader worker that sent it
+    run: tuple = ()  # (generation, epoch), see datasets/loader/epoch_runs.py
 
 
 @dataclass
