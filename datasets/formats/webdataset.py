@@ -15,14 +15,13 @@ repartition copies it byte for byte with `add_raw_record`.
 from __future__ import annotations
 
 import json
-import mmap
-import os
 import re
 from typing import Iterator, Optional
 
 import numpy as np
 
 from datasets.formats.base import EncodedSample, ShardFormat, StockBaseline
+from datasets.formats.mapped_shards import mapped_shard
 from datasets.formats.npy import encode_npy
 from datasets.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
 from datasets.formats.tar_check import check_tar_shard
@@ -70,14 +69,6 @@ def _payload_member(record: SampleRecord):
     return best
 
 
-def _map_shard(location):
-    """(size, memoryview of the whole file) of a local shard, or raise OSError."""
-    with open(location, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-    return size, memoryview(mapped)
-
-
 def _truncated(location, size: int, key: str, start: int, end: int) -> str:
     return f"TarFormatError: {location}: truncated: the shard is {size} bytes, sample {key!r} needs bytes {start}-{end}"
 
@@ -98,7 +89,7 @@ def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
     member's header offset and extension) without building a record or parsing members: the
     loader's per-sample path for local shards."""
     try:
-        size, view = _map_shard(location)
+        size, view = mapped_shard(location)
     except OSError as error:
         reason = f"cannot read the shard: {error.strerror or error}"
         for row in rows.tolist():
@@ -136,7 +127,7 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
     validate_dataset.py do).
     """
     try:
-        size, view = _map_shard(run.location)
+        size, view = mapped_shard(run.location)
     except OSError as error:
         reason = f"cannot read the shard: {error.strerror or error}"
         for record in run.records:
