@@ -18,16 +18,28 @@ The contract with the workers (ImageStream.__iter__):
   * An epoch's messages are handed out in the order one DataLoader iteration of that epoch would
     give: worker 0, 1, ... in turn, a worker that sent its report leaving the turn; the epoch ends
     with the last report. What a worker sent ahead of its turn waits in its queue.
+  * Every worker sends the same number of messages an epoch (the most batches any worker has, + its
+    report), adding `Filler`s after its report: DataLoader asks worker k mod W for task k, so a
+    worker with one batch fewer would otherwise run one message further ahead every epoch, its
+    batches piling up in the main process (and its ring running out of buffers).
 """
 
 from __future__ import annotations
 
 import traceback
 from collections import deque
+from typing import NamedTuple
 
 from datasets.loader.batch_ring import SharedFlags
 
 EPOCH_BITS = 32  # generation and epoch share one int64, so a worker never reads one without the other
+
+
+class Filler(NamedTuple):
+    """A worker's message after its report that only keeps the workers' turns aligned (dropped)."""
+
+    sender: int
+    run: tuple
 
 
 class RunFlags:
@@ -111,7 +123,7 @@ class EpochRuns:
             generation, _ = message.run
             if generation != self.generation:
                 self.discard(message)
-            else:
+            elif not isinstance(message, Filler):
                 self.queues[sender(message)].append(message)
         message = queue.popleft()
         if message.run[1] != epoch:  # a worker's epochs follow each other within a generation
