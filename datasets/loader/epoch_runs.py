@@ -6,7 +6,7 @@ iterator in each and an end-of-iteration message from each (~3 ms of CPU an epoc
 image on a 106-image validation split), and the workers sit idle from the end of one epoch until
 the training loop asks for the next: on an H200, 3 epoch starts were 26 of 31 points of data wait.
 
-The contract with the workers (ImageStream.__iter__):
+The contract between the two sides (the workers: `worker_messages`, ImageStream.__iter__):
   * `RunFlags` (shared memory) hold a generation and the epoch it starts at. A worker reads them
     when it starts and after each epoch it finished; while the generation is unchanged it goes on
     with the next epoch (epoch + 1, what `for` without set_epoch asks for next, too).
@@ -30,7 +30,12 @@ import traceback
 from collections import deque
 from typing import NamedTuple
 
-from datasets.loader.batch_ring import SharedFlags
+import torch
+from torch.utils.data import get_worker_info
+
+from datasets.loader.batch_ring import RingMessage, SharedFlags
+from datasets.loader.reports import WorkerReport
+from datasets.loader.share_plan import batches_in, worker_ranges
 
 EPOCH_BITS = 32  # generation and epoch share one int64, so a worker never reads one without the other
 
@@ -134,3 +139,65 @@ class EpochRuns:
 def sender(message) -> int:
     """The DataLoader worker that sent a message (a RingMessage's `worker`, a WorkerReport's `sender`)."""
     return message.worker if hasattr(message, "slot") else message.sender
+
+# ------------------------------------------------------------------ the workers' side
+
+
+def worker_messages(stream):
+    """ImageStream.__iter__ in a worker: the messages of the epoch `run_flags` name and, with
+    `spans_epochs`, epoch after epoch from there, starting again where a new generation says."""
+    info = get_worker_info()
+    workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    generation = None
+    while True:
+        if stream.run_flags.generation() != generation:
+            generation, epoch = stream.run_flags.read()
+        finished = yield from _epoch_messages(stream, epoch, generation, workers, info is not None)
+        if not stream.spans_epochs:
+            return
+        if finished:
+            epoch += 1
+
+
+def _epoch_messages(stream, epoch, generation, workers, shared):
+    """Yield this worker's batches of `epoch`, its report, then Fillers; False if abandoned midway
+    because the run flags moved past `generation` (checked after each message sent)."""
+    worker, count = workers
+    plan = stream.plan(epoch)
+    resume = stream.resume_for(epoch)
+    # Resumed: DataLoader worker d plays planned worker (d + next) % W, from where it stopped.
+    rotation, done = resume.start(stream.instance.index, count) if resume is not None else (0, None)
+    logical = (worker + rotation) % count
+    items = plan.worker_items(logical, count)
+    report = WorkerReport(logical, sender=worker, run=(generation, epoch))
+    sent = 0
+    if len(items):
+        torch.set_num_threads(1)
+        batches = stream._batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
+                                  done[logical] if done else (0, 0), report, shared)
+        for message in batches:
+            yield message._replace(run=report.run)
+            sent += 1
+            if stream.run_flags.generation() != generation:
+                batches.close()
+                return False
+    report.cache = stream.source.cache.take_events() if stream.source.cache is not None else {}
+    yield report
+    if stream.spans_epochs:
+        for _ in range(messages_per_worker(plan, count, done) - 1 - sent):
+            yield Filler(worker, report.run)
+    return True
+
+
+def messages_per_worker(plan, workers: int, done) -> int:
+    """What each worker sends in an epoch: the most batches any (planned) worker has left, + its report."""
+    ranges = worker_ranges(len(plan.items), plan.batch_size, workers, plan.drop_last)
+    return 1 + max(batches_in(stop - start, plan.batch_size, plan.drop_last) - (int(done[w][0]) if done else 0)
+                   for w, (start, stop) in enumerate(ranges))
+
+
+def discard(ring, message) -> None:
+    """A message of an epoch no longer wanted: its ring buffer goes back to its worker."""
+    if isinstance(message, RingMessage):
+        ring.receive(message)
+        ring.release_returned()

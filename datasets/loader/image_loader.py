@@ -65,18 +65,17 @@ from typing import Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset
 
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
-from datasets.loader.epoch_runs import EpochRuns, Filler, RunFlags
-from datasets.loader.batch_ring import BatchBuilder, BatchRing, RingMessage, SharedFlags, labels_tensor
+from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
+from datasets.loader.batch_ring import BatchBuilder, BatchRing, SharedFlags, labels_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
                                     load as resume_load, order_rng, pick, plan_segment, shuffled,
                                     state as resume_state, write_ledger)
-from datasets.loader.share_plan import (DEFAULT_POLICY, POLICIES, batches_in, epoch_order, epoch_sequence, plan_instance,
-                                        plan_own_share, worker_ranges)
+from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
@@ -229,48 +228,8 @@ class ImageStream(IterableDataset):
     # ------------------------------------------------------------------ in the worker
 
     def __iter__(self):
-        """The messages of the epoch `run_flags` name; with `spans_epochs`, epoch after epoch from
-        there, abandoning one when the main process starts a new generation (epoch_runs.py)."""
-        info = get_worker_info()
-        workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        generation = None
-        while True:
-            if self.run_flags.generation() != generation:
-                generation, epoch = self.run_flags.read()
-            finished = yield from self._epoch_messages(epoch, generation, workers, info is not None)
-            if not self.spans_epochs:
-                return
-            if finished:
-                epoch += 1
-
-    def _epoch_messages(self, epoch, generation, workers, shared):
-        """Yield this worker's batches of `epoch`, then its report; False if abandoned midway
-        because the run flags moved past `generation` (checked after each message sent)."""
-        worker, count = workers
-        plan = self.plan(epoch)
-        resume = self.resume_for(epoch)
-        # Resumed: DataLoader worker d plays planned worker (d + next) % W, from where it stopped.
-        rotation, done = resume.start(self.instance.index, count) if resume is not None else (0, None)
-        logical = (worker + rotation) % count
-        items = plan.worker_items(logical, count)
-        report = WorkerReport(logical, sender=worker, run=(generation, epoch))
-        sent = 0
-        if len(items):
-            torch.set_num_threads(1)
-            batches = self._batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
-                                    done[logical] if done else (0, 0), report, shared)
-            for message in batches:
-                yield message._replace(run=report.run)
-                sent += 1
-                if self.run_flags.generation() != generation:
-                    batches.close()
-                    return False
-        report.cache = self.source.cache.take_events() if self.source.cache is not None else {}
-        yield report
-        if self.spans_epochs:  # the same number of messages from every worker (epoch_runs.py)
-            for _ in range(messages_per_worker(plan, count, done) - 1 - sent):
-                yield Filler(worker, report.run)
-        return True
+        """The worker's messages, epoch after epoch: datasets/loader/epoch_runs.py."""
+        return worker_messages(self)
 
     def _batches(self, items, plan, epoch, workers, segment, start, report, shared):
         """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
@@ -534,20 +493,6 @@ class ImageLoader:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
         warn_cache_problems(report.cache)
         log.info("%s", report.summary())
-
-
-def messages_per_worker(plan, workers: int, done) -> int:
-    """What each worker sends in an epoch: the most batches any (planned) worker has left, + its report."""
-    ranges = worker_ranges(len(plan.items), plan.batch_size, workers, plan.drop_last)
-    return 1 + max(batches_in(stop - start, plan.batch_size, plan.drop_last) - (int(done[w][0]) if done else 0)
-                   for w, (start, stop) in enumerate(ranges))
-
-
-def discard(ring: BatchRing, message) -> None:
-    """A message of an epoch no longer wanted: its ring buffer goes back to its worker."""
-    if isinstance(message, RingMessage):
-        ring.receive(message)
-        ring.release_returned()
 
 
 def as_sent(message):
