@@ -118,3 +118,22 @@ def test_a_worker_error_leaves_no_cycle_holding_the_workers(img, tmp_path):
         assert iterator() is None, "the DataLoader iterator outlived its loader (a reference cycle holds it)"
     finally:
         gc.enable()
+
+
+def test_validation_with_skipped_samples_keeps_every_epoch_and_the_turns(img, tmp_path):
+    """Two bad samples in worker 0's share (spread policy: nothing substituted) leave it one batch
+    short of worker 1 every epoch; its Fillers keep the workers' turns aligned across epochs."""
+    target = tmp_path / "corrupt"
+    shutil.copytree(img, target)
+    records = read_sample_index(target / "samples-validation.index.tsv")
+    for bad in records[:2]:  # the first of 12 samples: worker 0's, in batches of 2
+        with open(target / bad.shard, "r+b") as handle:
+            handle.seek(bad.payload_offset)
+            handle.write(b"\0" * 16)
+    loader = get_data(target, "validation", 2, 2, instance=SINGLE, with_keys=True, normalization="device")
+    expected = sorted(r.key for r in records[2:])
+    for _ in range(4):
+        with pytest.warns(UserWarning, match="skipped"):
+            keys, _ = epoch_of(loader)
+        assert sorted(keys) == expected and len(loader.report.skipped) == 2
+        assert sum(len(queue) for queue in loader._runs.queues) <= 1
