@@ -92,7 +92,7 @@ class EpochRuns:
                 while finished[worker]:
                     worker = (worker + 1) % self.workers
                 message = self._take(worker, epoch)
-                if not hasattr(message, "slot"):  # a WorkerReport: this worker's epoch is done
+                if isinstance(message, WorkerReport):  # this worker's epoch is done
                     finished[worker], turns = True, turns - 1
                 yield message
                 worker = (worker + 1) % self.workers
@@ -138,7 +138,7 @@ class EpochRuns:
 
 def sender(message) -> int:
     """The DataLoader worker that sent a message (a RingMessage's `worker`, a WorkerReport's `sender`)."""
-    return message.worker if hasattr(message, "slot") else message.sender
+    return message.worker if isinstance(message, RingMessage) else message.sender
 
 # ------------------------------------------------------------------ the workers' side
 

@@ -116,9 +116,8 @@ class ImageStream(IterableDataset):
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.source, self.split, self.batch_size, self.instance = source, split, batch_size, instance
         self.train, self.policy, self.seed = train, policy, seed
-        # Shared memory: persistent DataLoader workers see the epoch the main process sets. Read and
-        # written through numpy views (SharedFlags): indexing the tensor costs ~5 us a call.
-        self._epoch = SharedFlags(1, epoch)
+        # The epoch the main process iterates next; workers take theirs from run_flags (epoch_runs.py).
+        self._epoch = int(epoch)
         self.shuffle, self.drop_last, self.pipeline = shuffle, drop_last, pipeline
         self.normalization, self.dtype = normalization, dtype
         self.scale, self.bias = scale_and_bias(mean, std)
@@ -175,10 +174,10 @@ class ImageStream(IterableDataset):
 
     @property
     def epoch(self) -> int:
-        return int(self._epoch.values[0])
+        return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        self._epoch.values[0] = int(epoch)
+        self._epoch = int(epoch)
 
     def resume_for(self, epoch: int):
         """The loaded resume.Resume if it applies to `epoch`, else None."""
