@@ -4,7 +4,8 @@
     python benchmarks/loader_floor.py DIR [--split validation] [--seconds 6] [--rounds 3] [--json OUT]
 
 DIR as for `host_benchmark.py --compare` (DIR/source the image folder, DIR/img its img conversion).
-Rows, interleaved over --rounds, images per CPU-second of every process involved, median round:
+Rows, interleaved over --rounds, images per CPU-second of every process involved, median round,
+and the median over rounds of each row's ratio to floor x1 measured in the same round:
 
   floor x1        the floor row of --compare: ImagePipeline.image_into of the folder's bytes held in
                   memory, into one reused uint8 batch, one process
@@ -12,6 +13,9 @@ Rows, interleaved over --rounds, images per CPU-second of every process involved
                   processes side by side costs on this host, loader or not
   floor ring      floor x1 writing its batches into 10 buffers in turn, as many as the 2-worker
                   loader's ring holds: the floor without its one reused batch staying in cache
+  floor w2        the floor loop itself in each of 2 DataLoader workers, handing the main process
+                  a 64-image marker per batch (no pixels): what the 2-worker process layout costs
+                  the decode with none of the loader's work (the fair floor of "loader w2")
   loader w0       get_data on DIR/img with 0 workers: the loader's per-sample reading, index,
                   CRC32C and batching in the same process as the decode
   loader w2       the same with 2 workers: + the main process and the IPC between them
@@ -30,6 +34,8 @@ import multiprocessing
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -53,6 +59,23 @@ def _image_into_skipped():
         yield
     finally:
         ImagePipeline.image_into = kept
+
+
+class _FloorInWorkers(torch.utils.data.IterableDataset):
+    """Each DataLoader worker runs floor_batches; per batch it yields an empty (64, 0) tensor
+    (measure_batches counts its length) and the labels: no pixels cross to the main process."""
+
+    def __init__(self, items, split):
+        self.items, self.split = items, split
+
+    def __iter__(self):
+        torch.set_num_threads(1)
+        for images, labels in floor_batches(self.items, self.split, BATCH):
+            yield torch.empty((len(images), 0), dtype=torch.uint8), labels
+
+
+def _floor_in_workers(items, split):
+    return torch.utils.data.DataLoader(_FloorInWorkers(items, split), batch_size=None, num_workers=2)
 
 
 def _own_rate(build, seconds, workers):
@@ -79,6 +102,16 @@ def _side_by_side(build, seconds):
     return sum(rates) / len(rates)
 
 
+FAIR = {"loader w2": "floor w2"}  # a row compared with its own process layout's floor too
+
+
+def paired(rates, reference) -> float:
+    """The median over rounds of rate / reference, each round's pair measured back to back: drift
+    between rounds (±7% on this shared host) cancels, as it does not in a ratio of medians."""
+    ratios = sorted(r / f for r, f in zip(rates, reference))
+    return ratios[len(ratios) // 2]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", type=Path)
@@ -98,6 +131,7 @@ def main(argv=None) -> int:
         "floor x2": lambda: _side_by_side(lambda: floor_batches(items, args.split, BATCH), args.seconds),
         "floor ring": lambda: _rate(lambda: floor_batches(items, args.split, BATCH, buffers=RING_BUFFERS_W2),
                                     args.seconds),
+        "floor w2": lambda: _rate(lambda: _floor_in_workers(items, args.split), args.seconds, workers=2),
         "loader w0": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 0, "device", single),
                                    args.seconds),
         "loader w2": lambda: _rate(lambda: loader_batches(args.dir / "img", args.split, BATCH, 2, "device", single),
@@ -120,7 +154,8 @@ def main(argv=None) -> int:
             print(f"  {name:10s} {own_us:7.1f} us/img of the loader's own CPU: {floor_us / (floor_us + own_us):.3f}x "
                   f"floor x1 at best  rounds {[round(1e6 / r, 1) for r in rates]} us")
             continue
-        print(f"  {name:10s} {medians[name]:7.0f}  {medians[name] / medians['floor x1']:.2f}x floor x1  "
+        print(f"  {name:10s} {medians[name]:7.0f}  {paired(rates, rounds['floor x1']):.3f}x floor x1"
+              f"{f'  {paired(rates, rounds[FAIR[name]]):.3f}x {FAIR[name]}' if name in FAIR else ''}  "
               f"rounds {[round(r) for r in rates]}")
     if args.json:
         args.json.write_text(json.dumps({"dir": str(args.dir), "split": args.split, "rounds": rounds,

@@ -253,6 +253,26 @@ def test_goals_met_not_met_and_not_measured():
         "status"] == "not measured"
 
 
+def test_a_goal_pairs_each_round_with_its_reference_rows_round():
+    """Each row's median round can come from a fast round for one row and a slow one for the other:
+    the goal's ratio is the median of the rounds' own ratios, and falls back to the medians' ratio
+    where the rounds do not line up."""
+    from datasets.hostbench.comparison import evaluate_goals
+    from datasets.hostbench.report import format_goals
+
+    loader = {"id": "img/device", "images_per_cpu_s": 1000.0, "images_per_s": 1000.0,
+              "by_round": {"images_per_cpu_s": [900.0, 1000.0, None, 1100.0]}}
+    floor = {"id": "floor", "images_per_cpu_s": 1000.0, "images_per_s": 1000.0,
+             "by_round": {"images_per_cpu_s": [1000.0, 1100.0, 1000.0, 1200.0]}}
+    goal = {g["goal"]: g for g in evaluate_goals([loader, floor], "train")}["jpeg_loader_vs_floor"]
+    assert goal["ratio"] == pytest.approx(1000 / 1100) and goal["status"] == "not met"
+    assert goal["rounds_paired"] == 3 and goal["ratio_of_medians"] == pytest.approx(1.0)
+    assert "the median of 3 rounds' ratios" in format_goals([goal])
+    floor["by_round"]["images_per_cpu_s"].pop()
+    goal = {g["goal"]: g for g in evaluate_goals([loader, floor], "train")}["jpeg_loader_vs_floor"]
+    assert goal["ratio"] == pytest.approx(1.0) and "rounds_paired" not in goal
+
+
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
     from datasets.hostbench.timing import BenchmarkError
     from datasets.hostbench.comparison import plan_rows

@@ -9,7 +9,8 @@ pipelines: see benchmark_pipelines.py).
 Goals (`GOALS`): "per worker" and "per core" are compared as images per CPU-second of all
 processes involved, the rate of one worker that has a core to itself, which other programs
 on a shared host do not distort; the wall-clock ratio is printed beside it. Compare ratios
-from one run: rows are interleaved over `rounds` and the median round is reported.
+from one run: rows are interleaved over `rounds` and the median round is reported; a goal's
+ratio is the median over rounds of the two rows' ratio in each round (`round_pairs`).
 torch runs one thread per process (as DataLoader workers do), set by benchmark_run.
 """
 
@@ -182,6 +183,9 @@ def row_result(row: RowPlan, rounds: list) -> dict:
     headline = {k: v for k, v in median["aggregate"].items() if k != "waits_s"}
     result.update(headline)
     result["rounds_images_per_s"] = [r["aggregate"]["images_per_s"] for r in rounds if r.get("error") is None]
+    # Per round, None where it failed: a goal pairs each round with its reference row's same round.
+    result["by_round"] = {metric: [None if r.get("error") else r["aggregate"][metric] for r in rounds]
+                          for metric in ROUND_METRICS}
     result["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in median["instances"]]
     failed = [r["error"] for r in rounds if r.get("error")]
     if failed:
@@ -247,6 +251,25 @@ GOALS = (
 )
 
 
+ROUND_METRICS = ("images_per_s", "images_per_cpu_s")
+
+
+def median(values: list) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def round_pairs(row: dict, reference: dict, metric: str) -> list:
+    """(row, reference) figures of each round both measured. A goal's ratio is the median of these
+    pairs' ratios: the two rows of one round ran minutes apart at most, so the host's drift between
+    rounds (±7% here) cancels, as it does not in the ratio of each row's median round."""
+    mine, theirs = row.get("by_round", {}).get(metric), reference.get("by_round", {}).get(metric)
+    if not mine or not theirs or len(mine) != len(theirs):
+        return []
+    return [(a, b) for a, b in zip(mine, theirs) if a is not None and b is not None and b > 0]
+
+
 def evaluate_goals(results: list, split: str) -> list:
     by_id = {r["id"]: r for r in results}
     evaluated = []
@@ -264,9 +287,13 @@ def evaluate_goals(results: list, split: str) -> list:
                        if r is None or "error" in r]
             entry.update(status="not measured", why=f"row(s) {', '.join(missing)} missing or failed")
         else:
-            ratio = row[goal.metric] / reference[goal.metric]
+            ratio_of_medians = row[goal.metric] / reference[goal.metric]
+            pairs = round_pairs(row, reference, goal.metric)
+            ratio = median([a / b for a, b in pairs]) if pairs else ratio_of_medians
             entry.update(value=row[goal.metric], reference_value=reference[goal.metric], ratio=ratio,
                          status="met" if ratio >= goal.threshold else "not met")
+            if pairs:
+                entry.update(rounds_paired=len(pairs), ratio_of_medians=ratio_of_medians)
             if row.get(goal.also) and reference.get(goal.also):
                 entry.update(also_metric=goal.also, also_ratio=row[goal.also] / reference[goal.also])
         evaluated.append(entry)

@@ -110,8 +110,10 @@ def format_goals(goals: list) -> str:
             lines.append(f"  [{goal['status']}] {goal['text']}: {goal['row']} {goal['value']:,.0f} {unit} "
                          f"(needs {goal['threshold']:,.0f})")
             continue
+        paired = goal.get("rounds_paired", 0)
+        how = f" (the median of {paired} rounds' ratios)" if paired > 1 else ""
         line = (f"  [{goal['status']}] {goal['text']}: {goal['row']} {goal['value']:,.0f} vs {goal['reference']} "
-                f"{goal['reference_value']:,.0f} {unit} = {goal['ratio']:.2f}x (needs {goal['threshold']:.2f}x)")
+                f"{goal['reference_value']:,.0f} {unit} = {goal['ratio']:.2f}x{how} (needs {goal['threshold']:.2f}x)")
         if "also_ratio" in goal:
             line += f"; by {METRIC_UNITS.get(goal['also_metric'], goal['also_metric'])}: {goal['also_ratio']:.2f}x"
         lines.append(line)
