@@ -152,7 +152,8 @@ def build_parser():
                             "otherwise one whole epoch per iteration)")
     timing.add_argument("--rounds", type=positive_int, default=1,
                         help="with --compare: measure every row this many times, interleaved, and report the "
-                             "round with the median images/s (default 1)")
+                             "round with the median images/s; a goal's ratio is the median of the rounds' "
+                             "ratios (default 1)")
 
     decision = parser.add_argument_group("the format decision (datasets/hostbench/recommend.py)")
     decision.add_argument("--recommend", nargs="?", const="", default=None, metavar="SAVED.json",
