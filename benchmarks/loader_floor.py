@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -108,8 +109,7 @@ FAIR = {"loader w2": "floor w2"}  # a row compared with its own process layout's
 def paired(rates, reference) -> float:
     """The median over rounds of rate / reference, each round's pair measured back to back: drift
     between rounds (±7% on this shared host) cancels, as it does not in a ratio of medians."""
-    ratios = sorted(r / f for r, f in zip(rates, reference))
-    return ratios[len(ratios) // 2]
+    return statistics.median(r / f for r, f in zip(rates, reference))
 
 
 def main(argv=None) -> int:

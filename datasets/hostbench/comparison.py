@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -254,12 +255,6 @@ GOALS = (
 ROUND_METRICS = ("images_per_s", "images_per_cpu_s")
 
 
-def median(values: list) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def round_pairs(row: dict, reference: dict, metric: str) -> list:
     """(row, reference) figures of each round both measured. A goal's ratio is the median of these
     pairs' ratios: the two rows of one round ran minutes apart at most, so the host's drift between
@@ -289,7 +284,7 @@ def evaluate_goals(results: list, split: str) -> list:
         else:
             ratio_of_medians = row[goal.metric] / reference[goal.metric]
             pairs = round_pairs(row, reference, goal.metric)
-            ratio = median([a / b for a, b in pairs]) if pairs else ratio_of_medians
+            ratio = statistics.median(a / b for a, b in pairs) if pairs else ratio_of_medians
             entry.update(value=row[goal.metric], reference_value=reference[goal.metric], ratio=ratio,
                          status="met" if ratio >= goal.threshold else "not met")
             if pairs:
