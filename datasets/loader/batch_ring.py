@@ -209,7 +209,10 @@ def labels_tensor(message: RingMessage) -> torch.Tensor:
 
 
 def batch_tensor(shape, dtype, shared, channels_last):
-    """An NCHW tensor; with channels_last its memory is NHWC (torch.channels_last strides)."""
+    """An NCHW tensor; with channels_last its memory is NHWC (torch.channels_last strides). Any
+    other shape (the byte ring's flat buffers) as it is."""
+    if len(shape) != 4:
+        return _new_tensor(shape, dtype, shared)
     n, c, h, w = shape
     if channels_last:
         return _new_tensor((n, h, w, c), dtype, shared).permute(0, 3, 1, 2)
