@@ -33,6 +33,7 @@ match the run, another package named `datasets` imported instead of this library
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -69,6 +70,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from datasets.hostbench.timing import CpuMeter  # noqa: E402
 from datasets.launcher import LauncherError, detect_instance  # noqa: E402
 from datasets.loader import get_data  # noqa: E402
 from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
@@ -107,6 +109,12 @@ def parse_args(argv=None):
     p.add_argument("--keys-log", default=None, help="directory: each rank appends its batches' keys per step")
     p.add_argument("--step-log", default=None,
                    help="file: rank 0 appends one JSON line per step (images, data wait and step time in s, loss)")
+    p.add_argument("--decode", default="host", choices=("host", "device"),
+                   help="where train and validation JPEGs are decoded: host (the DataLoader workers) or device "
+                        "(the accelerator's JPEG decoder: get_data(jpeg_decode='device'))")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="benchmark: train on the first batch, kept on the device, again and again: the "
+                        "accelerator's own rate with no loader")
     p.add_argument("--kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL rank 0 there
     args = p.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.image_size < 8:
@@ -136,7 +144,8 @@ def setup_distributed():
 def make_loaders(args, instance):
     common = dict(batch_size=args.batch_size, workers=args.workers, normalization=args.normalization,
                   seed=args.seed, instance=instance, channels_last=args.channels_last,
-                  pin_memory=torch.cuda.is_available(), with_keys=True)
+                  pin_memory=torch.cuda.is_available(), with_keys=True,
+                  jpeg_decode="device" if args.decode == "device" else None)
     transform = strong_augmentation(args.image_size) if args.strong_aug else None
     image_size = None if transform is not None else args.image_size
     train = get_data(args.data, "train", transform=transform, image_size=image_size, **common)
@@ -253,11 +262,14 @@ def train_loop(args, instance, device):
     log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
     step_log = open(args.step_log, "a") if args.step_log and instance.index == 0 else None
     waited = DataWait()
+    cpu = CpuMeter() if step_log else None  # the process's and its workers' CPU seconds, in the step log
+    if cpu:
+        cpu.start()
 
     for epoch in range(start_epoch, args.epochs):
         if not (args.resume and epoch == start_epoch):  # restore_loader set the resumed epoch
             train.set_epoch(epoch)
-        batches = iter(train)
+        batches = epoch_batches(train, args, device)
         for _ in range(skip):
             next(batches)
         in_epoch, skip, done_in_epoch = done_in_epoch, 0, 0
@@ -284,8 +296,10 @@ def train_loop(args, instance, device):
                 log.flush()
             waited.add(len(keys), t1 - t0, t2 - t0)
             if step_log:
+                cpu.sample()
                 step_log.write(json.dumps({"epoch": epoch, "step": step, "images": len(keys), "wait_s": t1 - t0,
-                                           "step_s": t2 - t0, "loss": loss_value}) + "\n")
+                                           "step_s": t2 - t0, "loss": loss_value, "cpu_s": sum(cpu.used()[:2])})
+                               + "\n")
                 step_log.flush()
             if instance.index == 0 and step % args.print_every == 0:
                 rate = len(keys) / (t2 - t0)
@@ -313,6 +327,15 @@ def train_loop(args, instance, device):
                 print(f"epoch {epoch}: validation top-1 {top1:.2%}; {train.report.summary()}", flush=True)
     if instance.index == 0:
         print(f"done: {step} steps; {waited.summary()}", flush=True)
+
+
+def epoch_batches(train, args, device):
+    """The epoch's batches; with --fixed-batch its first one, on the device, for ever (no loader)."""
+    batches = iter(train)
+    if not args.fixed_batch:
+        return batches
+    images, labels, keys = next(batches)
+    return itertools.repeat((images.to(device), labels.to(device), keys))
 
 
 class DataWait:

@@ -51,6 +51,7 @@ class RingMessage(NamedTuple):
     keys: list
     progress: tuple = ()  # (worker as planned, its batches handed over, its reading position): for resume
     run: tuple = ()  # (generation, epoch) the batch belongs to, see datasets/loader/epoch_runs.py
+    jpegs: object = None  # jpeg_decode="device": the rows the device decodes (device_batches.DeviceJpegs)
 
 
 class SharedFlags:
@@ -223,11 +224,12 @@ class BatchBuilder:
     """Fills a uint8 batch slot by slot; hands it out (normalised into a float buffer for host)."""
 
     def __init__(self, batch_size, size, channels_last, host, dtype, scale, bias, shared, ring: BatchRing,
-                 worker: int, batch_transform=None):
+                 worker: int, batch_transform=None, packer=None):
         self.batch_size, self.size, self.channels_last = batch_size, size, channels_last
         self.batch_transform = batch_transform  # user_transforms.BatchTransform: on the batch, labels in and out
         self.host, self.dtype, self.scale, self.bias, self.shared = host, dtype, scale, bias, shared
         self.ring, self.worker = ring, worker
+        self.packer = packer  # jpeg_decode="device": device_batches.JpegPacker, the batch's JPEG bytes
         self.progress = [worker, 0, 0]  # sent with each batch: (worker as planned, batches, reading position)
         self.shape = (batch_size, 3, size, size)
         self.count = 0
@@ -246,16 +248,28 @@ class BatchBuilder:
             self.images.permute(0, 2, 3, 1).numpy()
 
     def slot(self) -> np.ndarray:
+        self._acquire()
+        return self.hwc[self.count]
+
+    def _acquire(self) -> None:
         if self.images is None:  # device: the next ring buffer is the batch itself
             self.slot_number, self.images, self.new = self.ring.acquire(
                 self.worker, self.shape, torch.uint8, self.shared, self.channels_last)
             self._set_views()
-        return self.hwc[self.count]
 
     def add(self, label: int, key: str) -> bool:
         self.labels[self.count], self.keys[self.count] = label, key
         self.count += 1
         return self.count == self.batch_size
+
+    def discard(self) -> None:
+        """Drop the batch being filled (a partial last batch left out): its ring slots are free again."""
+        if self.images is not None and not self.host and self.slot_number >= 0:
+            self.ring.free[self.worker, self.slot_number] = 1
+            self.images = self.hwc = None
+        if self.packer is not None:
+            self.packer.discard()
+        self.count = 0
 
     def emit(self) -> RingMessage:
         n = self.count
@@ -271,12 +285,13 @@ class BatchBuilder:
                 work.copy_(images).mul_(self.scale).add_(self.bias)
                 out[:n].copy_(work)
         else:
+            self._acquire()  # where every sample went to the device decoder, the buffer stays unwritten
             slot, out, new = self.slot_number, self.images, self.new
             self.images = self.hwc = None  # hold no view of a lent buffer; the next batch takes another
         labels = np.array(self.labels[:n], dtype=np.int64)
         if self.batch_transform is not None:
             labels = self.batch_transform(out[:n], torch.from_numpy(labels)).numpy()
         message = RingMessage(self.worker, slot, n, out if new else None, labels, list(self.keys[:n]),
-                              tuple(self.progress))
+                              tuple(self.progress), jpegs=self.packer.take() if self.packer is not None else None)
         self.count = 0
         return message

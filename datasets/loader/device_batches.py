@@ -23,6 +23,7 @@ from datasets.loader.device_resample import center_crop_box, crop_box
 from datasets.loader.jpeg_header import device_refusal, read_header
 from datasets.loader.pipeline import CENTER_CROP, RANDOM_RESIZED_CROP, RESIZE, center_crop_offsets, resized_size
 
+DEVICE_DECODE = "device"  # get_data(jpeg_decode=...)
 _EOI_TAIL = 1024  # bytes at the end searched for the End Of Image marker: a truncated JPEG is the host's to report
 _MIN_CAPACITY = 1 << 20
 NO_BUFFER = -2  # DeviceJpegs.slot of a batch whose every row was decoded on the host
@@ -59,6 +60,23 @@ def device_box(pipeline, width: int, height: int, rng, bbox):
         top, left = center_crop_offsets(width, height, pipeline.size)
         return (float(left), float(top), float(left + pipeline.size), float(top + pipeline.size)), False
     return None
+
+
+def check_device_pipeline(pipeline) -> None:
+    """Refuse, at get_data time, a user transform whose steps cannot run per sample on the device.
+
+    A leading RandomResizedCrop [+ RandomHorizontalFlip] (or Resize + CenterCrop) maps to the device's
+    crop, drawn per sample in the worker as today. Anything after it would be a per-sample step on a
+    decoded image, which only the host has: v2 transforms applied to a device batch draw one set of
+    parameters for the whole batch. Batch transforms (MixUp, CutMix) are fine: they run on the batch."""
+    rest, fused = getattr(pipeline, "rest", None), getattr(pipeline, "fused", True)
+    if rest is not None or not fused:
+        what = "steps after its leading RandomResizedCrop [+ RandomHorizontalFlip]" if fused else \
+            "no leading RandomResizedCrop or Resize + CenterCrop"
+        raise ValueError(f"jpeg_decode='device' runs a transform's leading RandomResizedCrop [+ RandomHorizontalFlip] "
+                         f"(or Resize + CenterCrop) on the device, per sample; this transform has {what}, which "
+                         f"would run on the host: use jpeg_decode='crop' for it, or move batch-level steps to "
+                         f"batch_transform=")
 
 
 def device_eligible(payload) -> Optional[str]:
@@ -130,6 +148,13 @@ class JpegPacker:
         """Forget `row` if it was packed (its sample failed later and its row is reused)."""
         if self.rows and self.rows[-1] == row:
             self.rows.pop(), self.offsets.pop(), self.boxes.pop(), self.flips.pop(), self.shards.pop()
+
+    def discard(self) -> None:
+        """Forget the batch being packed; its buffer's slot is free again."""
+        if self.slot is not None and self.slot >= 0:
+            self.ring.free[self.worker, self.slot] = 1
+        self.host_decoded = 0
+        self._reset()
 
     def take(self) -> Optional[DeviceJpegs]:
         """The batch's device part (None if nothing was packed), and a fresh start for the next batch."""

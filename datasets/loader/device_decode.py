@@ -17,8 +17,11 @@ nvJPEG's) on the CPU device, and says so once: CI tests the packing, boxes, orde
 
 from __future__ import annotations
 
+import collections
 import io
 import logging
+import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, Optional
 
@@ -40,7 +43,6 @@ def decode_device(device=None) -> torch.device:
         return torch.device(device)
     if not torch.cuda.is_available():
         return torch.device("cpu")
-    import os
     local_rank = os.environ.get("LOCAL_RANK")
     return torch.device("cuda", int(local_rank) if local_rank is not None else torch.cuda.current_device())
 
@@ -99,6 +101,7 @@ class DeviceBatches:
         self.resampler = BatchResampler(size, device)
         self.batch_transform = batch_transform  # user_transforms.BatchTransform or None
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.milliseconds = collections.deque(maxlen=10_000)  # the decode thread's time per batch
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="device-decode")
 
     def submit(self, host_images: torch.Tensor, labels: torch.Tensor, keys: list, jpegs: DeviceJpegs,
@@ -110,11 +113,14 @@ class DeviceBatches:
         self._pool.shutdown(wait=True)
 
     def _assemble_on_stream(self, *args) -> Assembled:
+        started = time.perf_counter()
         if self.stream is None:
-            return self.assemble(*args)
-        with torch.cuda.stream(self.stream):
             result = self.assemble(*args)
-        self.stream.synchronize()  # the ring's buffers it read may go back to the workers after this
+        else:
+            with torch.cuda.stream(self.stream):
+                result = self.assemble(*args)
+            self.stream.synchronize()  # the ring's buffers it read may go back to the workers after this
+        self.milliseconds.append(1e3 * (time.perf_counter() - started))
         return result
 
     def _empty(self, count: int) -> torch.Tensor:

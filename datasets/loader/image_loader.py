@@ -57,6 +57,7 @@ are not checked (validate_dataset.py checks those sha256).
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import os
@@ -70,12 +71,14 @@ from torch.utils.data import DataLoader, IterableDataset
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
-from datasets.loader.batch_ring import BatchBuilder, BatchRing, SharedFlags, labels_tensor
+from datasets.loader.batch_ring import BatchBuilder, BatchRing, RingMessage, SharedFlags, labels_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
                                     load as resume_load, order_rng, pick, plan_segment, shuffled,
                                     state as resume_state, write_ledger)
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, epoch_order, epoch_sequence, plan_instance, plan_own_share
+from datasets.loader.device_batches import DEVICE_DECODE, NO_BUFFER, JpegPacker, check_device_pipeline
+from datasets.loader.device_decode import DeviceBatches, decode_device
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.payloads import payload_kind
 from datasets.loader.source_kinds import Boxed, get_source_kind
@@ -107,7 +110,7 @@ class ImageStream(IterableDataset):
                  policy: str, seed: int, epoch: int, shuffle: bool, drop_last: bool, pipeline: ImagePipeline,
                  normalization: str, dtype, mean, std, on_error: str, shuffle_buffer: int, channels_last: bool,
                  use_repartition: bool = True, use_bbox_info: bool = False,
-                 verify: bool = True, batch_transform=None, torch_random=None):
+                 verify: bool = True, batch_transform=None, torch_random=None, device_decode: bool = False):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         if policy not in POLICIES:
@@ -136,6 +139,10 @@ class ImageStream(IterableDataset):
         self.resume = None
         self._resume_on = SharedFlags(1, 0)
         self.ring = BatchRing(1, 3)  # ImageLoader gives it one sized for its workers
+        # jpeg_decode="device": workers pack JPEG bytes (datasets/loader/device_batches.py) into this ring's buffers
+        self.device_decode = device_decode
+        self.byte_ring = BatchRing(1, 3)
+        self.byte_capacity = self._largest_batch_bytes() if device_decode else 0
         # Where the workers start (generation, epoch; shared) and whether they go on into the next
         # epoch (ImageLoader's read_ahead): datasets/loader/epoch_runs.py.
         self.run_flags, self.spans_epochs = RunFlags(epoch), False
@@ -155,6 +162,16 @@ class ImageStream(IterableDataset):
         # Rows holding a padded key (a few: one per padded slot), found once, not per epoch.
         self._padded_rows = share.columns.rows_with_keys(share.padded_keys)
         return share
+
+    def _largest_batch_bytes(self) -> int:
+        """The most payload bytes a batch can hold: its `batch_size` largest payloads (the index has every
+        size); 0 where the source has no index (the packer grows its buffer as needed)."""
+        columns = self.columns
+        if columns is None or not len(columns):
+            return 0
+        sizes = columns.payload_sizes
+        count = min(self.batch_size, len(sizes))
+        return int(np.partition(sizes, len(sizes) - count)[-count:].astype(np.int64).sum())
 
     @property
     def columns(self):
@@ -244,16 +261,18 @@ class ImageStream(IterableDataset):
             todo = buffer_order(len(items), size, order_rng(*tag))[position:]
             inputs = np.sort(todo)
             raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
+        packer = JpegPacker(self.pipeline, self.byte_ring, worker, shared, self.byte_capacity,
+                            self.torch_random) if self.device_decode else None
         builder = BatchBuilder(self.batch_size, self.pipeline.size, self.channels_last,
                                 self.normalization == "host", self.dtype, self.scale, self.bias, shared,
-                                self.ring, worker, self.batch_transform)
+                                self.ring, worker, None if packer else self.batch_transform, packer)
         progress = builder.progress = [logical, first_batch, position]
         rng = self._augment_rng(tag, first_batch)
         good = []
         for item, shard, label, payload, kind, error in raw:
             progress[2] += 1
             if error is None:
-                error = self._process(kind, payload, builder.slot(), rng)
+                error = self._process(kind, payload, builder, rng, shard)
             if error is not None:
                 self._bad(report, self.key_of(item), shard, error)
                 continue
@@ -271,7 +290,7 @@ class ImageStream(IterableDataset):
         if builder.count:
             if self.drop_last and builder.count < self.batch_size:
                 report.partial_dropped.extend(builder.keys[:builder.count])
-                builder.count = 0
+                builder.discard()
             else:
                 report.batches += 1
                 progress[1] += 1
@@ -296,7 +315,7 @@ class ImageStream(IterableDataset):
         for n in range(deficit):
             item = good[n % len(good)]
             for _, shard, label, payload, kind, error in self._raw_samples([item]):
-                error = error or self._process(kind, payload, builder.slot(), rng)
+                error = error or self._process(kind, payload, builder, rng, shard)
                 if error is not None:
                     raise SampleError(f"{shard}: sample {self.key_of(item)!r} failed when read again: {error}")
                 report.substituted.append((missing[n], self.key_of(item)))
@@ -311,13 +330,18 @@ class ImageStream(IterableDataset):
             raise SampleError(f"{shard}: sample {key!r}: {error}")
         report.skipped.append(Skipped(key, shard, error))
 
-    def _process(self, kind, payload, slot, rng) -> Optional[str]:
-        """Write one raw sample into `slot` through its payload kind; the reason it failed, or None."""
+    def _process(self, kind, payload, builder, rng, shard) -> Optional[str]:
+        """Write one raw sample into the batch's next slot through its payload kind (with jpeg_decode="device",
+        pack a JPEG for the device instead); the reason it failed, or None."""
         bbox = None
         if isinstance(payload, Boxed):
             payload, bbox = payload
         try:
-            payload_kind(kind).into(self.pipeline, payload, slot, rng, bbox, self.source)
+            payload_type = payload_kind(kind)
+            if builder.packer is not None and payload_type.device_jpeg and \
+                    builder.packer.pack(payload, builder.count, shard, rng, bbox) is None:
+                return None
+            payload_type.into(self.pipeline, payload, builder.slot(), rng, bbox, self.source)
         except Exception as error:  # any decoder failure is this sample's problem, reported with it
             return f"{type(error).__name__}: {error}"
         return None
@@ -344,6 +368,8 @@ class ImageLoader:
         # Per worker: the batches in flight (prefetch), the one the training step holds, the one
         # being filled, and one spare; beyond that a worker allocates fresh buffers (still correct).
         dataset.ring = BatchRing(workers, (prefetch_factor or 2) + 3 if workers else 3)
+        # jpeg_decode="device": the byte buffers also wait in the decode thread's queue (DECODE_AHEAD)
+        dataset.byte_ring = BatchRing(workers, (prefetch_factor or 2) + 3 + DECODE_AHEAD if workers else 3 + DECODE_AHEAD)
         self.report: Optional[EpochReport] = None
         self._loader = None
         self._runs = None  # the DataLoader iteration kept across epochs (datasets/loader/epoch_runs.py)
@@ -351,6 +377,7 @@ class ImageLoader:
         self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
         self._identity = None
         self.source_argument = None  # what get_data was given, named in ledgers
+        self._device = None  # jpeg_decode="device": the main process's DeviceBatches, made at the first batch
 
     @property
     def instance(self) -> Instance:
@@ -438,6 +465,61 @@ class ImageLoader:
                                   **options)
         return self._loader
 
+    def _batches_of(self, messages, ring, pin, report):
+        """(message, Batch) in the workers' order; WorkerReports as (report, None). With
+        jpeg_decode="device" each batch is assembled on the device in the decode thread, DECODE_AHEAD
+        batches ahead of the one handed out (datasets/loader/device_decode.py)."""
+        if not self.dataset.device_decode:
+            for item in messages:
+                if isinstance(item, WorkerReport):
+                    yield item, None
+                    continue
+                batch = Batch(ring.receive(item), labels_tensor(item), item.keys)
+                if pin:  # the images came pinned (the ring's page-locked buffers)
+                    batch = Batch(batch.images, batch.labels.pin_memory(), batch.keys)
+                yield item, batch
+            return
+        pending = collections.deque()
+        for item in messages:
+            if isinstance(item, WorkerReport):
+                yield item, None
+                continue
+            pending.append((item, self._submit(item, ring)))
+            if len(pending) > DECODE_AHEAD:
+                yield self._assembled(*pending.popleft(), report)
+        while pending:
+            yield self._assembled(*pending.popleft(), report)
+
+    def _submit(self, message, ring):
+        if self._device is None:
+            dataset = self.dataset
+            self._device = DeviceBatches(dataset.pipeline.size, decode_device(), dataset.channels_last,
+                                         dataset.batch_transform)
+        jpegs = message.jpegs
+        buffer = None
+        if jpegs.slot != NO_BUFFER:
+            buffer = self.dataset.byte_ring.receive(
+                RingMessage(message.worker, jpegs.slot, int(jpegs.offsets[-1]), jpegs.buffer, None, []))
+        return self._device.submit(ring.receive(message), labels_tensor(message), message.keys, jpegs, buffer)
+
+    def _assembled(self, message, future, report):
+        """(message, Batch) of a batch the decode thread assembled; what it could not decode is reported."""
+        result = future.result()
+        report.device_host_decoded += message.jpegs.host_decoded
+        for key, shard, reason in result.failed:
+            if self.dataset.on_error == "fail":
+                raise SampleError(f"{shard}: sample {key!r}: {reason}")
+            report.skipped.append(Skipped(key, shard, reason))
+        images = result.images
+        if images.is_cuda:  # made on the decode thread's stream, used on this one
+            images.record_stream(torch.cuda.current_stream(images.device))
+        return message, Batch(images, result.labels, result.keys)
+
+    @property
+    def device_decode_ms(self) -> list:
+        """jpeg_decode="device": the decode thread's milliseconds per batch (decode, crop, resize; synchronised)."""
+        return list(self._device.milliseconds) if self._device is not None else []
+
     def __iter__(self):
         dataset = self.dataset
         epoch = dataset.epoch
@@ -464,18 +546,17 @@ class ImageLoader:
         pin = ring.pin = self.pin_memory and torch.cuda.is_available()  # the ring hands out pinned batches
         if self.pin_memory and not pin:
             log.info("pin_memory ignored: no CUDA device")
+        dataset.byte_ring.pin = pin
         try:
-            for item in self._runs.messages(epoch):
+            for item, batch in self._batches_of(self._runs.messages(epoch), ring, pin, report):
                 if isinstance(item, WorkerReport):
                     report.add_worker(item)
                     continue
-                batch = Batch(ring.receive(item), labels_tensor(item), item.keys)
                 worker, batches, position = item.progress
                 live["done"][worker], live["next"] = (batches, position), (worker + 1) % workers
                 item = None
-                if pin:  # the images came pinned (the ring's page-locked buffers)
-                    batch = Batch(batch.images, batch.labels.pin_memory(), batch.keys)
                 ring.release_returned()
+                dataset.byte_ring.release_returned()
                 report.batches += 1
                 report.samples += len(batch.keys)
                 yield batch if self.with_keys else (batch.images, batch.labels)
@@ -492,6 +573,9 @@ class ImageLoader:
             warnings.warn(f"{len(report.skipped)} samples skipped: {report.summary()}", stacklevel=2)
         warn_cache_problems(report.cache)
         log.info("%s", report.summary())
+
+
+DECODE_AHEAD = 2  # jpeg_decode="device": batches submitted to the decode thread before the one handed out
 
 
 def as_sent(message):
@@ -536,6 +620,9 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                     default: detected from the labels (a warning says which), an error if they cannot tell.
     jpeg_decode     "crop" (decode only the JPEG region the train crop or center crop needs), "pil" (whole
                     images); default "crop" where native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil.
+                    "device": the accelerator decodes the JPEGs (nvJPEG; workers read, verify and draw the
+                    crops), batches come as uint8 on the device (normalization="device"); without CUDA a CPU
+                    stand-in decoder runs the same path. datasets/loader/device_decode.py.
     verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
                     see on_error); False turns it off.
     cache_dir, cache_limit, cache_remote_paths, cache_prefetch: the node's shard cache, docs/shard-cache.md.
@@ -553,13 +640,19 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     drop_last = train if drop_last is None else drop_last
     location = normalization_location(normalization)
     dtype = float_dtype(dtype)
+    device_decode = jpeg_decode == DEVICE_DECODE
+    if device_decode and location != "device":
+        raise ValueError("jpeg_decode='device' hands out uint8 batches decoded on the device: use "
+                         "normalization='device' (and datasets.normalization.NormalizeOnDevice)")
     resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
                               use_repartition, label_offset)
     resolved.cache = open_cache(cache_dir, resolved.metadata, resolved.description, cache_limit, cache_remote_paths,
                                 cache_prefetch)
     pipeline, notes, torch_random, batch_transform = build_pipeline(
         transform, batch_transform, train, image_size, resize_size, resolved.stored_steps, scale, ratio, use_draft,
-        jpeg_decode, get_source_kind(resolved.kind).output_sized)
+        None if device_decode else jpeg_decode, get_source_kind(resolved.kind).output_sized)
+    if device_decode:
+        check_device_pipeline(pipeline)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
     skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
@@ -568,7 +661,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
                           normalization=location, dtype=dtype, mean=mean, std=std, on_error=on_error,
                           shuffle_buffer=shuffle_buffer, channels_last=channels_last,
                           use_repartition=use_repartition, use_bbox_info=use_bbox_info,
-                          verify=verify, torch_random=torch_random, batch_transform=batch_transform)
+                          verify=verify, torch_random=torch_random, batch_transform=batch_transform,
+                          device_decode=device_decode)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor, read_ahead=read_ahead)
     loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None

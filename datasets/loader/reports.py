@@ -66,6 +66,8 @@ class EpochReport:
     workers_reported: int = 0
     complete: bool = False
     cache: dict = field(default_factory=dict)  # the node's shard cache, this instance's events (empty: no cache)
+    # jpeg_decode="device": samples the workers decoded on the host instead (JPEGs the device decoder does not take)
+    device_host_decoded: int = 0
 
     def add_worker(self, worker: WorkerReport) -> None:
         self.workers_reported += 1

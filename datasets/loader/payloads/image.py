@@ -12,4 +12,4 @@ def _image_into(pipeline, payload, slot, rng, bbox, source) -> None:
     pipeline.image_into(payload, slot, rng, bbox)
 
 
-ENCODED = PayloadKind("encoded", ("jpg", "jpeg", "png", "webp", "ppm", "bmp"), _image_into)
+ENCODED = PayloadKind("encoded", ("jpg", "jpeg", "png", "webp", "ppm", "bmp"), _image_into, device_jpeg=True)
