@@ -71,7 +71,7 @@ device_decode_tests() {  # the CUDA side of the unit tests, where pytest is ther
 
 check() {
   "$PY" benchmarks/device_decode_check.py --data "$WORK/img" --batch-size 256 --workers 4 --batches 4 \
-    --memory-steps 1000 --json "$OUT/device_decode_check.json"
+    --memory-steps "${MEMORY_STEPS:-1000}" --json "$OUT/device_decode_check.json"
 }
 
 wait_rows() {  # wait_rows NAME ARGS...: one train_data_wait.py run, its JSON and step logs kept
