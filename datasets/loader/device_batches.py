@@ -13,6 +13,7 @@ The main process's half (decode, crop, resize, flip on the device): datasets/loa
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -94,10 +95,12 @@ class JpegPacker:
 
     def __init__(self, pipeline, ring: BatchRing, worker: int, shared: bool, capacity: int = 0,
                  torch_random=None):
-        self.pipeline, self.ring, self.worker, self.shared = pipeline, ring, worker, shared
+        # A user transform's pipeline (user_transforms.TransformedPipeline) draws through its fused prefix
+        self.pipeline = getattr(pipeline, "base", pipeline)
+        self.ring, self.worker, self.shared = ring, worker, shared
         self.capacity = int(capacity) or _MIN_CAPACITY
         self.torch_random = torch_random
-        self.clip = bool(getattr(pipeline, "crop_edges", False))
+        self.clip = bool(getattr(self.pipeline, "crop_edges", False))
         self.host_decoded = 0
         self._reset()
 
@@ -126,7 +129,8 @@ class JpegPacker:
         refusal = device_eligible(payload)
         if refusal is None:
             header = read_header(payload)
-            drawn = device_box(self.pipeline, header.width, header.height, rng, bbox)
+            with self.torch_random if self.torch_random is not None else contextlib.nullcontext():
+                drawn = device_box(self.pipeline, header.width, header.height, rng, bbox)
             if drawn is None:
                 refusal = "steps the device path does not run"
         if refusal is not None:
