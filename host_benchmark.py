@@ -98,6 +98,10 @@ def build_parser():
     loading.add_argument("--normalization-location", choices=("host", "device", "ipu"), default=None,
                          help="host: batches are normalised float32; device (alias ipu): batches are uint8 NCHW "
                               "and the accelerator normalises. Default: host (device with --eight-bit-io)")
+    loading.add_argument("--decode-location", choices=("host", "device"), default="host",
+                         help="host: the DataLoader workers decode the JPEGs; device: the accelerator does "
+                              "(get_data(jpeg_decode='device'), nvJPEG; a CPU stand-in without CUDA), the workers "
+                              "read, verify and draw the crops (implies --normalization-location device)")
     loading.add_argument("--eight-bit-io", action="store_true",
                          help="transfer uint8 images (implies --normalization-location device)")
     loading.add_argument("--dataloader-rebatch-size", type=positive_int, default=None, metavar="N",
@@ -193,6 +197,11 @@ def parse_args(argv=None):
         if args.normalization_location == "host":
             parser.error("--eight-bit-io transfers uint8 images, which the host cannot have normalised: "
                          "drop --normalization-location host")
+        args.normalization_location = "device"
+    if args.decode_location == "device":
+        if args.normalization_location == "host":
+            parser.error("--decode-location device hands out uint8 batches on the device, which the host cannot "
+                         "have normalised: drop --normalization-location host")
         args.normalization_location = "device"
     args.normalization_location = args.normalization_location or "host"
     if args.disable_async_loading:

@@ -161,3 +161,13 @@ def test_recommend_end_to_end_matches_the_rows_of_the_same_run(compare_run):
     # The same decision from the saved report, without measuring again.
     again = run_script("host_benchmark.py", "--recommend", out, "--target-rate", 3000)
     assert again.returncode == 0 and decision["why"] in again.stdout, again.stdout + again.stderr
+
+
+def test_decode_location_is_priced_from_device_decode_rows_or_said_to_be_unmeasured():
+    assert "not measured" in decide()["decode_location"]
+    device = {**loader_row("img", 20_000.0, 7000.0, 50_000), "id": "img/device-device-decode"}
+    decision = decide(ROWS + [device], target=6000, cores=1)
+    assessed = by_format(decision)
+    assert assessed["img (JPEG decode on the device)"]["cores_needed"] == pytest.approx(6000 / 20_000)
+    assert decision["recommended"]["format"] == "img (JPEG decode on the device)"
+    assert "priced" in decision["decode_location"]

@@ -51,6 +51,16 @@ class RowPlan:
     observe: Callable | None = None
 
 
+DEVICE_DECODE_SUFFIX = "-device-decode"  # rows of get_data(jpeg_decode="device"), on a CUDA host only
+
+
+def device_decode_measurable() -> bool:
+    """Device-decode rows are measured where there is a CUDA device (the CPU stand-in is for tests, not speed)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
               normalizations=NORMALIZATIONS, loader_options: dict | None = None, size: int = IMAGE_SIZE) -> list:
     """The rows to measure, in display order: ceiling, then per format its stock baseline and its loader rows.
@@ -100,6 +110,9 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
         if jpeg and loader_decode == jpeg_crop.CROP and "device" in normalizations:
             variants.append(("device", "-pil", {**loader_options, "jpeg_decode": jpeg_crop.PIL_FULL},
                              jpeg_crop.PIL_FULL))
+        if jpeg and "device" in normalizations and device_decode_measurable():
+            # The JPEGs decoded on the accelerator (nvJPEG), the workers only reading and drawing crops.
+            variants.append(("device", DEVICE_DECODE_SUFFIX, {**loader_options, "jpeg_decode": "device"}, "device"))
         if source.format != "folder" and "device" in normalizations and loader_options.get("verify", True):
             # The same device row without the per-sample CRC32C check: what verification costs.
             variants.append(("device", NO_VERIFY, {**loader_options, "verify": False}, loader_decode if jpeg else ""))

@@ -255,7 +255,9 @@ def loader_batches(source, split, batch_size, workers, normalization, instance, 
         loader.set_epoch(epoch)
         return loader if worker_batch == batch_size else Rebatched(loader, batch_size)
 
-    return EpochBatches(epoch_loader, max_epochs=None)
+    batches = EpochBatches(epoch_loader, max_epochs=None)
+    batches.loader = loader  # its figures after the run (device_decode_ms)
+    return batches
 
 
 AUGMENTATIONS = {

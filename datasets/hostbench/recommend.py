@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from datasets.hostbench.timing import BenchmarkError
 
 ROW_PREFERENCE = ("device", "host")  # normalisation of the row that stands for a format
+DEVICE_DECODE = "device-decode"  # a JPEG format's row with the JPEGs decoded on the accelerator: a choice of its own
 LOCAL = "local"
 
 
@@ -67,7 +68,21 @@ def candidates(rows: list, bytes_per_image: dict) -> list:
                                              else 0.0)
         found.append(Candidate(fmt, row["id"], float(row["images_per_cpu_s"]), float(row["images_per_s"]),
                                int(row.get("workers") or 0), float(size), _ceiling(rows, fmt)))
+        device = by_id.get(f"{fmt}/device-{DEVICE_DECODE}")
+        if device is not None and device.get("images_per_cpu_s"):  # host cores per image with the decode moved off
+            found.append(Candidate(f"{fmt} (JPEG decode on the device)", device["id"], float(device["images_per_cpu_s"]),
+                                   float(device["images_per_s"]), int(device.get("workers") or 0), float(size),
+                                   _ceiling(rows, fmt)))
     return found
+
+
+def decode_location_note(rows: list) -> str:
+    """What the decision says of where JPEGs are decoded: priced from device-decode rows, or not measured."""
+    if any(row.get("id", "").endswith(f"/device-{DEVICE_DECODE}") and "error" not in row for row in rows):
+        return ("decode location priced: each JPEG format's device-decode row counts the host cores left to read, "
+                "verify and draw crops; the accelerator's own decode time is not in that row")
+    return ("decode on the device: not measured (no CUDA device on this host); on a GPU host, --compare adds "
+            "<format>/device-device-decode rows and this decision prices them")
 
 
 def _ceiling(rows: list, fmt: str) -> Ceiling | None:
@@ -171,6 +186,7 @@ def recommend(rows: list, *, target_rate: float, instances: int = 1, cores_per_i
         "recommended": {"format": chosen.format, "dataloader_worker": chosen.workers, "row": chosen.row,
                         "meets_target": chosen.meets_target},
         "why": why,
+        "decode_location": decode_location_note(rows),
     }
 
 
@@ -204,7 +220,7 @@ def format_recommendation(decision: dict) -> str:
             f"instances x target x KB/img; '!': the split does not fit the page cache):")
     verdict = (f"=> --format {chosen['format']} with --dataloader-worker {chosen['dataloader_worker']}"
                if chosen["meets_target"] else f"=> none reaches the target; closest: {chosen['format']}")
-    return "\n".join([head, *rows, verdict, decision["why"]])
+    return "\n".join([head, *rows, verdict, decision["why"], decision.get("decode_location", "")]).rstrip()
 
 
 def plot_recommendation(path, decision: dict) -> None:

@@ -8,6 +8,7 @@ the chart, and returns the ids of the comparison rows that failed.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
 
@@ -93,13 +94,16 @@ def measure_source(args, instance, collective) -> None:
     options = {"use_bbox_info": True} if getattr(args, "use_bbox_info", False) else {}
     if getattr(args, "no_verify", False):
         options["verify"] = False
+    if getattr(args, "decode_location", "host") == "device":
+        options["jpeg_decode"] = "device"
     if getattr(args, "cache_dir", None):
         options.update(cache_dir=args.cache_dir, cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch,
                        cache_remote_paths=args.cache_remote_paths)
-    loader = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
-                            args.normalization_location, instance, seed=args.seed,
-                            image_size=args.image_size,
-                            rebatch_size=getattr(args, "dataloader_rebatch_size", None), **options).make_iterable
+    batches = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
+                             args.normalization_location, instance, seed=args.seed,
+                             image_size=args.image_size,
+                             rebatch_size=getattr(args, "dataloader_rebatch_size", None), **options)
+    loader = batches.make_iterable
     if collective.is_reporter:
         for note in notes:
             print(f"host_benchmark: {note}", flush=True)
@@ -107,7 +111,8 @@ def measure_source(args, instance, collective) -> None:
     if collective.is_reporter:
         shown = f"{len(source)} shards of {args.imagenet_data_path}" if isinstance(source, list) else source
         print(f"host_benchmark: {shown} ({args.data}), {args.split} split, batch {args.batch_size}, "
-              f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
+              f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, JPEGs decoded on the "
+              f"{getattr(args, 'decode_location', 'host')}, "
               f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
               flush=True)
 
@@ -134,16 +139,26 @@ def measure_source(args, instance, collective) -> None:
     )
     if not collective.is_reporter:
         return
+    decode_ms = device_decode_ms(batches.loader)
+    if decode_ms is not None:
+        print(f"  device decode (decode, crop, resize of a batch, synchronised): {decode_ms:.1f} ms a batch (p50)")
     rows = []
     for result in results:
         row = {"id": f"iteration_{result['iteration']}", "label": f"iteration {result['iteration']}",
                "kind": "loader", "format": args.data, "normalization": args.normalization_location,
+               "decode": getattr(args, "decode_location", "host"), "device_decode_ms_per_batch": decode_ms,
                "workers": args.dataloader_worker, "source": str(source), "note": ""}
         row.update({k: v for k, v in result["aggregate"].items() if k != "waits_s"})
         row["instances"] = [{k: v for k, v in m.items() if k != "waits_s"} for m in result["instances"]]
         rows.append(row)
     config = config_of(args, instance, data=args.data, source=str(source), normalization=args.normalization_location)
     write_outputs(args, rows, [], config)
+
+
+def device_decode_ms(loader):
+    """The median of the decode thread's milliseconds per batch (jpeg_decode="device"), else None."""
+    times = getattr(loader, "device_decode_ms", None)
+    return statistics.median(times) if times else None
 
 
 def select_webdataset_shards(args, source, notes):
