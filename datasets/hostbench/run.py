@@ -110,6 +110,7 @@ def measure_source(args, instance, collective) -> None:
               f"{args.dataloader_worker} worker(s), {args.normalization_location} normalisation, "
               f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
               flush=True)
+        print_decode_note()
 
     def print_iteration(result):
         if not collective.is_reporter:
@@ -258,11 +259,19 @@ def compare_formats(args, instance, collective) -> list:
     return [r["id"] for r in results + cache_rows if "error" in r]
 
 
+def print_decode_note() -> None:
+    """The report's line saying that JPEGs decode whole with PIL because `_jpeg_crop` is not built, and how to fix it."""
+    if not jpeg_crop.available():
+        print(f"  note: JPEGs are decoded whole with PIL (slower), the native decoder is not built: "
+              f"{jpeg_crop.UNAVAILABLE_REASON}", flush=True)
+
+
 def print_compare_header(args, instance, sources, copies, rows) -> None:
     print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
           f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
           f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, JPEG "
           f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
+    print_decode_note()
     for source in sources:
         print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
               f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")
