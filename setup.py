@@ -3,8 +3,12 @@
 The project's metadata is in pyproject.toml; this file only adds the extension. It links the system
 libjpeg-turbo (`-ljpeg`). Where its headers are missing (or the compiler fails) the extension is left
 out with one printed line and the install still succeeds: the loader then decodes JPEGs whole with
-PIL and says so once (datasets/loader/jpeg_crop.py).
+PIL and says so once (datasets/loader/jpeg_crop.py). DATASETS_NATIVE_BUILD=0 leaves it out on purpose
+(an editable install puts the module into the checkout, where it would shadow the one `make` builds into
+.venv; tests/test_train_example.py's editable install sets it).
 """
+import os
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
@@ -34,8 +38,10 @@ class OptionalBuildExt(build_ext):
               f"libjpeg-turbo-devel) and reinstall for the fast path.")
 
 
+WANTED = os.environ.get("DATASETS_NATIVE_BUILD", "1").strip() != "0"
+
 setup(
-    ext_modules=[Extension("_jpeg_crop", [f"{NATIVE}/_jpeg_crop.c", f"{NATIVE}/resample.c"],
+    ext_modules=[] if not WANTED else [Extension("_jpeg_crop", [f"{NATIVE}/_jpeg_crop.c", f"{NATIVE}/resample.c"],
                            depends=[f"{NATIVE}/resample.h"], libraries=["jpeg"], extra_compile_args=["-O2"])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

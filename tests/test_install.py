@@ -62,8 +62,8 @@ def user_venv(tmp_path_factory):
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", venv], tmp)
     python = venv_python(venv)
-    run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
-    run([python, "-m", "pip", "install", "-q", "--no-compile", wheel], tmp)
+    run([python, "-m", "pip", "install", "-q", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
+    run([python, "-m", "pip", "install", "-q", wheel], tmp)
     return tmp, venv
 
 

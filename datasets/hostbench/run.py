@@ -16,7 +16,7 @@ from datasets.hostbench.decision import make_recommendation
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import discover_sources, source_bytes_per_image, webdataset_shards
+from datasets.hostbench.sources import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
@@ -179,12 +179,15 @@ def select_webdataset_shards(args, source, notes):
 
 def compare_formats(args, instance, collective) -> list:
     """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
-    sources = discover_sources(args.compare)
+    try:
+        sources = discover_sources(args.compare)
+    except NothingToCompare as error:
+        raise CannotStart(str(error)) from None
     if args.formats:
         wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
         unknown = sorted(set(wanted) - {s.format for s in sources})
         if unknown:
-            raise BenchmarkError(
+            raise CannotStart(
                 f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
