@@ -177,8 +177,8 @@ def select_webdataset_shards(args, source, notes):
     return shards if percentage < 100 else source
 
 
-def compare_formats(args, instance, collective) -> list:
-    """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
+def compared_sources(args) -> list:
+    """The sources in --compare DIR, those of --formats only; CannotStart (exit 2) when DIR or --formats finds none."""
     try:
         sources = discover_sources(args.compare)
     except NothingToCompare as error:
@@ -191,6 +191,12 @@ def compare_formats(args, instance, collective) -> list:
                 f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
+    return sources
+
+
+def compare_formats(args, instance, collective) -> list:
+    """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
+    sources = compared_sources(args)
     loader_options = {"verify": False} if getattr(args, "no_verify", False) else None
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
                      size=args.image_size, loader_options=loader_options)
