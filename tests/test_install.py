@@ -131,3 +131,8 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
     notes = [line for line in loaded.stderr.splitlines() if PIL_NOTE in line]
     assert len(notes) == 1, loaded.stderr  # once, for two loaders
     assert "libjpeg-turbo" in notes[0]
+    # host_benchmark's report says it too.
+    report = run([second / "bin" / "host-benchmark", "--data", "imagenet", "--imagenet-data-path", "source",
+                  "--batches", 1, "--warmup-batches", 1, "--batch-size", 2, "--iterations", 1,
+                  "--dataloader-worker", 0, "--image-size", 32], tmp_path)
+    assert f"note: {PIL_NOTE}" in report.stdout, report.stdout
