@@ -8,6 +8,9 @@ transform and `datasets.ImageFolder` then work. The C++ image ops
 (`torchvision.io.decode_jpeg`, `nms` itself) stay unavailable, which is why this
 project decodes with PIL (pillow-simd).
 
+In .venv, scripts/setup_venv.sh also installs that fix as a lazy import hook (datasets/torchvision_hook.py),
+so a script whose first line is `import torchvision` works there too.
+
 Everything in the project gets torchvision from here:
     from datasets.torchvision_cpu import torchvision, transforms, transforms_v2
 """
@@ -15,41 +18,28 @@ Everything in the project gets torchvision from here:
 import importlib
 import sys
 
-import torch
+import torch  # noqa: F401 (torchvision needs it first; the schemas are defined in it)
 
-_MISSING_OP = "operator torchvision::nms does not exist"
-_SCHEMAS = {
-    "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-    "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-}
-# Kept alive for the life of the process: a torch.library.Library unregisters its
-# definitions when it is garbage-collected.
-_schema_library = None
-schemas_defined = False
-
-
-def _define_missing_schemas():
-    global _schema_library, schemas_defined
-    _schema_library = torch.library.Library("torchvision", "DEF")
-    for schema in _SCHEMAS.values():
-        _schema_library.define(schema)
-    schemas_defined = True
+from datasets import torchvision_hook
 
 
 def _import_torchvision():
     try:
         return importlib.import_module("torchvision")
     except RuntimeError as error:
-        if _MISSING_OP not in str(error):
+        if torchvision_hook.MISSING_OP not in str(error):
             raise
     # Only for that one failure: drop the half-imported modules and try again.
-    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-        del sys.modules[name]
-    _define_missing_schemas()
+    torchvision_hook.drop_torchvision_modules()
+    torchvision_hook.define_missing_schemas()
     return importlib.import_module("torchvision")
 
 
 torchvision = _import_torchvision()
+# Whether the fix was needed: defined just now, or before by .venv's import hook (datasets/torchvision_hook.py,
+# installed by scripts/setup_venv.sh as _torchvision_schema_hook) when a script imported torchvision first.
+schemas_defined = torchvision_hook.schemas_defined or getattr(sys.modules.get(torchvision_hook.MODULE),
+                                                              "schemas_defined", False)
 from torchvision import transforms  # noqa: E402
 from torchvision.transforms import v2 as transforms_v2  # noqa: E402
 

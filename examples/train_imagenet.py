@@ -73,6 +73,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 from datasets.hostbench.timing import CpuMeter  # noqa: E402
 from datasets.launcher import LauncherError, detect_instance  # noqa: E402
 from datasets.loader import get_data  # noqa: E402
+from datasets.loader.sources import SourceError  # noqa: E402
 from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
 from datasets.normalization import NormalizeOnDevice  # noqa: E402
 from datasets.torchvision_cpu import torchvision  # noqa: E402
@@ -121,7 +122,26 @@ def parse_args(argv=None):
         p.error("--batch-size must be >= 1, --workers >= 0, --image-size >= 8")
     if args.arch not in torchvision.models.list_models(module=torchvision.models):
         p.error(f"--arch {args.arch}: not a torchvision classification model")
+    prepare_output_paths(args)
     return args
+
+
+def prepare_output_paths(args) -> None:
+    """Create the folders the output options write into (every rank may; exist_ok), or exit 2 in one line."""
+    folders = {"--keys-log": args.keys_log, "--ledger": args.ledger}
+    files = {"--step-log": args.step_log, "--checkpoint": args.checkpoint}
+    wanted = [(option, Path(path)) for option, path in folders.items() if path]
+    wanted += [(option, Path(path).parent) for option, path in files.items() if path]
+    for option, folder in wanted:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            fail(f"{option}: {folder} exists and is not a folder")
+        except OSError as error:
+            fail(f"{option}: cannot create the folder {folder}: {error.strerror or error}")
+    for option, path in files.items():
+        if path and Path(path).is_dir():
+            fail(f"{option} {path}: is a folder; give a file name")
 
 
 def setup_distributed():
@@ -369,6 +389,8 @@ def main(argv=None) -> int:
         fail(str(error))
     try:
         train_loop(args, instance, device)
+    except SourceError as error:  # no such path, no dataset there: a usage problem, as in the other commands
+        fail(str(error))
     except (OSError, ValueError) as error:
         fail(f"{type(error).__name__}: {error}", 1)
     finally:

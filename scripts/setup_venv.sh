@@ -58,3 +58,8 @@ fi
 rm -rf native/jpeg_crop/build native/jpeg_crop/*.egg-info
 echo "$jpeg_decode" > "$VENV/.jpeg-decode"
 say "ACTIVE JPEG TRAIN DECODE: $jpeg_decode"
+
+# `import torchvision` as a script's first line: the schema fix of datasets/torchvision_cpu.py as a lazy import
+# hook in site-packages (a .pth line registers a finder; torch is imported only when torchvision is).
+say "installing the torchvision import hook (datasets/torchvision_hook.py)"
+"$PY" datasets/torchvision_hook.py "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

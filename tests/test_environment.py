@@ -1,5 +1,6 @@
 """The installed stack is the one the project pins, with pillow-simd as the active PIL."""
 
+import os
 import re
 import subprocess
 import sys
@@ -79,3 +80,41 @@ def test_no_module_imports_torchvision_directly():
 def test_second_setup_run_reinstalls_nothing():
     result = subprocess.run(["make", "-q", "venv"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, "make considers the environment out of date: a second run would reinstall"
+
+
+def test_import_torchvision_first_works_with_the_setup_s_import_hook(tmp_path):
+    """scripts/setup_venv.sh's hook step, run against a throwaway venv that reaches the pinned stack through a .pth
+    (so .venv is not touched): `import torchvision` as a fresh interpreter's first line works, and nothing is
+    imported at start-up. The schemas are defined exactly where the plain import fails (this mismatched pair)."""
+    import sysconfig
+
+    env_dir = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+    python = str(env_dir / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site) / "pinned-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(*command, **extra):
+        return subprocess.run([*command], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env={**env, **extra})
+
+    plain = run(python, "-c", "import torchvision")
+    needed = plain.returncode != 0
+    assert not needed or "operator torchvision::nms does not exist" in plain.stderr, plain.stderr
+    installed = run(python, str(REPO / "datasets" / "torchvision_hook.py"), site)  # the setup script's command
+    assert installed.returncode == 0, installed.stderr
+
+    start = run(python, "-c", "import sys, _torchvision_schema_hook as h; "
+                              "print('torch' in sys.modules, any(isinstance(f, h.TorchvisionFinder) for f in sys.meta_path))")
+    assert start.stdout.split() == ["False", "True"], start.stderr
+    first = run(python, "-c", "import torchvision; import torchvision.transforms.v2; import sys; "
+                              "print(sys.modules['_torchvision_schema_hook'].schemas_defined, "
+                              "torchvision.transforms.v2.RandomResizedCrop(8).size)")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.split() == [str(needed), "(8,"] + ["8)"], first.stdout
+    # The project's own import path after a first `import torchvision`, as a training script does it.
+    project = run(python, "-c", "import torchvision; from datasets.torchvision_cpu import schemas_defined, transforms_v2; "
+                                "print(schemas_defined)", PYTHONPATH=str(REPO))
+    assert project.returncode == 0 and project.stdout.split() == [str(needed)], project.stderr

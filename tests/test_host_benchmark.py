@@ -273,6 +273,15 @@ def test_a_goal_pairs_each_round_with_its_reference_rows_round():
     assert goal["ratio"] == pytest.approx(1.0) and "rounds_paired" not in goal
 
 
+def test_compare_of_a_folder_without_a_dataset_exits_2_in_one_line(tmp_path):
+    """A folder holding no dataset is a wrong path, as a missing one: exit 2, one line (issue 32)."""
+    (tmp_path / "notes.txt").write_text("no dataset here\n")
+    result = run_script("host_benchmark.py", "--compare", tmp_path, "--batches", 1)
+    errors = [line for line in result.stderr.splitlines() if "warning:" not in line]
+    assert result.returncode == 2, result.stderr
+    assert len(errors) == 1 and "found no image folder" in errors[0] and str(tmp_path) in errors[0], result.stderr
+
+
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
     from datasets.hostbench.timing import BenchmarkError
     from datasets.hostbench.comparison import plan_rows
@@ -365,7 +374,7 @@ def test_compare_with_a_format_filter(filtered_compare_run, compare_dir):
     assert {goal["status"] for goal in report["goals"] if goal["goal"] not in measured} == {"not measured"}
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"] if goal["goal"] in measured)
     bad = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "tfrecord", "--batches", 1)
-    assert bad.returncode == 1 and "tfrecord not found" in bad.stderr
+    assert bad.returncode == 2 and "tfrecord not found" in bad.stderr  # a wrong argument, as a wrong path
 
 
 def test_generated_data_prints_the_reference_line_per_iteration(tmp_path):

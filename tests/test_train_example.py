@@ -152,7 +152,8 @@ def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "pinned-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # No native build: an editable install would put _jpeg_crop into the checkout, over .venv's (setup.py)
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "DATASETS_NATIVE_BUILD": "0"}
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                               "--no-index", "-e", str(REPO)], capture_output=True, text=True, env=env,
                              timeout=300, cwd=tmp_path)
@@ -170,3 +171,35 @@ def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
     last = shadowed.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: `datasets` is another package of that name"), shadowed.stderr
     assert str(site / "datasets") in last and str(REPO / "datasets") in last
+
+
+def test_a_missing_dataset_is_one_line_and_exit_2(tmp_path):
+    """--data naming no dataset: one line naming it, exit 2, as every other command (issue 32)."""
+    missing = tmp_path / "no" / "such" / "path"
+    result = subprocess.run([PYTHON, str(SCRIPT), "--data", str(missing), "--arch", "resnet18", "--workers", "0",
+                             "--no-val", "--checkpoint", str(tmp_path / "c.pt")], capture_output=True, text=True,
+                            timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and str(missing) in result.stderr, result.stderr
+
+
+def test_every_output_path_gets_its_folder_or_one_line(converted, tmp_path, capsys):
+    """--keys-log, --ledger (folders), --step-log and --checkpoint (files) in folders that do not exist yet are
+    created; a folder option naming a file is one line and exit 2."""
+    import torch
+
+    out = tmp_path / "new"
+    options = ["--data", str(converted("img")), "--arch", "resnet18", "--image-size", "32", "--batch-size", "4",
+               "--workers", "0", "--no-val", "--max-steps", "1", "--epochs", "1", "--checkpoint-every", "1"]
+    with torch.random.fork_rng():  # main() seeds torch's generator
+        assert load_example().main([*options, "--keys-log", str(out / "keys"), "--ledger", str(out / "ledger"),
+                                    "--step-log", str(out / "steps" / "s.jsonl"),
+                                    "--checkpoint", str(out / "ckpt" / "c.pt")]) == 0
+    assert (out / "keys" / "rank0.jsonl").is_file() and (out / "steps" / "s.jsonl").is_file()
+    assert list((out / "ledger").glob("epoch0-rank0.json")) and (out / "ckpt" / "c.pt").is_file()
+    capsys.readouterr()
+    (tmp_path / "a-file").write_text("")
+    with torch.random.fork_rng(), pytest.raises(SystemExit) as exited:
+        load_example().main([*options, "--keys-log", str(tmp_path / "a-file"), "--checkpoint", str(out / "c2.pt")])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.strip().count("\n") == 0 and "--keys-log" in err, err

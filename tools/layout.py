@@ -26,6 +26,7 @@ FUNCTION_LINES = 80
 
 # Bottom to top. Units in one tuple are peers and must not import each other.
 LAYERS = [
+    ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
     ("fileio", "layout", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "steps", "balance"),  # the data model: sample index, steps, share policies
@@ -39,6 +40,7 @@ LAYERS = [
     ("loader",),
     ("sample", "upload", "inspect", "tar_tools", "ledger", "same_as"),  # tools over the library
     ("hostbench", "demo", "cli_args"),  # applications
+    ("cli",),  # the commands (top-level scripts, console entry points)
 ]
 
 

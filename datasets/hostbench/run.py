@@ -17,7 +17,7 @@ from datasets.hostbench.decision import make_recommendation
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import discover_sources, source_bytes_per_image, webdataset_shards
+from datasets.hostbench.sources import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
@@ -115,6 +115,7 @@ def measure_source(args, instance, collective) -> None:
               f"{getattr(args, 'decode_location', 'host')}, "
               f"{args.warmup_batches} warm-up batches, then {limit_text(args)} per iteration; {instance.describe()}",
               flush=True)
+        print_decode_note()
 
     def print_iteration(result):
         if not collective.is_reporter:
@@ -191,17 +192,26 @@ def select_webdataset_shards(args, source, notes):
     return shards if percentage < 100 else source
 
 
-def compare_formats(args, instance, collective) -> list:
-    """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
-    sources = discover_sources(args.compare)
+def compared_sources(args) -> list:
+    """The sources in --compare DIR, those of --formats only; CannotStart (exit 2) when DIR or --formats finds none."""
+    try:
+        sources = discover_sources(args.compare)
+    except NothingToCompare as error:
+        raise CannotStart(str(error)) from None
     if args.formats:
         wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
         unknown = sorted(set(wanted) - {s.format for s in sources})
         if unknown:
-            raise BenchmarkError(
+            raise CannotStart(
                 f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
                 f"(found: {', '.join(s.format for s in sources)})")
         sources = [s for s in sources if s.format in wanted]
+    return sources
+
+
+def compare_formats(args, instance, collective) -> list:
+    """Every format in --compare DIR against the ceiling and the baselines: table, goals; the failed rows' ids."""
+    sources = compared_sources(args)
     loader_options = {"verify": False} if getattr(args, "no_verify", False) else None
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
                      size=args.image_size, loader_options=loader_options)
@@ -270,7 +280,24 @@ def compare_formats(args, instance, collective) -> list:
                                           for c in copies])
     decision = make_recommendation(args, results, config) if getattr(args, "recommend", None) is not None else None
     write_outputs(args, results + cache_rows, goals, config, decision)
-    return [r["id"] for r in results + cache_rows if "error" in r]
+    return failed_rows(results + cache_rows)
+
+
+def failed_rows(rows) -> list:
+    """The ids of rows that failed. A stock baseline whose library is not installed (an optional extra of the
+    pip package) is not a failure: the table names the missing module, and one line says how to add it."""
+    unmet = [r for r in rows if r.get("kind") == "baseline" and str(r.get("error", "")).startswith("ModuleNotFoundError")]
+    if unmet:
+        print(f"note: {len(unmet)} baseline row(s) not measured, their library is not installed "
+              f"(pip install 'imagenet-shards[formats]' adds them)")
+    return [r["id"] for r in rows if "error" in r and r not in unmet]
+
+
+def print_decode_note() -> None:
+    """The report's line saying that JPEGs decode whole with PIL because `_jpeg_crop` is not built, and how to fix it."""
+    if not jpeg_crop.available():
+        print(f"  note: JPEGs are decoded whole with PIL (slower), the native decoder is not built: "
+              f"{jpeg_crop.UNAVAILABLE_REASON}", flush=True)
 
 
 def print_compare_header(args, instance, sources, copies, rows) -> None:
@@ -278,6 +305,7 @@ def print_compare_header(args, instance, sources, copies, rows) -> None:
           f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
           f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, JPEG "
           f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
+    print_decode_note()
     for source in sources:
         print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "
               f"{source.bytes_per_image.get(args.split, 0) / 1e3:,.1f} KB/image stored)")

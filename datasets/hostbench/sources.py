@@ -52,6 +52,10 @@ class BenchmarkSource:
         return self.format if self.name in ("", self.format) else f"{self.format} ({self.path.name})"
 
 
+class NothingToCompare(BenchmarkError):
+    """--compare DIR holds no dataset: a wrong path (exit 2), not bad data."""
+
+
 def list_folder_images(folder: Path) -> list:
     """(path, class index) for every image under `folder`/<class>/, classes in sorted order."""
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
@@ -111,7 +115,7 @@ def discover_sources(directory) -> list:
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise BenchmarkError(f"{directory}: not a directory (--compare expects the folder holding the source "
+        raise NothingToCompare(f"{directory}: not a directory (--compare expects the folder holding the source "
                              f"folder and its converted forms)")
     candidates = [directory] + sorted(p for p in directory.iterdir() if p.is_dir())
     found = []
@@ -127,7 +131,7 @@ def discover_sources(directory) -> list:
             continue
         found.append(source)
     if not found:
-        raise BenchmarkError(
+        raise NothingToCompare(
             f"{directory}: found no image folder (train/ or validation/ of class folders) and no converted "
             f"dataset ({METADATA_FILE}) in it or its subdirectories"
         )

@@ -71,6 +71,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
+from datasets.loader import jpeg_crop
 from datasets.loader.batch_ring import BatchBuilder, BatchRing, RingMessage, SharedFlags, labels_tensor
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, SubOrder, augment_rng, buffer_order, identity as resume_identity, in_order,
@@ -655,6 +656,8 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
         check_device_pipeline(pipeline)
     for note in notes:
         warnings.warn(f"{resolved.description}: {note}", stacklevel=2)
+    if getattr(pipeline, "decode_path", None) == jpeg_crop.PIL_FULL:
+        jpeg_crop.note_unavailable_once()  # one log line per process when _jpeg_crop is not built
     skipped_steps = resolved.stored_steps[:2 - len(pipeline.steps)] if len(pipeline.steps) < 2 else []
     dataset = ImageStream(resolved, split, batch_size, instance, train=train, policy=policy, seed=seed,
                           epoch=epoch, shuffle=shuffle, drop_last=drop_last, pipeline=pipeline,

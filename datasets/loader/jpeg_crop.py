@@ -26,6 +26,7 @@ paths with PIL's whole outputs.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -39,9 +40,21 @@ try:
     import _jpeg_crop as _native
 except ImportError as error:  # not built: the loader decodes whole images with PIL
     _native = None
-    UNAVAILABLE_REASON = f"{error} (scripts/setup_venv.sh builds it from native/jpeg_crop/)"
+    UNAVAILABLE_REASON = (f"{error}: `pip install .` builds it where libjpeg-turbo's headers are installed "
+                          f"(libjpeg62-turbo-dev, libjpeg-turbo8-dev or libjpeg-turbo-devel); make builds it into .venv")
 else:
     UNAVAILABLE_REASON = ""
+_noted = False
+
+
+def note_unavailable_once() -> None:
+    """Say once per process, in one log line, that JPEGs decode whole with PIL because `_jpeg_crop` is missing."""
+    global _noted
+    if _native is None and not _noted:
+        _noted = True
+        logging.getLogger(__name__).warning(
+            "datasets: JPEGs are decoded whole with PIL (slower): the native decoder is not built (%s)",
+            UNAVAILABLE_REASON)
 
 FORCE_ENV = "DATASETS_JPEG_DECODE"  # "pil": decode whole images with PIL even where _jpeg_crop is built
 CROP, PIL_FULL = "crop", "pil"

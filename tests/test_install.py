@@ -1,0 +1,138 @@
+"""The one-step install (issue 32): `pip wheel` of this checkout into a fresh venv with stock Pillow.
+
+As in a user's training environment, torch 2.13.0 (the CPU wheel in /opt/wheels) and torchvision 0.28.0
+are installed first (--no-deps), then the project's wheel, which pulls stock Pillow and the rest. pip's
+cache is reused: the venv is built in about a minute. One venv per test process (module fixture).
+
+  * with libjpeg-turbo's headers the wheel carries `_jpeg_crop`, the loader's decode path is "crop", and
+    the installed commands run the smoke path: sample -> convert -> validate -> get_data -> --compare;
+  * with the headers hidden (an include directory first on the path whose jpeglib.h stops the compiler,
+    as a missing header does) the build still succeeds without `_jpeg_crop`, says so in one line, and
+    the loader says once, in one line, that it decodes with PIL.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TORCH_WHEELS = sorted(glob.glob("/opt/wheels/torch-2.13.0+cpu-*.whl"))
+PIL_NOTE = "JPEGs are decoded whole with PIL"
+BUILD_NOTE = "_jpeg_crop (native JPEG region decoder) not built"
+COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
+                                     "benchmark-output", ".pytest_cache")
+
+pytestmark = pytest.mark.skipif(not TORCH_WHEELS, reason="needs the torch 2.13.0 CPU wheel in /opt/wheels")
+
+
+def run(command, cwd, env=None, timeout=600):
+    """Run outside the checkout, without PYTHONPATH: what is imported is what was installed."""
+    full_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    full_env.update(env or {})
+    result = subprocess.run([str(c) for c in command], cwd=cwd, env=full_env, capture_output=True, text=True,
+                            timeout=timeout)
+    assert result.returncode == 0, f"{command}: exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def build_wheel(tmp: Path, name: str, env=None) -> tuple:
+    """`pip wheel --no-deps` of a fresh copy of the checkout (an in-tree build leaves build/ behind, and a
+    second build must not reuse the first one's objects) -> (wheel path, pip's output)."""
+    copy = tmp / f"{name}-checkout"
+    shutil.copytree(REPO, copy, ignore=COPY_IGNORE, symlinks=True)
+    result = run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", tmp / name, copy], tmp, env)
+    (wheel,) = (tmp / name).glob("imagenet_shards-*.whl")
+    return wheel, result.stdout + result.stderr
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def user_venv(tmp_path_factory):
+    """A venv as a user's: torch and torchvision first (--no-deps), then the project's wheel with its deps."""
+    tmp = tmp_path_factory.mktemp("install")
+    wheel, _ = build_wheel(tmp, "wheel")
+    venv = tmp / "venv"
+    run([sys.executable, "-m", "venv", venv], tmp)
+    python = venv_python(venv)
+    run([python, "-m", "pip", "install", "-q", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
+    run([python, "-m", "pip", "install", "-q", wheel], tmp)
+    return tmp, venv
+
+
+def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
+    tmp, venv = user_venv
+    python, bin_dir = venv_python(venv), venv / "bin"
+    probe = ("import PIL, _jpeg_crop; from datasets.loader import jpeg_crop; "
+             "from datasets.torchvision_cpu import torchvision, transforms_v2; "
+             "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__)")
+    decode, pil_version, _ = run([python, "-c", probe], tmp).stdout.split()
+    assert decode == "crop"
+    assert "post" not in pil_version  # stock Pillow, as pip pulled it (pillow-simd versions end .postN)
+
+    work = tmp / "smoke"
+    work.mkdir()
+    run([bin_dir / "sample-imagenet", "--out", "cmp/source", "--classes", 2, "--train-per-class", 6,
+         "--val-per-class", 2, "--layout", "folder", "--workers", 1], work)
+    run([bin_dir / "create-webdataset", "--source", "cmp/source", "--target", "cmp/img", "--workers", 1,
+         "--no-progress", "--samples-per-shard", 4], work)
+    assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
+    load = ("from datasets.loader import get_data; loader = get_data('cmp/img', 'train', batch_size=4, image_size=64); "
+            "images, labels = next(iter(loader)); print(tuple(images.shape), len(labels))")
+    loaded = run([python, "-c", load], work)
+    assert loaded.stdout.split("\n")[0] == "(4, 3, 64, 64) 4"
+    assert PIL_NOTE not in loaded.stderr
+    compared = run([bin_dir / "host-benchmark", "--compare", "cmp", "--formats", "img", "--batches", 1,
+                    "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 0, "--image-size", 64,
+                    "--json", "compare.json"], work)
+    assert "img, device normalisation, crop decode" in compared.stdout
+    assert (work / "compare.json").is_file()
+
+
+def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_uses_pil(user_venv, tmp_path):
+    tmp, venv = user_venv
+    hidden = tmp_path / "include"
+    hidden.mkdir()
+    (hidden / "jpeglib.h").write_text("#error jpeglib.h hidden by tests/test_install.py\n")
+    wheel, output = build_wheel(tmp_path, "wheel", env={"CFLAGS": f"-I{hidden}"})
+    assert [line for line in output.splitlines() if BUILD_NOTE in line], output[-3000:]
+
+    # A second venv holding the first one's packages (hard links: seconds, not a second torch install) but not
+    # the project, which pip then installs from the wheel built without the headers.
+    second = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", second], tmp_path)
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    target = second / site.relative_to(venv)
+    for entry in site.iterdir():
+        if entry.name.startswith(("datasets", "_jpeg_crop", "imagenet_shards")):
+            continue
+        destination = target / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, destination, copy_function=os.link, symlinks=True)
+        else:
+            os.link(entry, destination)
+    python = venv_python(second)
+    run([python, "-m", "pip", "install", "-q", "--no-deps", wheel], tmp_path)
+    assert not list(target.glob("_jpeg_crop*"))
+
+    run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
+         "--val-per-class", 1, "--layout", "folder", "--workers", 1], tmp_path)
+    load = ("from datasets.loader import get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
+            "[next(iter(get_data('source', 'train', batch_size=2, image_size=32))) for _ in range(2)]")
+    loaded = run([python, "-c", load], tmp_path)
+    assert loaded.stdout.split() == ["pil"]
+    notes = [line for line in loaded.stderr.splitlines() if PIL_NOTE in line]
+    assert len(notes) == 1, loaded.stderr  # once, for two loaders
+    assert "libjpeg-turbo" in notes[0]
+    # host_benchmark's report says it too.
+    report = run([second / "bin" / "host-benchmark", "--data", "imagenet", "--imagenet-data-path", "source",
+                  "--batches", 1, "--warmup-batches", 1, "--batch-size", 2, "--iterations", 1,
+                  "--dataloader-worker", 0, "--image-size", 32], tmp_path)
+    assert f"note: {PIL_NOTE}" in report.stdout, report.stdout
