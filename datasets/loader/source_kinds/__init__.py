@@ -2,7 +2,7 @@
 
     from datasets.loader.source_kinds import get_source_kind
     kind = get_source_kind(source.kind)             # a datasets.loader.source_kinds.base.SourceKind
-    for item, shard, label, payload, payload_kind, error in kind.raw_samples(stream, items):
+    for item, shard, label, payload, payload_kind, error in kind.raw_samples(context, items):
         ...
 
 loader/sources.py resolves what a `source` argument names into a Source whose `kind` is a key
@@ -13,7 +13,7 @@ for the contract) and one entry in `SOURCE_KINDS`; no loader change.
 
 from __future__ import annotations
 
-from datasets.loader.source_kinds.base import Boxed, SourceKind
+from datasets.loader.source_kinds.base import Boxed, ReadContext, SourceKind
 from datasets.loader.source_kinds.cifar10 import CIFAR10
 from datasets.loader.source_kinds.folder import FOLDER
 from datasets.loader.source_kinds.shards import SHARDS
@@ -33,5 +33,5 @@ def get_source_kind(name) -> SourceKind:
         raise UnknownSourceKindError(f"unknown source kind {name!r} (known: {', '.join(SOURCE_KINDS)})") from None
 
 
-__all__ = ["Boxed", "CIFAR10", "FOLDER", "SHARDS", "SOURCE_KINDS", "SYNTHETIC", "SourceKind", "UnknownSourceKindError",
+__all__ = ["Boxed", "CIFAR10", "FOLDER", "ReadContext", "SHARDS", "SOURCE_KINDS", "SYNTHETIC", "SourceKind", "UnknownSourceKindError",
            "get_source_kind"]

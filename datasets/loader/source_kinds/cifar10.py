@@ -8,8 +8,8 @@ from datasets.loader.payloads.tensor import ARRAY
 from datasets.loader.source_kinds.base import SourceKind
 
 
-def _raw_samples(stream, items):
-    images, labels = stream.source.arrays
+def _raw_samples(context, items):
+    images, labels = context.source.arrays
     for item in items:
         yield item, "cifar10", int(labels[item]), images[item], ARRAY.name, None
 

@@ -6,7 +6,7 @@ from datasets.loader.payloads.image import ENCODED
 from datasets.loader.source_kinds.base import SourceKind
 
 
-def _raw_samples(stream, items):
+def _raw_samples(context, items):
     for item in items:
         try:
             with open(item.path, "rb") as handle:

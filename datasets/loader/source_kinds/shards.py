@@ -51,41 +51,41 @@ def _row_runs(columns, rows, locate):
                      int(end[last - 1]))
 
 
-def _raw_samples(stream, items):
-    source, columns = stream.source, stream.columns
+def _raw_samples(context, items):
+    source, columns = context.source, context.columns
     # use_bbox_info: the box from the index when it has the column (no json member to read);
     # otherwise (old indexes, shards scanned without one) from each sample's json.
-    boxes_indexed = stream.use_bbox_info and columns.has_boxes
+    boxes_indexed = context.use_bbox_info and columns.has_boxes
     cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache/), or None
     if cache is not None:
         cache.plan_rows(columns, items, source.locate)  # what it prefetches (cache_prefetch)
     # Items are rows of the columnar index; a run's records are built as it is read, where needed.
     for row_run in _row_runs(columns, items, source.locate):
         rows = row_run.rows
-        samples = _local_row_samples(stream, row_run) if cache is None else None
+        samples = _local_row_samples(context, row_run) if cache is None else None
         if samples is not None:
             yield from samples
             continue
         run = row_run.run()
         if cache is not None and cache.covers(run):  # read from the cache, or while filling it
-            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
+            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(context, rows[first:], part,
                                                                                         boxes_indexed))
         else:
-            yield from _run_samples(stream, rows, run, boxes_indexed)
+            yield from _run_samples(context, rows, run, boxes_indexed)
 
 
-def _local_row_samples(stream, row_run):
+def _local_row_samples(context, row_run):
     """The raw sample tuples of a local run read straight from the columns (no record built), or
     None where that path does not apply (a remote shard, boxes asked for, sha256-era indexes, a
     format without `read_payload_rows`)."""
-    source, columns = stream.source, stream.columns
-    if stream.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
+    source, columns = context.source, context.columns
+    if context.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
         return None
     fmt = source.shard_format or format_for_location(row_run.location)
     payloads = fmt.read_payload_rows(row_run.location, columns, row_run.rows)
     if payloads is None:
         return None
-    return _checked_row_samples(payloads, columns, stream.verify)
+    return _checked_row_samples(payloads, columns, context.verify)
 
 
 def _checked_row_samples(payloads, columns, verify):
@@ -101,9 +101,9 @@ def _checked_row_samples(payloads, columns, verify):
         yield row, shard_names[shard_ids[row]], int(labels[row]), payload, kind, error
 
 
-def _run_samples(stream, rows, run, boxes_indexed):
+def _run_samples(context, rows, run, boxes_indexed):
     """The raw sample tuples of one run of a shard (`rows`: its rows of the columnar index)."""
-    source, verify, use_bbox_info, columns = stream.source, stream.verify, stream.use_bbox_info, stream.columns
+    source, verify, use_bbox_info, columns = context.source, context.verify, context.use_bbox_info, context.columns
     fmt = source.shard_format or format_for_location(run.location)
     payloads = fmt.read_payloads(run) if reads_locally(run) else None
     if payloads is not None:  # the format reads a local run straight from the index

@@ -21,13 +21,13 @@ def synthetic_pool(shape, seed: int, count: int = 16) -> np.ndarray:
 @functools.lru_cache(maxsize=4)  # one pool per (shape, seed) in each process: made once, read-only after
 def _pool(shape, seed: int) -> np.ndarray:
     pool = synthetic_pool(shape, seed)
-    pool.setflags(write=False)  # shared by every stream of this process
+    pool.setflags(write=False)  # shared by every context of this process
     return pool
 
 
-def _raw_samples(stream, items):
-    source = stream.source
-    pool = _pool(tuple(source.synthetic_shape), stream.seed)
+def _raw_samples(context, items):
+    source = context.source
+    pool = _pool(tuple(source.synthetic_shape), context.seed)
     for item in items:
         yield item, "synthetic", item % source.synthetic_classes, pool[item % len(pool)], ARRAY.name, None
 
