@@ -18,7 +18,8 @@ import numpy as np
 from datasets.launcher import Instance
 from datasets.loader.batch_ring import SharedFlags
 from datasets.loader.resume import SubOrder, plan_segment
-from datasets.loader.share_plan import epoch_order, epoch_sequence, plan_instance, plan_own_share
+from datasets.loader.share_plan import epoch_order, plan_instance, plan_own_share
+from datasets.loader.source_kinds import get_source_kind
 from datasets.loader.sources import Source, load_own_share
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,7 @@ class EpochPlanner:
         """The epoch's global sequence (what the instances' plans deal), or None for a repartition."""
         if self.own_share is not None:
             return None
-        if self.source.columns is not None:
-            return epoch_order(*self.source.columns.group_ranges(), self.seed, epoch, self.shuffle)
-        return epoch_sequence(self.source.groups, self.seed, epoch, self.shuffle)
+        return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
 
     def _make_plan(self, epoch):
         if self.own_share is not None:

@@ -77,7 +77,7 @@ from datasets.loader.resume import (Segment, identity as resume_identity, load a
                                     write_ledger)
 from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
-from datasets.loader.source_kinds import ReadContext, get_source_kind
+from datasets.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from datasets.loader.sources import resolve_source
 from datasets.loader.user_transforms import build_pipeline
 from datasets.shard_cache import open_cache, warn_cache_problems
@@ -203,8 +203,8 @@ class ImageLoader:
         each instance delivered, in order, per segment (the earlier ones of a resume included),
         derived from the plan and progress. `python -m datasets.ledger verify` checks a run's ledgers."""
         identity, segment = self._identity_and_segment()
-        keys_of = self.dataset.read_loop.context.keys_of
-        return write_ledger(path, self.planner, keys_of, self._live, self.source_argument, identity, segment)
+        return write_ledger(path, self.planner, self.dataset.read_loop.context, self._live, self.source_argument,
+                            identity, segment)
 
     def _dataloader(self) -> DataLoader:
         options = {}
@@ -224,7 +224,7 @@ class ImageLoader:
         dataset, planner = self.dataset, self.planner
         epoch = planner.epoch
         plan = planner.plan(epoch)
-        keys_of = dataset.read_loop.context.keys_of
+        keys_of = functools.partial(source_keys, dataset.read_loop.context)
         report = EpochReport(
             epoch, self.instance.index, self.instance.count, planner.split, planner.source.description,
             plan.policy, planner.manifest, self.samples_per_epoch, plan.batches,

@@ -75,18 +75,18 @@ class ReadLoop:
         progress = builder.progress = [logical, first_batch, position]
         rng = self._augment_rng(tag, first_batch)
         good = []
-        key_of = self.context.key_of
+        context, key = self.context, self.kind.key
         for item, shard, label, payload, kind, error in raw:
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder.slot(), rng)
             if error is not None:
-                self._bad(report, key_of(item), shard, error)
+                self._bad(report, key(context, item), shard, error)
                 continue
             if len(good) < GOOD_KEPT:
                 good.append(item)
             report.samples += 1
-            if builder.add(label, key_of(item)):
+            if builder.add(label, key(context, item)):
                 report.batches += 1
                 progress[1] += 1
                 yield builder.emit()
@@ -119,16 +119,16 @@ class ReadLoop:
                 f"there is no sample to repeat in their place"
             )
         missing = [s.key for s in report.skipped][-deficit:]
-        key_of = self.context.key_of
+        context, key = self.context, self.kind.key
         for n in range(deficit):
             item = good[n % len(good)]
             for _, shard, label, payload, kind, error in self._raw_samples([item]):
                 error = error or self._process(kind, payload, builder.slot(), rng)
                 if error is not None:
-                    raise SampleError(f"{shard}: sample {key_of(item)!r} failed when read again: {error}")
-                report.substituted.append((missing[n], key_of(item)))
+                    raise SampleError(f"{shard}: sample {key(context, item)!r} failed when read again: {error}")
+                report.substituted.append((missing[n], key(context, item)))
                 report.samples += 1
-                if builder.add(label, key_of(item)):
+                if builder.add(label, key(context, item)):
                     report.batches += 1
                     builder.progress[1] += 1
                     yield builder.emit()

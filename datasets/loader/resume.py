@@ -29,7 +29,6 @@ the ledger lists what the plan delivered, the epoch report names the skipped one
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Optional
@@ -37,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from datasets.loader.share_plan import InstancePlan, plan_instance
+from datasets.loader.source_kinds import get_source_kind, keys_of
 
 STATE_VERSION = 1
 LEDGER_VERSION = 1
@@ -252,17 +252,9 @@ class Resume:
 
 
 def fingerprint(source) -> dict:
-    """What identifies a source's samples: a sha256 over its kind, sample count and keys."""
-    digest = hashlib.sha256(f"{source.kind}\n{source.total}\n".encode())
-    if source.columns is not None:
-        columns = source.columns
-        digest.update(np.ascontiguousarray(columns.key_offsets, dtype=np.int64).tobytes())
-        digest.update(columns.keys.tobytes())
-    elif source.kind == "synthetic":
-        digest.update(f"{tuple(source.synthetic_shape)}/{source.synthetic_classes}".encode())
-    else:
-        for group in source.groups:
-            digest.update("\n".join(getattr(item, "key", str(item)) for item in group).encode())
+    """What identifies a source's samples: a sha256 over its kind, sample count and keys (the kind's
+    `fingerprint`, datasets/loader/source_kinds/)."""
+    digest = get_source_kind(source.kind).fingerprint(source)
     return {"samples": source.total, "sha256": digest.hexdigest()[:32], "description": source.description}
 
 
@@ -348,25 +340,18 @@ def identity(planner) -> dict:
             "repartition": planner.manifest}
 
 
-def labels_of(planner, items) -> list:
-    if planner.source.columns is not None:
-        return planner.columns.labels[np.asarray(items, dtype=np.int64)].tolist()
-    if planner.source.kind == "synthetic":
-        return [int(item) % planner.source.synthetic_classes for item in items]
-    return [item.label for item in items]
-
-
-def _entry(planner, keys_of, number, instance, segment, batches, plan, complete) -> dict:
+def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
+    labels_of = get_source_kind(context.source.kind).labels
     keys, labels = [], []
     for batch in batches:
-        keys.extend(keys_of(batch))
-        labels.extend(labels_of(planner, batch))
+        keys.extend(keys_of(context, batch))
+        labels.extend(labels_of(context, batch))
     dropped = []
     if complete:
-        dropped = keys_of(plan.policy_dropped) + keys_of(plan.last_batch_dropped)
+        dropped = keys_of(context, plan.policy_dropped) + keys_of(context, plan.last_batch_dropped)
     return {"segment": number, "instance": instance, "instances": segment.instances, "workers": segment.workers,
             "batch_size": segment.batch_size, "complete": complete, "batches": [len(b) for b in batches],
-            "keys": keys, "labels": labels, "padded": keys_of(plan.padded), "dropped": dropped}
+            "keys": keys, "labels": labels, "padded": keys_of(context, plan.padded), "dropped": dropped}
 
 
 def _items(sequence, plan: InstancePlan) -> InstancePlan:
@@ -377,10 +362,11 @@ def _items(sequence, plan: InstancePlan) -> InstancePlan:
                         at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped))
 
 
-def write_ledger(path, planner, keys_of, live, source_argument, identity_: dict, segment: Segment) -> dict:
+def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
     """The ledger of the current (or last) epoch of `planner`'s instance: every earlier segment of
     a resume (every instance's, derived from the states) and this instance's current segment.
-    `live`: the epoch being or last iterated (ImageLoader's), None before the first; `keys_of`: plan items -> keys."""
+    `live`: the epoch being or last iterated (ImageLoader's), None before the first; `context`: the
+    source kind's ReadContext (keys and labels of plan items)."""
     import json
     import os
 
@@ -399,14 +385,14 @@ def write_ledger(path, planner, keys_of, live, source_argument, identity_: dict,
         found, _ = walker.walk(resume.chain)
         for number, old, instance, plan, batches in found:
             batches = [SubOrder(sequence, b).take(np.arange(len(b))) for b in batches]
-            entries.append(_entry(planner, keys_of, number, instance, old, batches, _items(sequence, plan), False))
+            entries.append(_entry(context, number, instance, old, batches, _items(sequence, plan), False))
         number += 1
     if resume is not None and resume.positions is not None:
         plan = _items(sequence, walker.plan(resume.positions, segment, own.index))
     else:  # segment 0: the epoch's own plan
         plan = planner.plan(epoch)
     batches = walker.delivered_batches(plan, number, segment, own.index, progress)
-    entries.append(_entry(planner, keys_of, number, own.index, segment, batches, plan, complete))
+    entries.append(_entry(context, number, own.index, segment, batches, plan, complete))
     ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": source_argument,
               **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": own.index,
               "instances": own.count, "entries": entries}

@@ -19,8 +19,11 @@ loader is made (workers receive it with the dataset).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
+
+from datasets.loader.share_plan import epoch_sequence
 
 
 @dataclass(frozen=True)
@@ -33,28 +36,59 @@ class ReadContext:
     use_bbox_info: bool  # payloads come Boxed with their bounding box (kinds with `bboxes` only)
     seed: int
 
-    def key_of(self, item) -> str:
-        """The key of a plan item: a row of the columnar index, a folder item or a synthetic number."""
-        if self.columns is not None:
-            return self.columns.key(item)
-        if isinstance(item, int):
-            return f"{self.source.kind}-{item:09d}"  # synthetic-000000042, cifar10-000000042
-        return item.key
-
-    def keys_of(self, items) -> list:
-        return [item if isinstance(item, str) else self.key_of(item) for item in items]
-
-
-@dataclass(frozen=True)
-class SourceKind:
-    name: str  # the `kind` of a loader.sources.Source
-    raw_samples: Callable  # raw_samples(context, items) -> iterator of raw sample tuples (above)
-    bboxes: bool = False  # its samples may carry a bounding box (get_data's use_bbox_info applies)
-    output_sized: bool = False  # its samples are output-sized arrays: no runtime step (resize, crop...) runs
-
 
 class Boxed(NamedTuple):
     """A payload with its sample's bounding box (use_bbox_info)."""
 
     payload: object
     bbox: Optional[list]
+
+
+# -- what several kinds share (the defaults: items listed in groups, each with a key and a label)
+
+def numbered_key(context, item) -> str:
+    """The key of a numbered item (synthetic, cifar10): synthetic-000000042, cifar10-000000042."""
+    return f"{context.source.kind}-{item:09d}"
+
+
+def listed_key(context, item) -> str:
+    return item.key
+
+
+def listed_labels(context, items) -> list:
+    return [item.label for item in items]
+
+
+def grouped_sequence(source, seed: int, epoch: int, shuffle: bool):
+    """The epoch order of a source whose items are listed in groups (folder, synthetic, cifar10)."""
+    return epoch_sequence(source.groups, seed, epoch, shuffle)
+
+
+def fingerprint_start(name: str, source):
+    """The fingerprint's first line, the same for every kind: its name and sample count."""
+    return hashlib.sha256(f"{name}\n{source.total}\n".encode())
+
+
+def grouped_fingerprint(source):
+    """The fingerprint of a source listed in groups: every item's key, in dataset order."""
+    digest = fingerprint_start(source.kind, source)
+    for group in source.groups:
+        digest.update("\n".join(getattr(item, "key", str(item)) for item in group).encode())
+    return digest
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """A source kind: how its items are read, named, labelled, ordered and fingerprinted."""
+
+    name: str  # the `kind` of a loader.sources.Source
+    raw_samples: Callable  # raw_samples(context, items) -> iterator of raw sample tuples (above)
+    key: Callable = listed_key  # key(context, item) -> the sample's key (reports, ledgers, batches with_keys)
+    labels: Callable = listed_labels  # labels(context, items) -> their class indexes, a list of ints (ledgers)
+    # epoch_sequence(source, seed, epoch, shuffle) -> the epoch's global order of items (share_plan.py)
+    epoch_sequence: Callable = grouped_sequence
+    fingerprint: Callable = grouped_fingerprint  # fingerprint(source) -> hashlib digest identifying its samples
+    bboxes: bool = False  # its samples may carry a bounding box (get_data's use_bbox_info applies)
+    output_sized: bool = False  # its samples are output-sized arrays: no runtime step (resize, crop...) runs
+    indexed: bool = False  # its items are rows of a sample index (the source's columns): a converted dataset's
+    former_names: tuple = ()  # names it had before: get_source_kind maps them to it

@@ -17,4 +17,4 @@ def _raw_samples(context, items):
         yield item, item.path, item.label, data, ENCODED.name, None
 
 
-FOLDER = SourceKind("folder", _raw_samples)
+FOLDER = SourceKind("folder", _raw_samples)  # FolderItems: the defaults (listed_key, listed_labels...)

@@ -1,5 +1,6 @@
-"""The shard kind ("webdataset", any format of the registry): items are rows of the columnar sample
-index; each sequential run of rows is read as one byte range of its shard, by the shard's format.
+"""The shard kind ("shards", any format of the registry; "webdataset" until 2026-11-28): items are
+rows of the columnar sample index; each sequential run of rows is read as one byte range of its
+shard, by the shard's format.
 
 With verify, a payload is checked against the CRC32C its index records (`payload_problem`) before
 it is decoded. With the source's shard cache (get_data's cache_dir), a run of a cached shard is read
@@ -20,7 +21,8 @@ from datasets.index import crc32c_problem, payload_problem
 from datasets.loader.payloads import get_payload
 from datasets.loader.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
                                           sample_label)
-from datasets.loader.source_kinds.base import Boxed, SourceKind
+from datasets.loader.share_plan import epoch_order
+from datasets.loader.source_kinds.base import Boxed, SourceKind, fingerprint_start
 
 
 class RowRun:
@@ -158,4 +160,29 @@ def _usable_bbox(bbox) -> Optional[list]:
     return None
 
 
-SHARDS = SourceKind("webdataset", _raw_samples, bboxes=True)
+def _key(context, row) -> str:
+    return context.columns.key(row)
+
+
+def _labels(context, rows) -> list:
+    return context.columns.labels[np.asarray(rows, dtype=np.int64)].tolist()
+
+
+def _epoch_sequence(source, seed: int, epoch: int, shuffle: bool):
+    return epoch_order(*source.columns.group_ranges(), seed, epoch, shuffle)
+
+
+# The kind was named "webdataset" until 2026-11-28, and resume states (datasets/loader/resume.py)
+# carry a fingerprint hashed over that name: it stays in the hash, so those states still load.
+FINGERPRINT_NAME = "webdataset"
+
+
+def _fingerprint(source):
+    digest = fingerprint_start(FINGERPRINT_NAME, source)
+    digest.update(np.ascontiguousarray(source.columns.key_offsets, dtype=np.int64).tobytes())
+    digest.update(source.columns.keys.tobytes())
+    return digest
+
+
+SHARDS = SourceKind("shards", _raw_samples, key=_key, labels=_labels, epoch_sequence=_epoch_sequence,
+                    fingerprint=_fingerprint, bboxes=True, indexed=True, former_names=("webdataset",))
