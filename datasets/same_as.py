@@ -35,6 +35,7 @@ from datasets.formats.shard_check import error
 from datasets.index import DatasetError, payload_problem
 from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
 from datasets.loader.payloads import get_payload
+from datasets.loader.source_kinds import get_source_kind
 from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension
 from datasets.loader.sources import SourceError, load_own_share, resolve_source
 from datasets.preprocess import apply_steps, parse_steps
@@ -77,7 +78,7 @@ def open_side(location: str, split: str) -> Side:
         return Side(location, source, [share.columns for share in shares],
                     {key for share in shares for key in share.padded_keys}, list(shares[0].dropped_keys))
     source = resolve_source(location, split, instance_count=1, use_repartition=False)
-    if source.kind != "webdataset" or source.columns is None:
+    if not get_source_kind(source.kind).indexed or source.columns is None:
         raise SourceError(f"{location}: not a dataset of shards (--same-as compares converted datasets, their "
                           f"copies and repartitions)")
     return Side(location, source, [source.columns])

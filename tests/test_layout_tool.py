@@ -43,3 +43,33 @@ def test_cycles_upward_imports_and_sizes_are_each_reported(tmp_path):
     assert result["long_functions"][0]["function"].endswith(" f")
     assert result["unplaced_units"] == ["mystery"]
     assert layout.main(["--root", str(root)]) == 1
+
+
+def test_source_kind_names_compared_outside_the_registry_are_reported(tmp_path):
+    root = _package(tmp_path, {
+        "loader/__init__.py": "",
+        "loader/source_kinds/__init__.py": "",
+        "loader/source_kinds/shards.py": 'SHARDS = SourceKind("shards", f, former_names=("webdataset",))\n'
+                                         'def f(source):\n    return source.kind == "shards"\n',  # its own home: fine
+        "loader/resume.py": 'def f(source):\n    return source.kind == "webdataset"\n',
+        "same_as.py": 'def f(source, layout):\n    return source.kind in ("shards", "x") or layout == "shards"\n',
+    })
+    result = layout.survey(root)
+    assert result["kind_name_comparisons"] == ["datasets/loader/resume.py:2 'webdataset'",
+                                               "datasets/same_as.py:2 'shards'"]
+    assert layout.main(["--root", str(root)]) == 1
+
+
+def test_private_attributes_of_other_objects_are_reported_with_the_exemptions(tmp_path):
+    root = _package(tmp_path, {"fileio.py": (
+        "import os\nimport torch\nfrom datasets import index\n"
+        "class A:\n"
+        "    def f(self, other, row):\n"
+        "        self._mine = other._theirs\n"  # reported
+        "        super()._g()\n"
+        "        os._exit(torch._C._foo(row._replace(x=1)._asdict()))\n"  # a module's private API, namedtuple's
+        "        return index._hidden\n"  # the package's own module: reported
+    )})
+    result = layout.survey(root)
+    assert result["private_accesses"] == ["datasets/fileio.py: index._hidden", "datasets/fileio.py: other._theirs"]
+    assert layout.main(["--root", str(root)]) == 1

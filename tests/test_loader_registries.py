@@ -20,7 +20,7 @@ def _gray_into(pipeline, payload, slot, rng, bbox, source):
     pipeline.array_into(np.full((SIZE, SIZE, 3), payload[0], dtype=np.uint8), slot, rng)
 
 
-def _toy_samples(stream, items):
+def _toy_samples(context, items):
     """The toy source kind: item n's payload is the byte 10 * n, of the toy payload kind."""
     for item in items:
         yield item, "toy-shard", item.label, bytes([10 * int(item.path)]), "toy-gray", None
@@ -65,7 +65,7 @@ def test_payload_kinds_are_found_by_member_extension(toy_kinds):
 
 def test_an_unregistered_source_kind_is_named():
     known = ", ".join(SOURCE_KINDS)
-    assert known.startswith("webdataset, folder, synthetic")
+    assert known.startswith("shards, folder, synthetic")
     with pytest.raises(UnknownSourceKindError, match=re.escape(f"unknown source kind 'toy' (known: {known})")):
         get_data(_toy_source(2), "validation", batch_size=2, instance=SINGLE)
 

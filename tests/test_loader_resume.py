@@ -291,3 +291,33 @@ def test_torchrun_kill_9_mid_epoch_then_resume_on_2_and_3(img, tmp_path, capsys)
     ledger_file.write_text(json.dumps(ledger))
     verdict = run_script("-m", "datasets.ledger", "verify", *(out / f"ledger-validation-{i}.json" for i in range(3)))
     assert verdict.returncode == 1 and lost in verdict.stdout and "FAILED" in verdict.stdout
+
+
+def test_a_state_of_the_shard_kind_under_its_old_name_still_loads(img):
+    """The shard kind was named "webdataset" until 2026-11-28, and states written then carry a
+    fingerprint hashed over that name: the state below, built as that code built it, resumes."""
+    import dataclasses
+    import hashlib
+
+    import numpy as np
+
+    from datasets.loader.source_kinds import SHARDS, get_source_kind
+    from datasets.loader.sources import resolve_source
+
+    source = resolve_source(img, "train")
+    assert source.kind == "shards" and get_source_kind("webdataset") is SHARDS
+    columns = source.columns
+    digest = hashlib.sha256(f"webdataset\n{len(columns)}\n".encode())  # resume.fingerprint before the rename
+    digest.update(np.ascontiguousarray(columns.key_offsets, dtype=np.int64).tobytes())
+    digest.update(columns.keys.tobytes())
+    loader = make(img, "train", 3, 0)
+    expected = batches(loader)
+    _, state = stop_after(make(img, "train", 3, 0), 2)
+    old = json.loads(json.dumps({**state, "dataset": {**state["dataset"], "sha256": digest.hexdigest()[:32]}}))
+    assert old == state  # the fingerprint did not change with the name
+    resumed = make(img, "train", 3, 0)
+    resumed.load_state_dict(old)
+    assert [keys for keys, _ in batches(resumed)] == [keys for keys, _ in expected[2:]]
+    # A Source made by code of that time (kind "webdataset") still reads, through the shard kind.
+    legacy = make(dataclasses.replace(source, kind="webdataset"), "train", 3, 0)
+    assert [keys for keys, _ in batches(legacy)] == [keys for keys, _ in expected]

@@ -1,10 +1,14 @@
-"""The package's shape in one screen: module sizes, long functions, import cycles, upward imports.
+"""The package's shape in one screen: module sizes, long functions, import cycles, upward imports,
+comparisons of a source kind's name, access to another object's private attributes.
 
     python tools/layout.py [--root datasets] [--json FILE]
 
 Goals (issue #20): no module over 600 lines, no function over 80, no import cycle, no import that
-runs against the layering below. Exit 0 when all four are met, 1 otherwise; it prints each
-offender so a maintainer knows where to cut.
+runs against the layering below. Issue #34: no comparison of a source kind's name (`x.kind ==
+"synthetic"`) outside loader/source_kinds/ (ask the kind instead), and no `obj._name` where obj is
+not self/cls (namedtuple's `_replace`/`_asdict`/`_fields`/`_make` and private names of modules that
+are not the package's, `os._exit`, `torch._C`, are exempt; PRIVATE_ALLOWED lists the known rest).
+Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
 
 LAYERS orders the package's top-level modules and subpackages from the bottom up: a module may
 import from its own layer's unit (itself or its subpackage) and from units in lower layers. A
@@ -23,6 +27,19 @@ from pathlib import Path
 
 MODULE_LINES = 600
 FUNCTION_LINES = 80
+SOURCE_KINDS_DIR = ("loader", "source_kinds")  # the one place that names source kinds
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+# Private attributes of other objects still read, each with the issue that removes it: "path: obj._name".
+PRIVATE_ALLOWED = {
+    "datasets/loader/batch_ring.py: self.buffers[key].untyped_storage()._cdata":
+        "issue 34: torch has no public storage use count",
+    "datasets/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage":
+        "issue 34: torch has no public shared-storage constructor",
+    "datasets/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
+        "issue 34: torch has no public shared-storage constructor",
+    "datasets/loader/user_transforms.py: crop._log_ratio": "issue 34: torchvision's RandomResizedCrop, being edited",
+    "datasets/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
+}
 
 # Bottom to top. Units in one tuple are peers and must not import each other.
 LAYERS = [
@@ -109,16 +126,92 @@ def layer_of(unit: str):
     return None
 
 
+def source_kind_names(root: Path) -> set:
+    """The names (and former names) of the source kinds registered under loader/source_kinds/."""
+    names = set()
+    for path in sorted(root.joinpath(*SOURCE_KINDS_DIR).glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "SourceKind":
+                if node.args and isinstance(node.args[0], ast.Constant):
+                    names.add(node.args[0].value)
+                for keyword in node.keywords:
+                    if keyword.arg == "former_names" and isinstance(keyword.value, (ast.Tuple, ast.List)):
+                        names.update(e.value for e in keyword.value.elts if isinstance(e, ast.Constant))
+    return names
+
+
+def _literals(node) -> set:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return set()
+
+
+def kind_comparisons(tree, names: set) -> list:
+    """(line, name) of each comparison of something's `.kind` with a source kind's name."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(isinstance(o, ast.Attribute) and o.attr == "kind" for o in operands):
+                for name in sorted(set().union(*map(_literals, operands)) & names):
+                    found.append((node.lineno, name))
+    return found
+
+
+def _external_modules(tree, package: str) -> set:
+    """Names bound by `import x` / `import x as y` / `from x import y` of modules outside `package`."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] != package)
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] != package:
+            bound.update(a.asname or a.name for a in node.names)
+    return bound
+
+
+def private_accesses(tree, package: str) -> list:
+    """(line, "obj._name") of each access to a private attribute of an object other than self/cls."""
+    external, found = _external_modules(tree, package), []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.endswith("__"):
+            continue
+        if node.attr in NAMEDTUPLE_API:
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "super":
+            continue
+        if _chain_root(node.value) in external:
+            continue  # os._exit, torch._C, torch._C._foo: a module's private API, not an object's
+        found.append((node.lineno, f"{ast.unparse(node.value)}.{node.attr}"))
+    return found
+
+
+def _chain_root(node):
+    """The name a bare chain of attributes starts from (torch for torch._C), or None (calls, subscripts)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def survey(root: Path) -> dict:
     mods = module_files(root)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
-    big_modules, long_functions = [], []
+    big_modules, long_functions, kind_names, private = [], [], [], []
+    names = source_kind_names(root)
     for module, path in sorted(mods.items()):
         source = path.read_text()
         lines = source.count("\n")
+        relative = str(path.relative_to(root.parent))
         if lines > MODULE_LINES:
-            big_modules.append({"module": str(path.relative_to(root.parent)), "lines": lines})
-        for node in ast.walk(ast.parse(source)):
+            big_modules.append({"module": relative, "lines": lines})
+        tree = ast.parse(source)
+        if path.parent != root.joinpath(*SOURCE_KINDS_DIR):
+            kind_names.extend(f"{relative}:{line} {name!r}" for line, name in kind_comparisons(tree, names))
+        private.extend(f"{relative}: {access}" for line, access in private_accesses(tree, root.name))
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
                 if length > FUNCTION_LINES:
@@ -138,7 +231,10 @@ def survey(root: Path) -> dict:
             if target_level >= level:
                 upward.append(f"{module} -> {target}")
     return {"modules": len(mods), "big_modules": big_modules, "long_functions": long_functions,
-            "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced)}
+            "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced),
+            "kind_name_comparisons": kind_names,
+            "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)),
+            "private_allowed": sorted(set(private) & set(PRIVATE_ALLOWED))}
 
 
 def main(argv=None) -> int:
@@ -157,12 +253,16 @@ def main(argv=None) -> int:
         ("import cycles", result["cycles"]),
         ("upward imports (against LAYERS)", result["upward_imports"]),
         ("units not placed in LAYERS", result["unplaced_units"]),
+        ("source kind names compared outside loader/source_kinds/", result["kind_name_comparisons"]),
+        ("private attributes of other objects", result["private_accesses"]),
     ]
     print(f"{result['modules']} modules under {root.name}/")
     for title, rows in checks:
         print(f"{title}: {len(rows)}" + ("" if rows else "  [goal met]"))
         for row in rows:
             print(f"    {row}")
+    for access in result["private_allowed"]:
+        print(f"    known, {PRIVATE_ALLOWED[access]}: {access}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0 if not any(rows for _, rows in checks) else 1

@@ -194,6 +194,16 @@ def add_measuring_arguments(parser) -> None:
     add_instance_arguments(parser)
 
 
+def normalization_for_decode(parser, args) -> str:
+    """--decode-location device hands out uint8 batches on the device: device normalisation, or a usage error."""
+    if args.decode_location == "device":
+        if args.normalization_location == "host":
+            parser.error("--decode-location device hands out uint8 batches on the device, which the host cannot "
+                         "have normalised: drop --normalization-location host")
+        return "device"
+    return args.normalization_location or "host"
+
+
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -204,12 +214,7 @@ def parse_args(argv=None):
             parser.error("--eight-bit-io transfers uint8 images, which the host cannot have normalised: "
                          "drop --normalization-location host")
         args.normalization_location = "device"
-    if args.decode_location == "device":
-        if args.normalization_location == "host":
-            parser.error("--decode-location device hands out uint8 batches on the device, which the host cannot "
-                         "have normalised: drop --normalization-location host")
-        args.normalization_location = "device"
-    args.normalization_location = args.normalization_location or "host"
+    args.normalization_location = normalization_for_decode(parser, args)
     if args.disable_async_loading:
         if args.dataloader_worker not in (None, 0):
             parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "

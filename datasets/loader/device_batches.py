@@ -80,6 +80,16 @@ def check_device_pipeline(pipeline) -> None:
                          f"batch_transform=")
 
 
+def largest_batch_bytes(columns, batch_size: int) -> int:
+    """The most payload bytes a batch can hold: its `batch_size` largest payloads (the sample index has
+    every size); 0 without an index (the packer then grows its buffer as batches need)."""
+    if columns is None or not len(columns):
+        return 0
+    sizes = columns.payload_sizes
+    count = min(batch_size, len(sizes))
+    return int(np.partition(sizes, len(sizes) - count)[-count:].astype(np.int64).sum())
+
+
 def device_eligible(payload) -> Optional[str]:
     """Why this payload goes to the host decoder instead of the device's, or None."""
     if b"\xff\xd9" not in bytes(payload[-_EOI_TAIL:]):

@@ -6,7 +6,8 @@ iterator in each and an end-of-iteration message from each (~3 ms of CPU an epoc
 image on a 106-image validation split), and the workers sit idle from the end of one epoch until
 the training loop asks for the next: on an H200, 3 epoch starts were 26 of 31 points of data wait.
 
-The contract between the two sides (the workers: `worker_messages`, ImageStream.__iter__):
+The contract between the two sides (the workers: `worker_messages`, ImageStream.__iter__, each
+epoch's batches from datasets/loader/read_loop.py):
   * `RunFlags` (shared memory) hold a generation and the epoch it starts at. A worker reads them
     when it starts and after each epoch it finished; while the generation is unchanged it goes on
     with the next epoch (epoch + 1, what `for` without set_epoch asks for next, too).
@@ -163,25 +164,27 @@ def _epoch_messages(stream, epoch, generation, workers, shared):
     """Yield this worker's batches of `epoch`, its report, then Fillers; False if abandoned midway
     because the run flags moved past `generation` (checked after each message sent)."""
     worker, count = workers
-    plan = stream.plan(epoch)
-    resume = stream.resume_for(epoch)
+    planner = stream.planner
+    plan = planner.plan(epoch)
+    resume = planner.resume_for(epoch)
     # Resumed: DataLoader worker d plays planned worker (d + next) % W, from where it stopped.
-    rotation, done = resume.start(stream.instance.index, count) if resume is not None else (0, None)
+    rotation, done = resume.start(planner.instance.index, count) if resume is not None else (0, None)
     logical = (worker + rotation) % count
     items = plan.worker_items(logical, count)
     report = WorkerReport(logical, sender=worker, run=(generation, epoch))
     sent = 0
     if len(items):
         torch.set_num_threads(1)
-        batches = stream._batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
-                                  done[logical] if done else (0, 0), report, shared)
+        batches = stream.read_loop.batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
+                                           done[logical] if done else (0, 0), report, shared, stream.ring,
+                                           stream.byte_ring)
         for message in batches:
             yield message._replace(run=report.run)
             sent += 1
             if stream.run_flags.generation() != generation:
                 batches.close()
                 return False
-    report.cache = stream.source.cache.take_events() if stream.source.cache is not None else {}
+    report.cache = stream.read_loop.take_cache_events()
     yield report
     if stream.spans_epochs:
         for _ in range(messages_per_worker(plan, count, done) - 1 - sent):

@@ -29,7 +29,6 @@ the ledger lists what the plan delivered, the epoch report names the skipped one
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass, field
 from typing import Optional
@@ -37,6 +36,7 @@ from typing import Optional
 import numpy as np
 
 from datasets.loader.share_plan import InstancePlan, plan_instance
+from datasets.loader.source_kinds import get_source_kind, keys_of
 
 STATE_VERSION = 1
 LEDGER_VERSION = 1
@@ -252,17 +252,9 @@ class Resume:
 
 
 def fingerprint(source) -> dict:
-    """What identifies a source's samples: a sha256 over its kind, sample count and keys."""
-    digest = hashlib.sha256(f"{source.kind}\n{source.total}\n".encode())
-    if source.columns is not None:
-        columns = source.columns
-        digest.update(np.ascontiguousarray(columns.key_offsets, dtype=np.int64).tobytes())
-        digest.update(columns.keys.tobytes())
-    elif source.kind == "synthetic":
-        digest.update(f"{tuple(source.synthetic_shape)}/{source.synthetic_classes}".encode())
-    else:
-        for group in source.groups:
-            digest.update("\n".join(getattr(item, "key", str(item)) for item in group).encode())
+    """What identifies a source's samples: a sha256 over its kind, sample count and keys (the kind's
+    `fingerprint`, datasets/loader/source_kinds/)."""
+    digest = get_source_kind(source.kind).fingerprint(source)
     return {"samples": source.total, "sha256": digest.hexdigest()[:32], "description": source.description}
 
 
@@ -341,43 +333,25 @@ def state(identity: dict, epoch: int, resume: Optional[Resume], current: Optiona
 
 # ---------------------------------------------------------------------------- the loader's side
 
-def identity(stream) -> dict:
-    """What a state must match to resume `stream` (an ImageStream): dataset, split, seed, policy..."""
-    return {"dataset": fingerprint(stream.source), "split": stream.split, "seed": stream.seed,
-            "policy": stream.policy, "shuffle": stream.shuffle, "drop_last": stream.drop_last,
-            "repartition": stream.own_share.manifest if stream.own_share is not None else None}
+def identity(planner) -> dict:
+    """What a state must match to resume `planner`'s plans (an EpochPlanner): dataset, split, seed, policy..."""
+    return {"dataset": fingerprint(planner.source), "split": planner.split, "seed": planner.seed,
+            "policy": planner.policy, "shuffle": planner.shuffle, "drop_last": planner.drop_last,
+            "repartition": planner.manifest}
 
 
-def epoch_sequence_of(stream, epoch: int):
-    """The epoch's global sequence of `stream` (as its plan deals it), or None for a repartition."""
-    from datasets.loader.share_plan import epoch_order, epoch_sequence
-
-    if stream.own_share is not None:
-        return None
-    if stream.source.columns is not None:
-        return epoch_order(*stream.source.columns.group_ranges(), stream.seed, epoch, stream.shuffle)
-    return epoch_sequence(stream.source.groups, stream.seed, epoch, stream.shuffle)
-
-
-def labels_of(stream, items) -> list:
-    if stream.source.columns is not None:
-        return stream.columns.labels[np.asarray(items, dtype=np.int64)].tolist()
-    if stream.source.kind == "synthetic":
-        return [int(item) % stream.source.synthetic_classes for item in items]
-    return [item.label for item in items]
-
-
-def _entry(stream, number, instance, segment, batches, plan, complete) -> dict:
+def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
+    labels_of = get_source_kind(context.source.kind).labels
     keys, labels = [], []
     for batch in batches:
-        keys.extend(stream.keys_of(batch))
-        labels.extend(labels_of(stream, batch))
+        keys.extend(keys_of(context, batch))
+        labels.extend(labels_of(context, batch))
     dropped = []
     if complete:
-        dropped = stream.keys_of(plan.policy_dropped) + stream.keys_of(plan.last_batch_dropped)
+        dropped = keys_of(context, plan.policy_dropped) + keys_of(context, plan.last_batch_dropped)
     return {"segment": number, "instance": instance, "instances": segment.instances, "workers": segment.workers,
             "batch_size": segment.batch_size, "complete": complete, "batches": [len(b) for b in batches],
-            "keys": keys, "labels": labels, "padded": stream.keys_of(plan.padded), "dropped": dropped}
+            "keys": keys, "labels": labels, "padded": keys_of(context, plan.padded), "dropped": dropped}
 
 
 def _items(sequence, plan: InstancePlan) -> InstancePlan:
@@ -388,38 +362,40 @@ def _items(sequence, plan: InstancePlan) -> InstancePlan:
                         at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped))
 
 
-def write_ledger(path, loader, identity_: dict, segment: Segment) -> dict:
-    """The ledger of `loader`'s current (or last) epoch for its instance: every earlier segment of
-    a resume (every instance's, derived from the states) and this instance's current segment."""
+def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
+    """The ledger of the current (or last) epoch of `planner`'s instance: every earlier segment of
+    a resume (every instance's, derived from the states) and this instance's current segment.
+    `live`: the epoch being or last iterated (ImageLoader's), None before the first; `context`: the
+    source kind's ReadContext (keys and labels of plan items)."""
     import json
     import os
 
-    stream, live = loader.dataset, loader._live
+    own = planner.instance  # this instance
     if live is None:
-        epoch, resume, complete = stream.epoch, stream.resume_for(stream.epoch), False
-        rotation, done = resume.start(loader.instance.index, segment.workers) if resume else (0, [])
+        epoch, resume, complete = planner.epoch, planner.resume_for(planner.epoch), False
+        rotation, done = resume.start(own.index, segment.workers) if resume else (0, [])
         progress = {"next": rotation, "done": done}
     else:
         epoch, resume, complete = live["epoch"], live["resume"], live["complete"]
         progress = {"next": live["next"], "done": live["done"]}
-    sequence = epoch_sequence_of(stream, epoch)
-    walker = Epoch(stream.source.total, stream.seed, epoch, stream.policy, stream.drop_last)
+    sequence = planner.epoch_sequence(epoch)
+    walker = Epoch(planner.source.total, planner.seed, epoch, planner.policy, planner.drop_last)
     entries, number = [], 0
     if resume is not None and resume.chain:
         found, _ = walker.walk(resume.chain)
         for number, old, instance, plan, batches in found:
             batches = [SubOrder(sequence, b).take(np.arange(len(b))) for b in batches]
-            entries.append(_entry(stream, number, instance, old, batches, _items(sequence, plan), False))
+            entries.append(_entry(context, number, instance, old, batches, _items(sequence, plan), False))
         number += 1
     if resume is not None and resume.positions is not None:
-        plan = _items(sequence, walker.plan(resume.positions, segment, loader.instance.index))
+        plan = _items(sequence, walker.plan(resume.positions, segment, own.index))
     else:  # segment 0: the epoch's own plan
-        plan = stream.plan(epoch)
-    batches = walker.delivered_batches(plan, number, segment, loader.instance.index, progress)
-    entries.append(_entry(stream, number, loader.instance.index, segment, batches, plan, complete))
-    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": loader.source_argument,
-              **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": loader.instance.index,
-              "instances": loader.instance.count, "entries": entries}
+        plan = planner.plan(epoch)
+    batches = walker.delivered_batches(plan, number, segment, own.index, progress)
+    entries.append(_entry(context, number, own.index, segment, batches, plan, complete))
+    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": source_argument,
+              **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": own.index,
+              "instances": own.count, "entries": entries}
     temporary = f"{path}.tmp{os.getpid()}"
     with open(temporary, "w") as handle:
         json.dump(ledger, handle)

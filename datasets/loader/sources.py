@@ -45,7 +45,7 @@ from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_i
 from datasets.reference import ReferenceMetadataError
 from datasets.reference.layout import NOTICE, scan_unadopted
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
-from datasets.loader.source_kinds import FOLDER, SHARDS, SYNTHETIC
+from datasets.loader.source_kinds import CIFAR10, FOLDER, SHARDS, SYNTHETIC
 from datasets.preprocess import PreprocessError, parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
 
@@ -81,7 +81,7 @@ class OwnShare:
 class Source:
     kind: str  # a key of datasets.loader.source_kinds.SOURCE_KINDS: how its items are read
     description: str
-    groups: list  # folder, synthetic: lists of items (FolderItems or ints), dataset order; webdataset: []
+    groups: list  # folder, synthetic, cifar10: lists of items (FolderItems or ints), dataset order; shards: []
     payload: str  # "jpg" | "npy" | "array" | "file"
     classes: Optional[list] = None
     stored_steps: list = field(default_factory=list)
@@ -94,7 +94,7 @@ class Source:
     synthetic_classes: int = 1000
     arrays: Optional[tuple] = None  # cifar10: (images uint8 [N, 32, 32, 3], labels int64 [N]), read once here
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
-    # webdataset: the sample index as columns, in shard order (each shard a row range); items are rows
+    # shards: the sample index as columns, in shard order (each shard a row range); items are rows
     columns: Optional[SampleColumns] = None
     shard_format: Optional[object] = None  # datasets.formats.ShardFormat of the shards (None: known by name)
     cache: Optional[object] = None  # datasets.shard_cache.ShardCache the shards are read through (get_data's cache_dir)
@@ -161,7 +161,7 @@ def _cifar(path: Path, split: str) -> Source:
     """CIFAR-10's python batches (datasets.cifar10: a restricted unpickler), held as two arrays that
     forked DataLoader workers share; items are row numbers."""
     images, labels, names = load_split(path, split)
-    return Source("cifar10", f"{path} (CIFAR-10 python batches, {split}: {len(labels):,} images "
+    return Source(CIFAR10.name, f"{path} (CIFAR-10 python batches, {split}: {len(labels):,} images "
                              f"{images.shape[2]}x{images.shape[1]})", [list(range(len(labels)))], "array",
                   classes=names, arrays=(images, labels))
 

@@ -90,7 +90,7 @@ class ShardCache:
             limit = shutil.disk_usage(self.root).free + self._total_bytes() - RESERVE
         self.key, self.shards, self.limit = key, dict(shards), max(int(limit), 0)
         self.remote_paths, self.prefetch = remote_paths, max(int(prefetch), 0)
-        self._reset_process_state()
+        self.reset_process_state()
         register(self)
 
     @classmethod
@@ -103,7 +103,8 @@ class ShardCache:
         return cls(directory, dataset_key(metadata), shards, None if limit is None else parse_size(limit),
                    remote_paths, prefetch)
 
-    def _reset_process_state(self) -> None:
+    def reset_process_state(self) -> None:
+        """Forget the fills, locks and events of the parent process (a forked child's start: fill.py)."""
         self._fills = {}
         self._mutex = threading.Lock()
         self._events = new_events()
@@ -117,7 +118,7 @@ class ShardCache:
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._reset_process_state()
+        self.reset_process_state()
         register(self)
 
     # ------------------------------------------------------------------ paths and entries

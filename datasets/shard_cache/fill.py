@@ -33,7 +33,7 @@ def _after_fork_in_child() -> None:
             os.close(fd)
     _held.clear()
     for cache in list(_caches):
-        cache._reset_process_state()
+        cache.reset_process_state()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

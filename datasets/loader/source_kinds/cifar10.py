@@ -5,13 +5,18 @@ a 32x32 HWC uint8 array the runtime steps (crop, resize) then process."""
 from __future__ import annotations
 
 from datasets.loader.payloads.tensor import ARRAY
-from datasets.loader.source_kinds.base import SourceKind
+from datasets.loader.source_kinds.base import SourceKind, numbered_key
 
 
-def _raw_samples(stream, items):
-    images, labels = stream.source.arrays
+def _raw_samples(context, items):
+    images, labels = context.source.arrays
     for item in items:
         yield item, "cifar10", int(labels[item]), images[item], ARRAY.name, None
 
 
-CIFAR10 = SourceKind("cifar10", _raw_samples)
+def _labels(context, items) -> list:
+    labels = context.source.arrays[1]
+    return [int(labels[item]) for item in items]
+
+
+CIFAR10 = SourceKind("cifar10", _raw_samples, key=numbered_key, labels=_labels)

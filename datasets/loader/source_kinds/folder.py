@@ -6,7 +6,7 @@ from datasets.loader.payloads.image import ENCODED
 from datasets.loader.source_kinds.base import SourceKind
 
 
-def _raw_samples(stream, items):
+def _raw_samples(context, items):
     for item in items:
         try:
             with open(item.path, "rb") as handle:
@@ -17,4 +17,4 @@ def _raw_samples(stream, items):
         yield item, item.path, item.label, data, ENCODED.name, None
 
 
-FOLDER = SourceKind("folder", _raw_samples)
+FOLDER = SourceKind("folder", _raw_samples)  # FolderItems: the defaults (listed_key, listed_labels...)

@@ -1,5 +1,6 @@
-"""The shard kind ("webdataset", any format of the registry): items are rows of the columnar sample
-index; each sequential run of rows is read as one byte range of its shard, by the shard's format.
+"""The shard kind ("shards", any format of the registry; "webdataset" until 2026-11-28): items are
+rows of the columnar sample index; each sequential run of rows is read as one byte range of its
+shard, by the shard's format.
 
 With verify, a payload is checked against the CRC32C its index records (`payload_problem`) before
 it is decoded. With the source's shard cache (get_data's cache_dir), a run of a cached shard is read
@@ -20,7 +21,8 @@ from datasets.index import crc32c_problem, payload_problem
 from datasets.loader.payloads import get_payload
 from datasets.loader.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
                                           sample_label)
-from datasets.loader.source_kinds.base import Boxed, SourceKind
+from datasets.loader.share_plan import epoch_order
+from datasets.loader.source_kinds.base import Boxed, SourceKind, fingerprint_start
 
 
 class RowRun:
@@ -51,41 +53,41 @@ def _row_runs(columns, rows, locate):
                      int(end[last - 1]))
 
 
-def _raw_samples(stream, items):
-    source, columns = stream.source, stream.columns
+def _raw_samples(context, items):
+    source, columns = context.source, context.columns
     # use_bbox_info: the box from the index when it has the column (no json member to read);
     # otherwise (old indexes, shards scanned without one) from each sample's json.
-    boxes_indexed = stream.use_bbox_info and columns.has_boxes
+    boxes_indexed = context.use_bbox_info and columns.has_boxes
     cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache/), or None
     if cache is not None:
         cache.plan_rows(columns, items, source.locate)  # what it prefetches (cache_prefetch)
     # Items are rows of the columnar index; a run's records are built as it is read, where needed.
     for row_run in _row_runs(columns, items, source.locate):
         rows = row_run.rows
-        samples = _local_row_samples(stream, row_run) if cache is None else None
+        samples = _local_row_samples(context, row_run) if cache is None else None
         if samples is not None:
             yield from samples
             continue
         run = row_run.run()
         if cache is not None and cache.covers(run):  # read from the cache, or while filling it
-            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(stream, rows[first:], part,
+            yield from cache.read_run(run, lambda part, first, rows=rows: _run_samples(context, rows[first:], part,
                                                                                         boxes_indexed))
         else:
-            yield from _run_samples(stream, rows, run, boxes_indexed)
+            yield from _run_samples(context, rows, run, boxes_indexed)
 
 
-def _local_row_samples(stream, row_run):
+def _local_row_samples(context, row_run):
     """The raw sample tuples of a local run read straight from the columns (no record built), or
     None where that path does not apply (a remote shard, boxes asked for, sha256-era indexes, a
     format without `read_payload_rows`)."""
-    source, columns = stream.source, stream.columns
-    if stream.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
+    source, columns = context.source, context.columns
+    if context.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
         return None
     fmt = source.shard_format or format_for_location(row_run.location)
     payloads = fmt.read_payload_rows(row_run.location, columns, row_run.rows)
     if payloads is None:
         return None
-    return _checked_row_samples(payloads, columns, stream.verify)
+    return _checked_row_samples(payloads, columns, context.verify)
 
 
 def _checked_row_samples(payloads, columns, verify):
@@ -101,9 +103,9 @@ def _checked_row_samples(payloads, columns, verify):
         yield row, shard_names[shard_ids[row]], int(labels[row]), payload, kind, error
 
 
-def _run_samples(stream, rows, run, boxes_indexed):
+def _run_samples(context, rows, run, boxes_indexed):
     """The raw sample tuples of one run of a shard (`rows`: its rows of the columnar index)."""
-    source, verify, use_bbox_info, columns = stream.source, stream.verify, stream.use_bbox_info, stream.columns
+    source, verify, use_bbox_info, columns = context.source, context.verify, context.use_bbox_info, context.columns
     fmt = source.shard_format or format_for_location(run.location)
     payloads = fmt.read_payloads(run) if reads_locally(run) else None
     if payloads is not None:  # the format reads a local run straight from the index
@@ -158,4 +160,29 @@ def _usable_bbox(bbox) -> Optional[list]:
     return None
 
 
-SHARDS = SourceKind("webdataset", _raw_samples, bboxes=True)
+def _key(context, row) -> str:
+    return context.columns.key(row)
+
+
+def _labels(context, rows) -> list:
+    return context.columns.labels[np.asarray(rows, dtype=np.int64)].tolist()
+
+
+def _epoch_sequence(source, seed: int, epoch: int, shuffle: bool):
+    return epoch_order(*source.columns.group_ranges(), seed, epoch, shuffle)
+
+
+# The kind was named "webdataset" until 2026-11-28, and resume states (datasets/loader/resume.py)
+# carry a fingerprint hashed over that name: it stays in the hash, so those states still load.
+FINGERPRINT_NAME = "webdataset"
+
+
+def _fingerprint(source):
+    digest = fingerprint_start(FINGERPRINT_NAME, source)
+    digest.update(np.ascontiguousarray(source.columns.key_offsets, dtype=np.int64).tobytes())
+    digest.update(source.columns.keys.tobytes())
+    return digest
+
+
+SHARDS = SourceKind("shards", _raw_samples, key=_key, labels=_labels, epoch_sequence=_epoch_sequence,
+                    fingerprint=_fingerprint, bboxes=True, indexed=True, former_names=("webdataset",))

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from datasets.loader.payloads.tensor import ARRAY
-from datasets.loader.source_kinds.base import SourceKind
+from datasets.loader.source_kinds.base import SourceKind, fingerprint_start, numbered_key
 
 
 def synthetic_pool(shape, seed: int, count: int = 16) -> np.ndarray:
@@ -21,15 +21,26 @@ def synthetic_pool(shape, seed: int, count: int = 16) -> np.ndarray:
 @functools.lru_cache(maxsize=4)  # one pool per (shape, seed) in each process: made once, read-only after
 def _pool(shape, seed: int) -> np.ndarray:
     pool = synthetic_pool(shape, seed)
-    pool.setflags(write=False)  # shared by every stream of this process
+    pool.setflags(write=False)  # shared by every context of this process
     return pool
 
 
-def _raw_samples(stream, items):
-    source = stream.source
-    pool = _pool(tuple(source.synthetic_shape), stream.seed)
+def _raw_samples(context, items):
+    source = context.source
+    pool = _pool(tuple(source.synthetic_shape), context.seed)
     for item in items:
         yield item, "synthetic", item % source.synthetic_classes, pool[item % len(pool)], ARRAY.name, None
 
 
-SYNTHETIC = SourceKind("synthetic", _raw_samples, output_sized=True)
+def _labels(context, items) -> list:
+    return [int(item) % context.source.synthetic_classes for item in items]
+
+
+def _fingerprint(source):
+    digest = fingerprint_start(source.kind, source)
+    digest.update(f"{tuple(source.synthetic_shape)}/{source.synthetic_classes}".encode())
+    return digest
+
+
+SYNTHETIC = SourceKind("synthetic", _raw_samples, key=numbered_key, labels=_labels, fingerprint=_fingerprint,
+                       output_sized=True)
