@@ -72,6 +72,7 @@ def run_one(args, workers: int, folder: Path, decode: str = "host", fixed: bool 
     log.unlink(missing_ok=True)  # the script appends
     command = [sys.executable, str(SCRIPT), "--data", str(args.data), "--arch", args.arch,
                "--batch-size", str(args.batch_size), "--workers", str(workers), "--max-steps", str(args.steps),
+               "--image-size", str(args.image_size),
                "--epochs", "1000", "--no-val", "--checkpoint", str(folder / f"ckpt-{name}.pt"), "--decode", decode,
                "--checkpoint-every", "0", "--print-every", str(max(1, args.steps // 10)), "--step-log", str(log)]
     command += [flag for flag, on in (("--amp", args.amp), ("--channels-last", args.channels_last),
@@ -100,6 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", default="2,6,12", help="comma-separated DataLoader worker counts")
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--decode", default="host", help="comma-separated: host, device (where JPEGs are decoded)")
     parser.add_argument("--own-rate", action="store_true",
                         help="add a row on one batch kept on the device (no loader): the accelerator's own rate")
