@@ -39,7 +39,7 @@ TORCH_WHEELS = "/opt/wheels/torch-2.13.0+cpu-*.whl"
 TORCHVISION = "torchvision==0.28.0"
 SPLITS = ("train", "validation")
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
-                                     "benchmark-output", ".pytest_cache")
+                                     "benchmark-output", ".pytest_cache", ".device-*")
 # One measurement, run by each environment's python: the --compare machinery on DIR/img, one JSON line.
 MEASURE = """
 import json, sys
