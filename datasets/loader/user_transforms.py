@@ -232,7 +232,11 @@ class TransformedPipeline:
 
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         with self.random:
-            self._finish(slot, *self.base.image_pixels(payload, rng, bbox))
+            if self.fused:  # the prefix straight into the slot (resized there, flipped there), as the loader's own
+                self.base.image_into(payload, slot, rng, bbox)
+                self._rest_in(slot)
+            else:
+                self._finish(slot, *self.base.image_pixels(payload, rng, bbox))
 
     def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng, bbox=None) -> None:
         with self.random:
@@ -244,12 +248,16 @@ class TransformedPipeline:
     def _finish(self, slot, pixels, flip) -> None:
         if self.fused:
             write_pixels(slot, pixels, flip)  # the prefix's output, flipped by the strided write as today
-            if self.rest is None:
-                return
-            image = _tv_image(_chw(slot))
+            self._rest_in(slot)
         else:
-            image = _image_of(pixels)
-        out = self.rest(image)
+            self._write(slot, self.rest(_image_of(pixels)))
+
+    def _rest_in(self, slot) -> None:
+        """The rest of T on the prefix's output in `slot`, written back into it."""
+        if self.rest is not None:
+            self._write(slot, self.rest(_tv_image(_chw(slot))))
+
+    def _write(self, slot, out) -> None:
         if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8 or tuple(out.shape) != (3, *slot.shape[:2]):
             raise PipelineError(f"the transform gave {_describe(out)}; the batch expects uint8 (3, {slot.shape[0]}, "
                                 f"{slot.shape[1]})")
