@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from datasets.loader import jpeg_crop
-from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box
+from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
@@ -200,7 +200,7 @@ def test_resize_of_a_cut_equals_pil_crop_then_resize():
                 canvas.resize_into(out, size, box, flip=flip, cut=cut)
                 assert np.array_equal(out, reference), (image.size, cut, box, size, flip, level)
     with pytest.raises(ValueError, match="not inside"):
-        canvas.resize_into(np.empty((4, 4, 3), np.uint8), (4, 4), cut=(0, 0, width + 1, 4))
+        canvas.resize_into(np.empty((4, 4, 3), np.uint8), (4, 4), cut=(width, 0, width + 1, 4))
 
 
 def test_payloads_as_buffers_take_the_crop_path(payloads):
@@ -320,3 +320,71 @@ def test_validation_uses_dct_scaling_within_bound():
         assert difference.mean() <= DCT_IMAGE_MEAN_BOUND and difference.max() <= DCT_MAX_BOUND, path.name
         means.append(difference.mean())
     assert 0 < np.mean(means) <= DCT_MEAN_BOUND
+
+
+def _pil_resized(pixels, size, box=None, cut=False):
+    """Today's decoded-array resize: PIL (pillow-simd) on the array, cut first for crop_edges."""
+    image = Image.fromarray(np.ascontiguousarray(pixels))
+    if cut:
+        image, box = image.crop(box), None
+    return np.asarray(image.resize(size, Image.BILINEAR, box=box))
+
+
+def test_decoded_arrays_resize_natively_with_pil_pixels(payloads):
+    """`tensor` payloads (HWC arrays, CHW views): RandomResizedCrop (box and crop_edges) and Resize +
+    CenterCrop / Resize alone through `array_pixels`, against PIL's resize of the array, each kernel set."""
+    rng = random.Random(11)
+    arrays = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB")) for payload in payloads[::5]]
+    arrays += [np.ascontiguousarray(a.transpose(2, 0, 1)).transpose(1, 2, 0) for a in arrays[:3]]  # CHW layout
+    arrays += [np.asarray(image) for image in _narrow_images()]
+    for index, pixels in enumerate(arrays):
+        height, width = pixels.shape[:2]
+        size = (64, 97, 32)[index % 3]
+        for crop_edges in (False, True):
+            train = ImagePipeline(True, size, steps=("RandomResizedCrop", "RandomHorizontalFlip"),
+                                  crop_edges=crop_edges)
+            for n in range(3):
+                box = random_resized_crop_box(width, height, train.scale, train.ratio, random.Random(n))
+                top, left, h, w = box
+                reference = (pixels[top:top + h, left:left + w] if (h, w) == (size, size) else
+                             _pil_resized(pixels, (size, size), (left, top, left + w, top + h), crop_edges))
+                for level in _each_simd_level():
+                    out, _ = train.array_pixels(pixels, random.Random(n))
+                    assert np.array_equal(out, reference), (pixels.shape, box, crop_edges, level)
+        resize = rng.randint(size, size + 80)
+        target = resized_size(width, height, resize)
+        resized = _pil_resized(pixels, target) if target != (width, height) else pixels
+        steps = (("Resize", "CenterCrop"), ("Resize",))
+        for step in steps:
+            pipeline = ImagePipeline(False, size, resize, steps=step)
+            if "CenterCrop" in step and min(target) < size:
+                continue
+            top, left = int(round((target[1] - size) / 2.0)), int(round((target[0] - size) / 2.0))
+            reference = resized[top:top + size, left:left + size] if "CenterCrop" in step else resized
+            for level in _each_simd_level():
+                out, _ = pipeline.array_pixels(pixels, None)
+                assert np.array_equal(out, reference), (pixels.shape, step, target, level)
+
+
+def test_crop_edges_box_rounding_past_the_scaled_edge_equals_pil(photo):
+    """A box touching the right/bottom edge of a 343x243 image (widths where right * scaled / width lands
+    just past the scaled size at 1/2 and 1/4): PIL's crop pads a black column/row that the filter reads;
+    the native cut must read the same."""
+    image = Image.open(PHOTOS[0]).convert("RGB").resize((343, 243))
+    payload = _encoded(image, quality=90)
+    width, height = 343, 243
+    crop, whole = _pipelines(48, use_draft=True, crop_edges=True)
+    scales = set()
+    for top, left in ((0, 0), (40, 30), (10, 140), (51, 17), (0, 151)):
+        box = (top, left, height - top, width - left)
+        scale = jpeg_crop.dct_scale(width, height, width * 48 / box[3], height * 48 / box[2])
+        scaled = -(-width // scale)
+        if (left + box[3]) * (scaled / width) > scaled:
+            scales.add(scale)
+        for flip in (False, True):
+            for level in _each_simd_level():
+                _poison_canvas(width, height)
+                region = crop._crop_decoded(payload, width, height, box, flip=flip)
+                reference = whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box)
+                assert np.array_equal(region, reference[:, ::-1] if flip else reference), (box, flip, level)
+    assert scales == {2, 4}, scales

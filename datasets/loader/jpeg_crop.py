@@ -135,13 +135,32 @@ class Canvas:
         """Write into `out` (an (h, w, 3) uint8 array, any strides) the window at `offset` = (left, top)
         of `self.image().resize(size, Image.BILINEAR, box=box)`, columns mirrored if `flip`: the same
         pixels, only the window computed (box None: the whole image). `cut` = (x0, y0, x1, y1): resize
-        `self.image().crop(cut)` instead (box in the cut's coordinates), reading no pixel outside it."""
+        `self.image().crop(cut)` instead (box in the cut's coordinates), reading no pixel outside it;
+        as PIL's crop, a cut past the right or bottom edge is black there."""
         x0, y0, x1, y1 = cut or (0, 0, self.width, self.height)
-        if not (0 <= x0 < x1 <= self.width and 0 <= y0 < y1 <= self.height):
+        if not (0 <= x0 < x1 and 0 <= y0 < y1 and x0 < self.width and y0 < self.height):
             raise ValueError(f"cut {cut} is not inside the {self.width}x{self.height} canvas")
         box = box or (0.0, 0.0, float(x1 - x0), float(y1 - y0))
-        _native.resize_into(self.buffer, x1 - x0, y1 - y0, *box, size[0], size[1], offset[0], offset[1],
-                            out, flip, x0, y0, self.width)
+        buffer, x, y, stride = self.buffer, x0, y0, self.width
+        if x1 > self.width or y1 > self.height:
+            # A train box whose DCT-scaled right/bottom edge rounds up past the image (right * scaled / width
+            # just over an integer): PIL's crop pads with black, and the filter reads that column or row.
+            padded = np.zeros((y1 - y0, x1 - x0, 4), np.uint8)
+            inside = self.buffer[:self.width * self.height * 4].reshape(self.height, self.width, 4)[y0:y1, x0:x1]
+            padded[:inside.shape[0], :inside.shape[1]] = inside
+            buffer, x, y, stride = padded.reshape(-1), 0, 0, x1 - x0
+        _native.resize_into(buffer, x1 - x0, y1 - y0, *box, size[0], size[1], offset[0], offset[1],
+                            out, flip, x, y, stride)
+
+
+def array_canvas(pixels: np.ndarray, region: tuple) -> Canvas:
+    """A `Canvas` of an HWC uint8 array (any strides) with only `region` = (x0, y0, x1, y1) copied in (the
+    pixels a resize reads): the native resize of decoded arrays (`tensor` payloads), as of decoded JPEGs."""
+    height, width = pixels.shape[:2]
+    x0, y0, x1, y1 = region
+    buffer = _canvas(width * height * 4)
+    buffer.reshape(height, width, 4)[y0:y1, x0:x1, :3] = pixels[y0:y1, x0:x1]
+    return Canvas(buffer, width, height, region)
 
 
 def decode_canvas(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,

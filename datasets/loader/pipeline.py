@@ -368,21 +368,21 @@ class ImagePipeline:
             flip = self.flip_draw(rng)
             if (h, w) == (self.size, self.size):
                 pixels = pixels[top:top + h, left:left + w]  # a crop at output size needs no resampling
-            elif self.crop_edges:  # torchvision's crop, then resize
-                image = Image.fromarray(np.ascontiguousarray(pixels[top:top + h, left:left + w]))
-                pixels = np.asarray(image.resize((self.size, self.size), Image.BILINEAR))
-            else:
-                image = Image.fromarray(np.ascontiguousarray(pixels))
-                pixels = np.asarray(
-                    image.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + w, top + h))
-                )
+            else:  # with crop_edges, torchvision's crop, then resize
+                pixels = array_resized(pixels, (self.size, self.size), (left, top, left + w, top + h),
+                                       cut=self.crop_edges)
         else:
+            cropped = False
             if RESIZE in self.steps:
                 height, width = pixels.shape[:2]
                 target = resized_size(width, height, self.resize)
                 if target != (width, height):
-                    pixels = np.asarray(Image.fromarray(np.ascontiguousarray(pixels)).resize(target, Image.BILINEAR))
-            if CENTER_CROP in self.steps:
+                    window = None
+                    if CENTER_CROP in self.steps and min(target) >= self.size:  # only the crop's window is resized
+                        top, left = center_crop_offsets(*target, self.size)
+                        window, cropped = (left, top, self.size, self.size), True
+                    pixels = array_resized(pixels, target, window=window)
+            if CENTER_CROP in self.steps and not cropped:
                 pixels = _center_crop(pixels, self.size)
         return pixels, flip
 
@@ -394,6 +394,33 @@ def tensor_array(payload, layout: str) -> np.ndarray:
     """A `.npy` payload as an HWC uint8 view (`layout` "CHW" is transposed, not copied)."""
     array = decode_npy(payload)
     return array.transpose(1, 2, 0) if layout == "CHW" else array
+
+
+def array_resized(pixels: np.ndarray, size: tuple, box: Optional[tuple] = None, cut: bool = False,
+                  window: Optional[tuple] = None) -> np.ndarray:
+    """PIL's `Image.fromarray(pixels).resize(size, Image.BILINEAR, box=box)` of an HWC uint8 array (any
+    strides), or with `cut`, of the array cut to the (integer) box (torchvision's crop, then resize);
+    only `window` = (left, top, width, height) of it. Native where `_jpeg_crop` is built (the same
+    pixels: only the pixels the resize reads are copied into an RGBX canvas), else PIL."""
+    left, top, out_width, out_height = window or (0, 0, *size)
+    if not jpeg_crop.available():
+        image = Image.fromarray(np.ascontiguousarray(pixels))
+        if cut:
+            image, box = image.crop(box), None
+        resized = np.asarray(image.resize(size, Image.BILINEAR, box=box))
+        return resized[top:top + out_height, left:left + out_width]
+    height, width = pixels.shape[:2]
+    if cut:
+        region, box = box, None
+    else:
+        bx0, by0, bx1, by1 = box or (0, 0, width, height)
+        x0, x1 = jpeg_crop.resample_span(bx0, bx1, size[0], width)
+        y0, y1 = jpeg_crop.resample_span(by0, by1, size[1], height)
+        region = (x0, y0, x1, y1)
+    canvas = jpeg_crop.array_canvas(pixels, region)
+    out = np.empty((out_height, out_width, 3), np.uint8)
+    canvas.resize_into(out, size, box, offset=(left, top), cut=region if cut else None)
+    return out
 
 
 def _enclosing(box) -> tuple:
