@@ -111,11 +111,13 @@ class TorchvisionDraws:
     def __init__(self, crop, flip):
         self.crop, self.flip_transform = crop, flip
         self.scale = (crop.scale[0], crop.scale[1])
-        self.log_ratio = (float(crop._log_ratio[0]), float(crop._log_ratio[1]))  # the float32 values it draws between
+        # the float32 values it draws between: torchvision's `_log_ratio`, computed alike from the public `ratio`
+        log_ratio = torch.log(torch.tensor(crop.ratio))
+        self.log_ratio = (float(log_ratio[0]), float(log_ratio[1]))
         self.ratio = (min(crop.ratio), max(crop.ratio))
         # torch.rand(1) < p compares in float32: the same threshold, rounded to float32
         self.flip_p = float(np.float32(flip.p)) if flip is not None else None
-        self._uniform, self._exp = torch.empty(1), torch.empty(1)  # uniform_ and random_ draw as torch.empty(1)...
+        self._uniform = torch.empty(1)  # uniform_ and random_ draw as torch.empty(1)...
         self._integer = torch.empty(1, dtype=torch.int64)  # ...and torch.randint(a, b, (1,)) do
 
     def box(self, width: int, height: int) -> tuple:
@@ -124,7 +126,7 @@ class TorchvisionDraws:
         uniform, integer = self._uniform, self._integer
         for _ in range(10):
             target_area = area * uniform.uniform_(*self.scale).item()
-            aspect_ratio = torch.exp(uniform.uniform_(*self.log_ratio), out=self._exp).item()  # in float32, as torch
+            aspect_ratio = uniform.uniform_(*self.log_ratio).exp_().item()  # in float32, torch's exp kernel
             w = int(round(math.sqrt(target_area * aspect_ratio)))
             h = int(round(math.sqrt(target_area / aspect_ratio)))
             if 0 < w <= width and 0 < h <= height:
