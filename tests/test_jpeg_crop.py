@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from datasets.loader import jpeg_crop
-from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box
+from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
@@ -39,11 +39,34 @@ def payloads():
     return [path.read_bytes() for path in PHOTOS]
 
 
-def _pipelines(size, use_draft):
+def _pipelines(size, use_draft, crop_edges=False):
+    """(region path, whole-image path): the second decodes and resizes with PIL (pillow-simd in .venv), today's
+    pinned pixels; `crop_edges` as a user's torchvision transform (crop, then resize)."""
     crop = ImagePipeline(True, size, steps=("RandomResizedCrop", "RandomHorizontalFlip"), use_draft=use_draft,
-                         decode_path=jpeg_crop.CROP)
-    whole = ImagePipeline(True, size, steps=crop.steps, use_draft=use_draft, decode_path=jpeg_crop.PIL_FULL)
+                         decode_path=jpeg_crop.CROP, crop_edges=crop_edges)
+    whole = ImagePipeline(True, size, steps=crop.steps, use_draft=use_draft, decode_path=jpeg_crop.PIL_FULL,
+                          crop_edges=crop_edges)
     return crop, whole
+
+
+def _simd_levels():
+    """The resampler's kernel sets this CPU has (0 scalar, 1 SSE2, 2 AVX2)."""
+    import _jpeg_crop
+
+    best = _jpeg_crop.simd()
+    return list(range(best + 1))
+
+
+def _each_simd_level():
+    """Use each kernel set in turn (the best again afterwards), yielding its level."""
+    import _jpeg_crop
+
+    try:
+        for level in _simd_levels():
+            assert _jpeg_crop.simd(level) == level
+            yield level
+    finally:
+        _jpeg_crop.simd()
 
 
 def _poison_canvas(width, height):
@@ -111,6 +134,75 @@ def test_dct_scaled_equal_to_draft_path_and_within_bound(payloads, size):
     assert 0 < np.mean(means) <= DCT_MEAN_BOUND
 
 
+def _chw_slot(size):
+    """An HWC view of a CHW slot, as the loader's batches have them (the native write's strided case)."""
+    return np.zeros((3, size, size), np.uint8).transpose(1, 2, 0)
+
+
+@pytest.mark.parametrize("crop_edges", [False, True], ids=["box", "crop-edges"])
+def test_train_resize_equals_pil_at_each_simd_level(payloads, crop_edges):
+    """The train path's native resize (region decode, then the box resized straight into a CHW slot
+    view, mirrored for the flip) against today's pinned path: PIL's decode and resize (pillow-simd),
+    flipped by the copy. Random and edge boxes, odd and even sizes, each DCT scale, each kernel set."""
+    rng = random.Random(31 + crop_edges)
+    scales, compared = set(), 0
+    for index, payload in enumerate(payloads[::2]):
+        width, height = jpeg_crop.jpeg_size(payload)
+        size = (224, 97, 160)[index % 3]
+        for use_draft in (False, True):
+            crop, whole = _pipelines(size, use_draft, crop_edges)
+            boxes = [random_resized_crop_box(width, height, crop.scale, crop.ratio, rng) for _ in range(3)]
+            for n, box in enumerate(boxes + rng.sample(_edge_boxes(width, height), 3)):
+                flip = n % 2 == 1
+                top, left, h, w = box
+                if use_draft and w >= 2 * size and h >= 2 * size:
+                    scales.add(jpeg_crop.dct_scale(width, height, width * size / w, height * size / h))
+                reference = whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box)
+                reference = reference[:, ::-1] if flip else reference
+                for level in _each_simd_level():
+                    _poison_canvas(width, height)
+                    slot = _chw_slot(size)
+                    assert crop._crop_decoded(payload, width, height, box, out=slot, flip=flip) is slot
+                    assert np.array_equal(slot, reference), f"box {box} of a {width}x{height} image, flip {flip}, " \
+                                                            f"kernels {level}"
+                    compared += 1
+    assert {2, 4, 8} <= scales and compared >= 200 * len(_simd_levels())
+
+
+def _narrow_images():
+    rng = np.random.default_rng(4)
+    return [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            for w, h in ((1, 9), (3, 40), (5, 9), (9, 3), (2, 2), (7, 64), (64, 5), (301, 177))]
+
+
+def test_resize_of_a_cut_equals_pil_crop_then_resize():
+    """`Canvas.resize_into(cut=...)` (the user-transform path's crop, then resize) against PIL's
+    `crop(cut).resize(size, box=...)`, each kernel set; the pixels outside the cut are poisoned."""
+    rng = random.Random(7)
+    for image in _narrow_images() + [Image.open(PHOTOS[0]).convert("RGB")]:
+        width, height = image.size
+        rgbx = np.ascontiguousarray(np.asarray(image.convert("RGBX")))
+        for trial in range(6):
+            x0, y0 = rng.randrange(width), rng.randrange(height)
+            cut = (x0, y0, rng.randint(x0 + 1, width), rng.randint(y0 + 1, height))
+            cut_w, cut_h = cut[2] - cut[0], cut[3] - cut[1]
+            poisoned = np.full_like(rgbx, 255)
+            poisoned[cut[1]:cut[3], cut[0]:cut[2]] = rgbx[cut[1]:cut[3], cut[0]:cut[2]]
+            canvas = jpeg_crop.Canvas(poisoned.reshape(-1), width, height, (0, 0, width, height))
+            bx, by = rng.uniform(0, cut_w - 0.5), rng.uniform(0, cut_h - 0.5)
+            box = (bx, by, rng.uniform(bx + 0.25, cut_w), rng.uniform(by + 0.25, cut_h)) if trial % 2 else None
+            size = (rng.randint(1, 2 * cut_w + 3), rng.randint(1, 2 * cut_h + 3))
+            flip = trial >= 3
+            reference = np.asarray(image.crop(cut).resize(size, Image.BILINEAR, box=box))
+            reference = reference[:, ::-1] if flip else reference
+            for level in _each_simd_level():
+                out = np.zeros((3, size[1], size[0]), np.uint8).transpose(1, 2, 0)
+                canvas.resize_into(out, size, box, flip=flip, cut=cut)
+                assert np.array_equal(out, reference), (image.size, cut, box, size, flip, level)
+    with pytest.raises(ValueError, match="not inside"):
+        canvas.resize_into(np.empty((4, 4, 3), np.uint8), (4, 4), cut=(width, 0, width + 1, 4))
+
+
 def test_payloads_as_buffers_take_the_crop_path(payloads):
     """The shard readers hand out memoryviews: they must be decoded natively too, not sent to PIL."""
     for payload in payloads[:3]:
@@ -123,15 +215,17 @@ def test_payloads_as_buffers_take_the_crop_path(payloads):
                               whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box))
 
 
-def test_image_into_uses_the_same_draws(payloads):
-    """Through image_into: same box and flip draws, same output, and the same RNG state afterwards."""
+@pytest.mark.parametrize("crop_edges", [False, True], ids=["box", "crop-edges"])
+def test_image_into_uses_the_same_draws(payloads, crop_edges):
+    """Through image_into: same box and flip draws, same output, and the same RNG state afterwards
+    (HWC and CHW slots)."""
     for use_draft in (False, True):
-        crop, whole = _pipelines(160, use_draft)
+        crop, whole = _pipelines(160, use_draft, crop_edges)
         for index, payload in enumerate(payloads[:12]):
             outputs = []
             for pipeline in (crop, whole):
                 rng = random.Random(index)
-                slot = np.empty((160, 160, 3), np.uint8)
+                slot = np.empty((160, 160, 3), np.uint8) if index % 2 else _chw_slot(160)
                 pipeline.image_into(payload, slot, rng)
                 outputs.append((slot, rng.random()))
             assert np.array_equal(outputs[0][0], outputs[1][0]) and outputs[0][1] == outputs[1][1]
@@ -161,15 +255,16 @@ def quirk_payload(photo, kind: str) -> bytes:
     }[kind]()
 
 
+@pytest.mark.parametrize("crop_edges", [False, True], ids=["box", "crop-edges"])
 @pytest.mark.parametrize("kind, native", [
     ("grayscale", True), ("progressive", True), ("444", True), ("422", True), ("restart markers", True),
     ("cmyk", False), ("png named jpeg", False),
 ])
-def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
+def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native, crop_edges):
     payload = quirk_payload(photo, kind)
     assert (jpeg_crop.jpeg_size(payload) is not None) == native
     for use_draft in (False, True):
-        crop, whole = _pipelines(64, use_draft)
+        crop, whole = _pipelines(64, use_draft, crop_edges)
         if native:
             width, height = photo.size
             for box in _edge_boxes(width, height) + [random_resized_crop_box(width, height, crop.scale, crop.ratio,
@@ -177,7 +272,7 @@ def test_quirk_inputs_equal_the_whole_image_path(photo, kind, native):
                 region, reference = _both(crop, whole, payload, box)
                 assert np.array_equal(region, reference), f"{kind}: box {box}"
         for seed in range(4):
-            slots = [np.empty((64, 64, 3), np.uint8) for _ in range(2)]
+            slots = [np.empty((64, 64, 3), np.uint8) if seed % 2 else _chw_slot(64) for _ in range(2)]
             crop.image_into(payload, slots[0], random.Random(seed))
             whole.image_into(payload, slots[1], random.Random(seed))
             assert np.array_equal(*slots), kind
@@ -225,3 +320,71 @@ def test_validation_uses_dct_scaling_within_bound():
         assert difference.mean() <= DCT_IMAGE_MEAN_BOUND and difference.max() <= DCT_MAX_BOUND, path.name
         means.append(difference.mean())
     assert 0 < np.mean(means) <= DCT_MEAN_BOUND
+
+
+def _pil_resized(pixels, size, box=None, cut=False):
+    """Today's decoded-array resize: PIL (pillow-simd) on the array, cut first for crop_edges."""
+    image = Image.fromarray(np.ascontiguousarray(pixels))
+    if cut:
+        image, box = image.crop(box), None
+    return np.asarray(image.resize(size, Image.BILINEAR, box=box))
+
+
+def test_decoded_arrays_resize_natively_with_pil_pixels(payloads):
+    """`tensor` payloads (HWC arrays, CHW views): RandomResizedCrop (box and crop_edges) and Resize +
+    CenterCrop / Resize alone through `array_pixels`, against PIL's resize of the array, each kernel set."""
+    rng = random.Random(11)
+    arrays = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB")) for payload in payloads[::5]]
+    arrays += [np.ascontiguousarray(a.transpose(2, 0, 1)).transpose(1, 2, 0) for a in arrays[:3]]  # CHW layout
+    arrays += [np.asarray(image) for image in _narrow_images()]
+    for index, pixels in enumerate(arrays):
+        height, width = pixels.shape[:2]
+        size = (64, 97, 32)[index % 3]
+        for crop_edges in (False, True):
+            train = ImagePipeline(True, size, steps=("RandomResizedCrop", "RandomHorizontalFlip"),
+                                  crop_edges=crop_edges)
+            for n in range(3):
+                box = random_resized_crop_box(width, height, train.scale, train.ratio, random.Random(n))
+                top, left, h, w = box
+                reference = (pixels[top:top + h, left:left + w] if (h, w) == (size, size) else
+                             _pil_resized(pixels, (size, size), (left, top, left + w, top + h), crop_edges))
+                for level in _each_simd_level():
+                    out, _ = train.array_pixels(pixels, random.Random(n))
+                    assert np.array_equal(out, reference), (pixels.shape, box, crop_edges, level)
+        resize = rng.randint(size, size + 80)
+        target = resized_size(width, height, resize)
+        resized = _pil_resized(pixels, target) if target != (width, height) else pixels
+        steps = (("Resize", "CenterCrop"), ("Resize",))
+        for step in steps:
+            pipeline = ImagePipeline(False, size, resize, steps=step)
+            if "CenterCrop" in step and min(target) < size:
+                continue
+            top, left = int(round((target[1] - size) / 2.0)), int(round((target[0] - size) / 2.0))
+            reference = resized[top:top + size, left:left + size] if "CenterCrop" in step else resized
+            for level in _each_simd_level():
+                out, _ = pipeline.array_pixels(pixels, None)
+                assert np.array_equal(out, reference), (pixels.shape, step, target, level)
+
+
+def test_crop_edges_box_rounding_past_the_scaled_edge_equals_pil(photo):
+    """A box touching the right/bottom edge of a 343x243 image (widths where right * scaled / width lands
+    just past the scaled size at 1/2 and 1/4): PIL's crop pads a black column/row that the filter reads;
+    the native cut must read the same."""
+    image = Image.open(PHOTOS[0]).convert("RGB").resize((343, 243))
+    payload = _encoded(image, quality=90)
+    width, height = 343, 243
+    crop, whole = _pipelines(48, use_draft=True, crop_edges=True)
+    scales = set()
+    for top, left in ((0, 0), (40, 30), (10, 140), (51, 17), (0, 151)):
+        box = (top, left, height - top, width - left)
+        scale = jpeg_crop.dct_scale(width, height, width * 48 / box[3], height * 48 / box[2])
+        scaled = -(-width // scale)
+        if (left + box[3]) * (scaled / width) > scaled:
+            scales.add(scale)
+        for flip in (False, True):
+            for level in _each_simd_level():
+                _poison_canvas(width, height)
+                region = crop._crop_decoded(payload, width, height, box, flip=flip)
+                reference = whole._decoded_then_cropped(Image.open(io.BytesIO(payload)), width, height, box)
+                assert np.array_equal(region, reference[:, ::-1] if flip else reference), (box, flip, level)
+    assert scales == {2, 4}, scales

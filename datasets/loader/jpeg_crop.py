@@ -8,20 +8,22 @@ compare both).
 How a region is decoded (`decode_region`): libjpeg decodes, at 1/1, 1/2, 1/4 or 1/8 scale, the
 rows and columns covering the region (columns widened to iMCU boundaries, rows above skipped,
 decoding stopped after the last row) and writes them into a canvas the size of the WHOLE scaled
-image, at the places a full decode would put them. PIL then resamples the canvas with the same
-geometry as a full decode, so the arithmetic (box, filter bounds, weights) is the same as on a
-fully decoded image; only pixels that PIL reads have to be decoded (`resample_span`).
+image, at the places a full decode would put them. The canvas is then resampled with the same
+geometry as a full decode, so the arithmetic (box, filter bounds, weights) is the same as PIL's on
+a fully decoded image; only pixels that the resize reads have to be decoded (`resample_span`).
 Decoding settings equal PIL's default JPEG decode (JDCT_ISLOW, fancy upsampling, the colour
 space libjpeg infers), so the decoded pixels are equal too, except in the outermost column and
 row of a cut (fancy upsampling replicates the edge there): `resample_span` leaves a margin.
 
 How it is resized (`Canvas.resize_into`): the native `resize_into` computes PIL's bilinear
-`resize(size, box=...)` of the canvas (pillow-simd 12's coefficients, fixed-point precision and
-integer sums, native/jpeg_crop/resample.h) but only a window of its output, written straight
-into the batch slot (any strides, mirrored for a flip). Validation's Resize + CenterCrop is one
-resize of the whole scaled image of which the center window is computed: the crop's pixels of
-the full resize, without resizing what the crop drops. tests/test_jpeg_crop.py compares both
-paths with PIL's whole outputs.
+`resize(size, box=...)` of the canvas, or of a cut of it (`crop(cut)` first, as a user's
+torchvision RandomResizedCrop reads only the box's pixels), with pillow-simd 12's coefficients,
+fixed-point precision and integer sums (native/jpeg_crop/resample.h), but only a window of its
+output, written straight into the batch slot (any strides, mirrored for a flip). Train's
+RandomResizedCrop is the resize of the crop box; validation's Resize + CenterCrop is one resize
+of the whole scaled image of which the center window is computed: the crop's pixels of the full
+resize, without resizing what the crop drops. tests/test_jpeg_crop.py and
+tests/test_validation_decode.py compare both paths with PIL's whole outputs.
 """
 
 from __future__ import annotations
@@ -142,13 +144,36 @@ class Canvas:
         return Image.frombuffer("RGBX", (self.width, self.height), self.buffer, "raw", "RGBX", 0, 1)
 
     def resize_into(self, out: np.ndarray, size: tuple, box: Optional[tuple] = None, offset: tuple = (0, 0),
-                    flip: bool = False) -> None:
+                    flip: bool = False, cut: Optional[tuple] = None) -> None:
         """Write into `out` (an (h, w, 3) uint8 array, any strides) the window at `offset` = (left, top)
         of `self.image().resize(size, Image.BILINEAR, box=box)`, columns mirrored if `flip`: the same
-        pixels, only the window computed (box None: the whole canvas)."""
-        box = box or (0.0, 0.0, float(self.width), float(self.height))
-        _native.resize_into(self.buffer, self.width, self.height, *box, size[0], size[1], offset[0], offset[1],
-                            out, flip)
+        pixels, only the window computed (box None: the whole image). `cut` = (x0, y0, x1, y1): resize
+        `self.image().crop(cut)` instead (box in the cut's coordinates), reading no pixel outside it;
+        as PIL's crop, a cut past the right or bottom edge is black there."""
+        x0, y0, x1, y1 = cut or (0, 0, self.width, self.height)
+        if not (0 <= x0 < x1 and 0 <= y0 < y1 and x0 < self.width and y0 < self.height):
+            raise ValueError(f"cut {cut} is not inside the {self.width}x{self.height} canvas")
+        box = box or (0.0, 0.0, float(x1 - x0), float(y1 - y0))
+        buffer, x, y, stride = self.buffer, x0, y0, self.width
+        if x1 > self.width or y1 > self.height:
+            # A train box whose DCT-scaled right/bottom edge rounds up past the image (right * scaled / width
+            # just over an integer): PIL's crop pads with black, and the filter reads that column or row.
+            padded = np.zeros((y1 - y0, x1 - x0, 4), np.uint8)
+            inside = self.buffer[:self.width * self.height * 4].reshape(self.height, self.width, 4)[y0:y1, x0:x1]
+            padded[:inside.shape[0], :inside.shape[1]] = inside
+            buffer, x, y, stride = padded.reshape(-1), 0, 0, x1 - x0
+        _native.resize_into(buffer, x1 - x0, y1 - y0, *box, size[0], size[1], offset[0], offset[1],
+                            out, flip, x, y, stride)
+
+
+def array_canvas(pixels: np.ndarray, region: tuple) -> Canvas:
+    """A `Canvas` of an HWC uint8 array (any strides) with only `region` = (x0, y0, x1, y1) copied in (the
+    pixels a resize reads): the native resize of decoded arrays (`tensor` payloads), as of decoded JPEGs."""
+    height, width = pixels.shape[:2]
+    x0, y0, x1, y1 = region
+    buffer = _canvas(width * height * 4)
+    buffer.reshape(height, width, 4)[y0:y1, x0:x1, :3] = pixels[y0:y1, x0:x1]
+    return Canvas(buffer, width, height, region)
 
 
 def decode_canvas(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Optional[tuple] = None,

@@ -204,41 +204,57 @@ class ImagePipeline:
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         """Decode `payload` and write the processed image into `slot` (an HWC-shaped uint8 view).
         `bbox` (normalised [x1, y1, x2, y2]): RandomResizedCrop prefers crops overlapping it."""
-        if RANDOM_RESIZED_CROP not in self.steps and self._center_crop_decoded(payload, slot):
+        if RANDOM_RESIZED_CROP in self.steps:
+            self._random_crop_into(payload, slot, rng, bbox)
+            return
+        if self._center_crop_decoded(payload, slot):
             return  # validation's fused path (no draws): decoded and resized straight into the slot
         write_pixels(slot, *self.image_pixels(payload, rng, bbox))
 
     def image_pixels(self, payload, rng, bbox=None):
         """(HWC uint8 pixels, flip): `image_into`'s result before the flip and the write; with no
         steps, the whole decoded RGB image."""
-        flip = False
         if RANDOM_RESIZED_CROP in self.steps:
-            size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
-            image = None if size is not None else Image.open(io.BytesIO(payload))
-            width, height = size or image.size
-            box = self.crop_box(width, height, rng, bbox)
-            pixels = None
-            if size is not None:
-                try:
-                    pixels = self._crop_decoded(payload, width, height, box)
-                except jpeg_crop.JpegError:
-                    pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
-            if pixels is None:
-                pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
-            flip = self.flip_draw(rng)
+            pixels = np.empty((self.size, self.size, 3), np.uint8)
+            return pixels, self._random_crop_into(payload, pixels, rng, bbox, mirror=False)
+        image = Image.open(io.BytesIO(payload))
+        if RESIZE in self.steps:
+            width, height = resized_size(*image.size, self.resize)
+            image = _rgb(self._draft(image, width, height))
+            if image.size != (width, height):
+                image = image.resize((width, height), Image.BILINEAR)
         else:
-            image = Image.open(io.BytesIO(payload))
-            if RESIZE in self.steps:
-                width, height = resized_size(*image.size, self.resize)
-                image = _rgb(self._draft(image, width, height))
-                if image.size != (width, height):
-                    image = image.resize((width, height), Image.BILINEAR)
-            else:
-                image = _rgb(image)
-            pixels = np.asarray(image)
-            if CENTER_CROP in self.steps:
-                pixels = _center_crop(pixels, self.size)
-        return pixels, flip
+            image = _rgb(image)
+        pixels = np.asarray(image)
+        if CENTER_CROP in self.steps:
+            pixels = _center_crop(pixels, self.size)
+        return pixels, False
+
+    def _random_crop_into(self, payload, slot: np.ndarray, rng, bbox=None, mirror: bool = True) -> bool:
+        """RandomResizedCrop of an encoded image into `slot`, mirrored if the flip is drawn (and
+        `mirror`); returns the flip draw. A JPEG decoded natively is resized straight into the slot
+        (`_crop_region`, native resize: no intermediate image); others take `_decoded_then_cropped`.
+        The draws (box, then flip after the decode) are the same on both paths."""
+        size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
+        image = None if size is not None else Image.open(io.BytesIO(payload))
+        width, height = size or image.size
+        box = self.crop_box(width, height, rng, bbox)
+        region = None
+        if size is not None:
+            try:
+                region = self._crop_region(payload, width, height, box)
+            except jpeg_crop.JpegError:
+                pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
+        if region is None:
+            pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
+            flip = self.flip_draw(rng)
+            write_pixels(slot, pixels, flip and mirror)
+            return flip
+        flip = self.flip_draw(rng)
+        check_slot(slot, (self.size, self.size, 3))
+        canvas, resize_box, cut = region
+        canvas.resize_into(slot, (self.size, self.size), resize_box, flip=flip and mirror, cut=cut)
+        return flip
 
     def _decoded_then_cropped(self, image, width, height, box) -> np.ndarray:
         """The whole-image path: (draft-scaled) full decode, then crop + resize in one PIL call."""
@@ -250,12 +266,14 @@ class ImagePipeline:
             image, box = _cropped_to(image, box)
         return np.asarray(_rgb(image).resize((self.size, self.size), Image.BILINEAR, box=box))
 
-    def _crop_decoded(self, payload, width, height, box) -> Optional[np.ndarray]:
-        """The region path: what `_decoded_then_cropped` returns, decoding only the pixels the resize reads.
+    def _crop_region(self, payload, width, height, box):
+        """The region path's decode: (Canvas, resize box, cut or None) such that
+        `canvas.resize_into(out, (size, size), resize_box, cut=cut)` gives what `_decoded_then_cropped`
+        returns, decoding only the pixels the resize reads.
 
-        Same DCT scale as `_draft` picks, same scaled image size, same box: PIL resamples an image
-        of the same geometry (see datasets.loader.jpeg_crop). None if the colour space is not
-        decoded natively.
+        Same DCT scale as `_draft` picks, same scaled image size, same box: the resize runs on an
+        image of the same geometry (see datasets.loader.jpeg_crop); with `crop_edges`, on the same
+        cut as `_cropped_to`. None if the colour space is not decoded natively.
         """
         top, left, h, w = box
         want_width, want_height = width * self.size / w, height * self.size / h
@@ -265,21 +283,28 @@ class ImagePipeline:
         scaled_width, scaled_height = -(-width // scale), -(-height // scale)
         fx, fy = scaled_width / width, scaled_height / height
         resize_box = (left * fx, top * fy, (left + w) * fx, (top + h) * fy)
+        cut = None
         if self.crop_edges:  # only the box's pixels, and a margin for the cut's outermost ones
-            x0, y0, x1, y1 = _enclosing(resize_box)
+            cut = x0, y0, x1, y1 = _enclosing(resize_box)
+            resize_box = (resize_box[0] - x0, resize_box[1] - y0, resize_box[2] - x0, resize_box[3] - y0)
             x0, y0 = max(0, x0 - jpeg_crop.EDGE_MARGIN), max(0, y0 - jpeg_crop.EDGE_MARGIN)
             x1, y1 = min(scaled_width, x1 + jpeg_crop.EDGE_MARGIN), min(scaled_height, y1 + jpeg_crop.EDGE_MARGIN)
         else:
             x0, x1 = jpeg_crop.resample_span(resize_box[0], resize_box[2], self.size, scaled_width)
             y0, y1 = jpeg_crop.resample_span(resize_box[1], resize_box[3], self.size, scaled_height)
-        decoded = jpeg_crop.decode_region(payload, scale, x0, y0, x1, y1, size=(width, height))
-        if decoded is None:
+        decoded = jpeg_crop.decode_canvas(payload, scale, x0, y0, x1, y1, size=(width, height))
+        return None if decoded is None else (decoded, resize_box, cut)
+
+    def _crop_decoded(self, payload, width, height, box, out=None, flip=False) -> Optional[np.ndarray]:
+        """The region path's output for `box` (into `out`, else a new array; mirrored if `flip`):
+        `_decoded_then_cropped`'s pixels. None if the colour space is not decoded natively."""
+        region = self._crop_region(payload, width, height, box)
+        if region is None:
             return None
-        image = decoded[0]
-        if self.crop_edges:
-            image, resize_box = _cropped_to(image, resize_box)
-        image = image.resize((self.size, self.size), Image.BILINEAR, box=resize_box)
-        return np.asarray(image)[:, :, :3]
+        out = np.empty((self.size, self.size, 3), np.uint8) if out is None else out
+        canvas, resize_box, cut = region
+        canvas.resize_into(out, (self.size, self.size), resize_box, flip=flip, cut=cut)
+        return out
 
     def _center_crop_decoded(self, payload, slot: np.ndarray) -> bool:
         """Validation's fused path: Resize + CenterCrop (or CenterCrop alone) of a JPEG into `slot`,
@@ -343,21 +368,21 @@ class ImagePipeline:
             flip = self.flip_draw(rng)
             if (h, w) == (self.size, self.size):
                 pixels = pixels[top:top + h, left:left + w]  # a crop at output size needs no resampling
-            elif self.crop_edges:  # torchvision's crop, then resize
-                image = Image.fromarray(np.ascontiguousarray(pixels[top:top + h, left:left + w]))
-                pixels = np.asarray(image.resize((self.size, self.size), Image.BILINEAR))
-            else:
-                image = Image.fromarray(np.ascontiguousarray(pixels))
-                pixels = np.asarray(
-                    image.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + w, top + h))
-                )
+            else:  # with crop_edges, torchvision's crop, then resize
+                pixels = array_resized(pixels, (self.size, self.size), (left, top, left + w, top + h),
+                                       cut=self.crop_edges)
         else:
+            cropped = False
             if RESIZE in self.steps:
                 height, width = pixels.shape[:2]
                 target = resized_size(width, height, self.resize)
                 if target != (width, height):
-                    pixels = np.asarray(Image.fromarray(np.ascontiguousarray(pixels)).resize(target, Image.BILINEAR))
-            if CENTER_CROP in self.steps:
+                    window = None
+                    if CENTER_CROP in self.steps and min(target) >= self.size:  # only the crop's window is resized
+                        top, left = center_crop_offsets(*target, self.size)
+                        window, cropped = (left, top, self.size, self.size), True
+                    pixels = array_resized(pixels, target, window=window)
+            if CENTER_CROP in self.steps and not cropped:
                 pixels = _center_crop(pixels, self.size)
         return pixels, flip
 
@@ -369,6 +394,33 @@ def tensor_array(payload, layout: str) -> np.ndarray:
     """A `.npy` payload as an HWC uint8 view (`layout` "CHW" is transposed, not copied)."""
     array = decode_npy(payload)
     return array.transpose(1, 2, 0) if layout == "CHW" else array
+
+
+def array_resized(pixels: np.ndarray, size: tuple, box: Optional[tuple] = None, cut: bool = False,
+                  window: Optional[tuple] = None) -> np.ndarray:
+    """PIL's `Image.fromarray(pixels).resize(size, Image.BILINEAR, box=box)` of an HWC uint8 array (any
+    strides), or with `cut`, of the array cut to the (integer) box (torchvision's crop, then resize);
+    only `window` = (left, top, width, height) of it. Native where `_jpeg_crop` is built (the same
+    pixels: only the pixels the resize reads are copied into an RGBX canvas), else PIL."""
+    left, top, out_width, out_height = window or (0, 0, *size)
+    if not jpeg_crop.available():
+        image = Image.fromarray(np.ascontiguousarray(pixels))
+        if cut:
+            image, box = image.crop(box), None
+        resized = np.asarray(image.resize(size, Image.BILINEAR, box=box))
+        return resized[top:top + out_height, left:left + out_width]
+    height, width = pixels.shape[:2]
+    if cut:
+        region, box = box, None
+    else:
+        bx0, by0, bx1, by1 = box or (0, 0, width, height)
+        x0, x1 = jpeg_crop.resample_span(bx0, bx1, size[0], width)
+        y0, y1 = jpeg_crop.resample_span(by0, by1, size[1], height)
+        region = (x0, y0, x1, y1)
+    canvas = jpeg_crop.array_canvas(pixels, region)
+    out = np.empty((out_height, out_width, 3), np.uint8)
+    canvas.resize_into(out, size, box, offset=(left, top), cut=region if cut else None)
+    return out
 
 
 def _enclosing(box) -> tuple:
@@ -395,11 +447,16 @@ def _center_crop(pixels: np.ndarray, size: int) -> np.ndarray:
     return pixels[top:top + size, left:left + size]
 
 
-def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
-    """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
-    if pixels.shape != slot.shape:
+def check_slot(slot: np.ndarray, shape: tuple) -> None:
+    """PipelineError unless processed pixels of `shape` fit the batch slot."""
+    if tuple(shape) != slot.shape:
         raise PipelineError(
-            f"processed image is {pixels.shape[1]}x{pixels.shape[0]} px, the batch expects "
+            f"processed image is {shape[1]}x{shape[0]} px, the batch expects "
             f"{slot.shape[1]}x{slot.shape[0]} (stored images of another size than the metadata says?)"
         )
+
+
+def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
+    """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
+    check_slot(slot, pixels.shape)
     slot[...] = pixels[:, ::-1] if flip else pixels

@@ -83,8 +83,8 @@ class TorchRandom:
             generator = torch.Generator()
             generator.manual_seed(seed)
             self.state = generator.get_state()
-        else:
-            torch.manual_seed(seed)
+        else:  # the CPU generator alone, which the transforms draw from: torch.manual_seed also seeds every
+            torch.default_generator.manual_seed(seed)  # accelerator's, ~1.2 ms a batch on the 2-core dev VM
 
     def __enter__(self):
         if self.swap:
@@ -111,11 +111,13 @@ class TorchvisionDraws:
     def __init__(self, crop, flip):
         self.crop, self.flip_transform = crop, flip
         self.scale = (crop.scale[0], crop.scale[1])
-        self.log_ratio = (float(crop._log_ratio[0]), float(crop._log_ratio[1]))  # the float32 values it draws between
+        # the float32 values it draws between: torchvision's `_log_ratio`, computed alike from the public `ratio`
+        log_ratio = torch.log(torch.tensor(crop.ratio))
+        self.log_ratio = (float(log_ratio[0]), float(log_ratio[1]))
         self.ratio = (min(crop.ratio), max(crop.ratio))
         # torch.rand(1) < p compares in float32: the same threshold, rounded to float32
         self.flip_p = float(np.float32(flip.p)) if flip is not None else None
-        self._uniform, self._exp = torch.empty(1), torch.empty(1)  # uniform_ and random_ draw as torch.empty(1)...
+        self._uniform = torch.empty(1)  # uniform_ and random_ draw as torch.empty(1)...
         self._integer = torch.empty(1, dtype=torch.int64)  # ...and torch.randint(a, b, (1,)) do
 
     def box(self, width: int, height: int) -> tuple:
@@ -124,7 +126,7 @@ class TorchvisionDraws:
         uniform, integer = self._uniform, self._integer
         for _ in range(10):
             target_area = area * uniform.uniform_(*self.scale).item()
-            aspect_ratio = torch.exp(uniform.uniform_(*self.log_ratio), out=self._exp).item()  # in float32, as torch
+            aspect_ratio = uniform.uniform_(*self.log_ratio).exp_().item()  # in float32, torch's exp kernel
             w = int(round(math.sqrt(target_area * aspect_ratio)))
             h = int(round(math.sqrt(target_area / aspect_ratio)))
             if 0 < w <= width and 0 < h <= height:
@@ -232,7 +234,11 @@ class TransformedPipeline:
 
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         with self.random:
-            self._finish(slot, *self.base.image_pixels(payload, rng, bbox))
+            if self.fused:  # the prefix straight into the slot (resized there, flipped there), as the loader's own
+                self.base.image_into(payload, slot, rng, bbox)
+                self._rest_in(slot)
+            else:
+                self._finish(slot, *self.base.image_pixels(payload, rng, bbox))
 
     def array_into(self, pixels: np.ndarray, slot: np.ndarray, rng, bbox=None) -> None:
         with self.random:
@@ -244,12 +250,16 @@ class TransformedPipeline:
     def _finish(self, slot, pixels, flip) -> None:
         if self.fused:
             write_pixels(slot, pixels, flip)  # the prefix's output, flipped by the strided write as today
-            if self.rest is None:
-                return
-            image = _tv_image(_chw(slot))
+            self._rest_in(slot)
         else:
-            image = _image_of(pixels)
-        out = self.rest(image)
+            self._write(slot, self.rest(_image_of(pixels)))
+
+    def _rest_in(self, slot) -> None:
+        """The rest of T on the prefix's output in `slot`, written back into it."""
+        if self.rest is not None:
+            self._write(slot, self.rest(_tv_image(_chw(slot))))
+
+    def _write(self, slot, out) -> None:
         if not isinstance(out, torch.Tensor) or out.dtype != torch.uint8 or tuple(out.shape) != (3, *slot.shape[:2]):
             raise PipelineError(f"the transform gave {_describe(out)}; the batch expects uint8 (3, {slot.shape[0]}, "
                                 f"{slot.shape[1]})")

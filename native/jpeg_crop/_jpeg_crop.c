@@ -2,7 +2,8 @@
  *
  * header(data) -> (width, height, color_space) | raises JpegError
  * decode_into(data, out, scale_denom, x0, y0, x1, y1) -> (xs, ys, xe, ye) | None
- * resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip) -> None
+ * resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip
+ *             [, x0, y0, stride]) -> None
  *
  * decode_into decodes the image at 1/scale_denom (libjpeg's DCT scaling) and writes the pixels of
  * the region covering [x0, x1) x [y0, y1) (scaled coordinates) as RGBX into `out`, a writable
@@ -19,9 +20,11 @@
  *
  * resize_into writes into `out`, a writable (rows, columns, 3) uint8 buffer with any strides, the
  * window [left, left + columns) x [top, top + rows) of PIL's
- * `canvas.resize((out_width, out_height), Image.BILINEAR, box=(bx0, by0, bx1, by1))`, where `canvas`
- * is an RGBX image of width x height: the same pixel values, computing only the window
- * (resample.h), columns mirrored if `flip`. The GIL is released while it runs.
+ * `image.resize((out_width, out_height), Image.BILINEAR, box=(bx0, by0, bx1, by1))`, where `image`
+ * is the RGBX image of width x height at pixel (x0, y0) of `canvas`, whose rows are `stride` pixels
+ * long (default 0, 0 and width: the whole canvas; else what `canvas_image.crop((x0, y0, x0 + width,
+ * y0 + height))` gives PIL): the same pixel values, computing only the window (resample.h), columns
+ * mirrored if `flip`. Only the image's pixels are read. The GIL is released while it runs.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -222,13 +225,16 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
     Py_buffer canvas, view;
     PyObject *out_object;
     struct resample_out out;
-    int width, height, out_width, out_height, left, top, flip, status;
+    int width, height, out_width, out_height, left, top, flip, status, x0 = 0, y0 = 0, stride = 0;
+    size_t extent;
     double box_d[4];
     float box[4];
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*iiddddiiiiOp", &canvas, &width, &height, &box_d[0], &box_d[1], &box_d[2],
-                          &box_d[3], &out_width, &out_height, &left, &top, &out_object, &flip))
+    if (!PyArg_ParseTuple(args, "y*iiddddiiiiOp|iii", &canvas, &width, &height, &box_d[0], &box_d[1], &box_d[2],
+                          &box_d[3], &out_width, &out_height, &left, &top, &out_object, &flip, &x0, &y0, &stride))
         return NULL;
+    if (stride == 0)
+        stride = width;
     if (window_buffer(out_object, &view, &out) < 0) {
         PyBuffer_Release(&canvas);
         return NULL;
@@ -236,19 +242,23 @@ static PyObject *resize_into(PyObject *self, PyObject *args) {
     out.flip = flip;
     for (status = 0; status < 4; status++)
         box[status] = (float)box_d[status]; /* PIL takes the box as C floats */
-    if (width <= 0 || height <= 0 || (size_t)canvas.len < (size_t)width * height * 4 || out_width <= 0 ||
+    /* the bytes the image [x0, x0 + width) x [y0, y0 + height) of a canvas `stride` pixels wide spans */
+    extent = width > 0 && height > 0 && x0 >= 0 && y0 >= 0 && x0 + width <= stride
+                 ? ((size_t)(y0 + height - 1) * stride + x0 + width) * 4 : (size_t)-1;
+    if (width <= 0 || height <= 0 || extent == (size_t)-1 || (size_t)canvas.len < extent || out_width <= 0 ||
         out_height <= 0 || left < 0 || top < 0 || out.width <= 0 || out.height <= 0 ||
         left + out.width > out_width || top + out.height > out_height || box[0] < 0 || box[1] < 0 ||
         box[2] > width || box[3] > height || box[0] >= box[2] || box[1] >= box[3]) {
         PyBuffer_Release(&canvas);
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError, "resize_into: a %dx%d window at (%d, %d) of a %dx%d resize of a %dx%d "
-                     "canvas (%zd bytes) does not fit", out.width, out.height, left, top, out_width, out_height,
-                     width, height, canvas.len);
+                     "image at (%d, %d) of a canvas %d px wide (%zd bytes) does not fit", out.width, out.height,
+                     left, top, out_width, out_height, width, height, x0, y0, stride, canvas.len);
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    status = resample_window((const uint8_t *)canvas.buf, (size_t)width * 4, width, height, box, out_width,
+    status = resample_window((const uint8_t *)canvas.buf + ((size_t)y0 * stride + x0) * 4, (size_t)stride * 4,
+                             width, height, box, out_width,
                              out_height, left, top, &out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&canvas);
@@ -270,7 +280,8 @@ static PyMethodDef methods[] = {
     {"decode_into", decode_into, METH_VARARGS,
      "decode_into(data, out, scale_denom, x0, y0, x1, y1) -> (xs, ys, xe, ye) written, or None if unsupported"},
     {"resize_into", resize_into, METH_VARARGS,
-     "resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip) -> None"},
+     "resize_into(canvas, width, height, bx0, by0, bx1, by1, out_width, out_height, left, top, out, flip[, x0, y0, "
+     "stride]) -> None"},
     {"simd", simd, METH_VARARGS,
      "simd(level=-1) -> the resize kernels now used (0 scalar, 1 SSE2, 2 AVX2); level: use that one, or the best "
      "this CPU has (-1 or a level above it). Every level computes the same bytes."},
