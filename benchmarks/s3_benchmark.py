@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the test server (tests/s3_server.py): one way to start weed mini
 
 from datasets import storage  # noqa: E402
-from datasets.index import METADATA_FILE  # noqa: E402
+from datasets.layout import METADATA_FILE  # noqa: E402
 from s3_server import SeaweedServer  # noqa: E402
 
 def build_dataset(out: Path, val_per_class: int) -> Path:

@@ -30,7 +30,8 @@ from typing import Optional
 
 from datasets.layout import REPARTITION_MANIFEST
 from datasets.fileio import PARTIAL_SUFFIX
-from datasets.index import METADATA_FILE, DatasetError
+from datasets.layout import METADATA_FILE
+from datasets.errors import DatasetError
 from datasets.storage import (
     ChecksumMismatchError,
     delete_object,

@@ -27,7 +27,7 @@ from PIL import Image
 from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, run_script
 from reference_layout import folder_dirhash
 from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.preprocess import apply_steps, parse_steps
 
 SPLIT_DIRS = {"train": "train", "validation": "validation"}

@@ -21,7 +21,7 @@ from datasets.loader import get_data
 
 
 def index_records(target, split):
-    from datasets.sample_columns import read_sample_index
+    from datasets.index import read_sample_index
 
     metadata = read_metadata(target)
     return read_sample_index(target / metadata["splits"][split]["index"]["name"])

@@ -17,7 +17,7 @@ import torch
 from conftest import run_script, run_scripts
 from reference_layout import flip_byte, folder_dirhash, write_reference_dataset, write_tar
 from datasets.index import read_metadata, sample_index_name
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 
 SAMPLES_PER_SHARD = 8
 

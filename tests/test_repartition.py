@@ -30,18 +30,12 @@ from datasets.layout import REPARTITION_MANIFEST
 
 from conftest import PYTHON, REPO, run_script, run_scripts
 from datasets.fileio import hash_file, sha256_file
-from datasets.index import (
-    METADATA_FILE,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    sample_index_name,
-    tar_shard_name,
-    write_metadata,
-    write_sample_index,
-)
+from datasets.layout import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, ShardRecord, sample_index_name, write_metadata, write_sample_index
+from datasets.formats.webdataset import tar_shard_name
 from datasets.formats.npy import encode_npy
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.repartition.plan import (
     RepartitionUsageError,
     assign_whole_shards,

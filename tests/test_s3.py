@@ -7,7 +7,7 @@ import torch
 
 from conftest import run_script, run_scripts
 from datasets import storage
-from datasets.index import METADATA_FILE
+from datasets.layout import METADATA_FILE
 from datasets.launcher import Instance
 from datasets.loader import get_data
 
@@ -405,7 +405,7 @@ def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
     import hashlib
 
     from datasets.index import read_metadata
-    from datasets.sample_columns import read_sample_index
+    from datasets.index import read_sample_index
 
     local = converted("img")
     target = f"s3://{s3_bucket}/ds"

@@ -19,7 +19,7 @@ import pytest
 from conftest import PYTHON, REPO, run_script
 from reference_layout import folder_dirhash
 from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.formats.tf_example import parse_example, serialize_example
 from datasets.formats.tfrecord import (
     FRAMING_SIZE,

@@ -23,7 +23,7 @@ from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_file
 from datasets.index import encode_sample_index
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.formats import FORMATS
 from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples

@@ -44,10 +44,10 @@ PRIVATE_ALLOWED = {
 # Bottom to top. Units in one tuple are peers and must not import each other.
 LAYERS = [
     ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
+    ("errors",),  # the exception root every module raises from
     ("fileio", "layout", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
-    ("index", "preprocess", "steps", "balance"),  # the data model: sample index, steps, share policies
-    ("sample_columns",),
+    ("index", "preprocess", "steps", "balance"),  # the data model: sample index (records, columns, metadata), steps
     ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches
     ("reference",),  # Graphcore's reference harness: metadata, checksum, .pth, layout + adopt, remainders
     ("repartition",),  # a package: plan (pure) < source < request < write < run, report

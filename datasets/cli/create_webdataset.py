@@ -28,7 +28,7 @@ from datasets.convert.plan import (
 )
 from datasets.formats import FORMATS, format_names, get_format
 from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus
-from datasets.index import SPLITS
+from datasets.layout import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.convert.imagenet_source import LAYOUTS
 from datasets.storage import is_url

@@ -17,7 +17,7 @@ import os
 import sys
 
 from datasets.balance import POLICIES, UnknownPolicyError, check_policy
-from datasets.index import DatasetError
+from datasets.errors import DatasetError
 from datasets.reference import read_reference_metadata
 from datasets.reference.layout import adopt, check_reference_dataset
 from datasets.repartition.plan import RepartitionUsageError

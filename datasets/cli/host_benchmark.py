@@ -49,7 +49,7 @@ def fraction(text) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not a ratio in [0, 1]")
     return value
-from datasets.index import DatasetError
+from datasets.errors import DatasetError
 from datasets.launcher import add_instance_arguments
 
 

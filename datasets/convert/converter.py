@@ -60,7 +60,8 @@ from datasets.convert.target_state import (
     verify_complete,
 )
 from datasets.formats import get_format
-from datasets.index import CONVERT_STATE_REMOVED, METADATA_FILE
+from datasets.index import CONVERT_STATE_REMOVED
+from datasets.layout import METADATA_FILE
 
 
 # ---------------------------------------------------------------- running

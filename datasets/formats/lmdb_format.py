@@ -39,7 +39,7 @@ from datasets.formats.shard_check import (
     metadata_mismatches,
     sample_field_problems,
 )
-from datasets.index import SampleRecord, has_payload_checksum, payload_crc32c, payload_problem
+from datasets.index import SampleRecord, payload_crc32c, payload_problem
 
 MAGIC = b"LMS1"
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.lmdb(?P<partial>\.partial)?$")
@@ -287,7 +287,7 @@ def check_lmdb_shard(task: ShardTask) -> ShardResult:
             if len(value) != expected.record_size or len(payload) != expected.payload_size:
                 sample_problems.append(error(name, f"value of {len(value)} bytes (payload {len(payload)}), the index "
                                                    f"says {expected.record_size} ({expected.payload_size})", key))
-            if has_payload_checksum(expected):
+            if expected.payload_crc32c is not None:
                 walk.payloads_hashed += 1
                 why = payload_problem(expected, payload)
                 if why:

@@ -25,12 +25,17 @@ from datasets.formats.mapped_shards import mapped_shard
 from datasets.formats.npy import encode_npy
 from datasets.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
 from datasets.formats.tar_check import check_tar_shard
-from datasets.index import SampleRecord, payload_crc32c, tar_shard_name
+from datasets.index import SampleRecord, payload_crc32c
 
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
 TENSOR_LAYOUT = "HWC"
 # Estimate of a tensor payload when the steps give no fixed size: about what JPEG compresses away.
 TENSOR_BYTES_PER_SOURCE_BYTE = 8
+
+
+def tar_shard_name(split: str, number: int) -> str:
+    return f"{split}-{number:06d}.tar"
+
 
 
 def sample_members(label: int, info: dict, payload_extension: str, payload: bytes):

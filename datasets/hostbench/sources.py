@@ -14,7 +14,9 @@ from pathlib import Path
 from datasets import formats as registry
 from datasets.layout import find_split_folder, is_image_name
 from datasets.hostbench.timing import BenchmarkError
-from datasets.index import METADATA_FILE, DatasetError, read_metadata
+from datasets.layout import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import read_metadata
 from datasets.reference.layout import unadopted_shards
 
 

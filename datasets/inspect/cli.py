@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from datasets.index import DatasetError, payload_problem
+from datasets.errors import DatasetError
+from datasets.index import payload_problem
 from datasets.inspect import reading, statistics
 from datasets.layout import SPLITS
 from datasets.storage import StorageUnavailable, is_url
@@ -118,7 +119,7 @@ def _index_entry(view, shown):
     """The sample's index record (its bbox column where the index has one), None for an image folder."""
     if shown.record is None:
         return None
-    entry = {k: v for k, v in shown.record._asdict().items() if k not in ("payload_sha256", "bbox")}
+    entry = {k: v for k, v in shown.record._asdict().items() if k != "bbox"}
     columns = view.source.columns
     if columns.has_boxes:
         entry["bbox"] = columns.box(shown.row)

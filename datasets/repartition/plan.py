@@ -264,7 +264,6 @@ def remainder_records(copied, remainder_shard: str):
                 payload_offset=record.payload_offset + shift,
                 payload_size=record.payload_size,
                 payload_crc32c=record.payload_crc32c,
-                payload_sha256=record.payload_sha256,
                 members=members,
                 bbox=record.bbox,
             )

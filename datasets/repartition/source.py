@@ -28,18 +28,13 @@ import numpy as np
 
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.fileio import sha256_bytes, sha256_file
-from datasets.index import (
-    METADATA_FILE,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    parse_metadata,
-    payload_problem,
-)
+from datasets.layout import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, ShardRecord, parse_metadata, payload_problem
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
 from datasets.reference.remainders import reference_remainders
 from datasets.repartition.plan import RepartitionUsageError
-from datasets.sample_columns import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
+from datasets.index import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
 
 
 def remainder_format(fmt: str):
@@ -102,7 +97,7 @@ def load_split(dataset: SourceDataset, split: str):
         raise DatasetError(f"{index_path}: cannot read the sample index: {error.strerror or error}") from None
     if index_sha256 != index_info.get("sha256"):
         raise DatasetError(f"{index_path}: sha256 does not match metadata.json (the index changed since conversion)")
-    records = read_sample_columns(index_path, hashes=True)  # read as a stream; records built per shard
+    records = read_sample_columns(index_path)  # read as a stream; records built per shard
     if "length" in entry and int(entry["length"]) != len(records):
         raise DatasetError(f"{index_path}: lists {len(records)} samples, metadata.json says {entry['length']}")
     for shard in shards:
