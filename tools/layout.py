@@ -46,6 +46,7 @@ LAYERS = [
     ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
     ("errors",),  # the exception root every module raises from
     ("fileio", "layout", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
+    ("storage_hooks",),  # who watches storage's requests (the benchmark's request log)
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "steps", "balance"),  # the data model: sample index (records, columns, metadata), steps
     ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches

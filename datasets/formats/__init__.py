@@ -11,7 +11,7 @@ and one entry in `FORMATS` below; no caller changes.
 
 from __future__ import annotations
 
-from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataError, ShardFormat, StockBaseline
+from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataError, ShardFormat
 from datasets.formats.lmdb_format import LMDB
 from datasets.formats.tfslim import TFRECORD
 from datasets.formats.webdataset import IMG, TENSOR
@@ -60,5 +60,5 @@ def is_any_shard_file(name: str) -> bool:
     return any(fmt.is_shard_file(name) for fmt in FORMATS.values())
 
 
-__all__ = ["EncodedSample", "ForeignShardsError", "FORMATS", "ShardDataError", "ShardFormat", "StockBaseline", "UnknownFormatError",
+__all__ = ["EncodedSample", "ForeignShardsError", "FORMATS", "ShardDataError", "ShardFormat", "UnknownFormatError",
            "format_claiming", "format_for_location", "format_names", "get_format", "is_any_shard_file", "payload_extension_of"]

@@ -1,17 +1,17 @@
 """The format comparison: which rows to measure, measuring them in interleaved rounds, and the goals.
 
 Rows (`plan_rows`), for a directory that holds the source folder and its converted forms
-(layout: see `benchmark_sources.discover_sources`): the bare decode+augment ceiling, the
+(layout: see `sources.discover_sources`): the bare decode+augment ceiling, the
 floor of each JPEG decode path the loader rows use (the loader's per-sample work alone), then
 per format its stock baseline and the loader with each normalisation location (the
-pipelines: see benchmark_pipelines.py).
+pipelines: see pipelines.py).
 
 Goals (`GOALS`): "per worker" and "per core" are compared as images per CPU-second of all
 processes involved, the rate of one worker that has a core to itself, which other programs
 on a shared host do not distort; the wall-clock ratio is printed beside it. Compare ratios
 from one run: rows are interleaved over `rounds` and the median round is reported; a goal's
 ratio is the median over rounds of the two rows' ratio in each round (`round_pairs`).
-torch runs one thread per process (as DataLoader workers do), set by benchmark_run.
+torch runs one thread per process (as DataLoader workers do), set by run.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the host benchmark reads: the formats it knows, and the sources found in a comparison directory.
 
 The formats are the registry's (datasets.formats), plus the extracted image folder; a format's
-stock pipeline comes with its registry entry. Light to import (no torch): the CLI uses it to
+stock pipeline is datasets.hostbench.stock_baselines'. Light to import (no torch): the CLI uses it to
 check its arguments.
 """
 
@@ -18,6 +18,7 @@ from datasets.layout import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import read_metadata
 from datasets.reference.layout import unadopted_shards
+from datasets.hostbench.stock_baselines import stock_baseline_of
 
 
 
@@ -34,7 +35,7 @@ class FormatEntry:
 FORMATS = {
     "folder": FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
     **{fmt.name: FormatEntry(fmt.name, "jpeg" if fmt.stores_jpeg else "tensor",
-                             fmt.stock_baseline.key if fmt.stock_baseline else None, fmt.description)
+                             stock.key if (stock := stock_baseline_of(fmt.name)) else None, fmt.description)
        for fmt in registry.FORMATS.values()},
 }
 
