@@ -851,7 +851,7 @@ def test_a_shard_whose_record_failed_is_not_recorded_again_while_stopping(tmp_pa
 
     from datasets.convert.converter import run_in_pool
     from datasets.convert.encode import EncodeOptions, ShardToWrite
-    from datasets.convert.errors import WriteFailure
+    from datasets.convert.failures import WriteFailure
 
     encode = EncodeOptions("img", (), 95, 10**8, "fail")
     tasks = [ShardToWrite("train", n, f"train-{n:06d}.tar", (), encode) for n in range(4)]

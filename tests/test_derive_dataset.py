@@ -9,7 +9,7 @@ import pytest
 from conftest import SAMPLES_PER_SHARD, run_script
 from datasets.index import read_metadata, sample_index_name
 from datasets.index import read_sample_index
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 
 
 def derive(parent, target, fmt, *extra):

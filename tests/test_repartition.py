@@ -26,11 +26,11 @@ import numpy as np
 import pytest
 
 from datasets.formats import get_format
-from datasets.layout import REPARTITION_MANIFEST
+from datasets.dataset_folder import REPARTITION_MANIFEST
 
 from conftest import PYTHON, REPO, run_script, run_scripts
 from datasets.fileio import hash_file, sha256_file
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import SampleRecord, ShardRecord, sample_index_name, write_metadata, write_sample_index
 from datasets.formats.webdataset import tar_shard_name
@@ -43,7 +43,7 @@ from datasets.repartition.plan import (
     plan_split,
     remainder_records,
 )
-from datasets.layout import repartition_dir
+from datasets.dataset_folder import repartition_dir
 from datasets.repartition.request import Request, decide
 from datasets.repartition.run import repartition
 from datasets.repartition.source import group_records_by_shard

@@ -8,7 +8,8 @@ runs against the layering below. Issue #34: no comparison of a source kind's nam
 "synthetic"`) outside loader/source_kinds/ (ask the kind instead), and no `obj._name` where obj is
 not self/cls (namedtuple's `_replace`/`_asdict`/`_fields`/`_make` and private names of modules that
 are not the package's, `os._exit`, `torch._C`, are exempt; PRIVATE_ALLOWED lists the known rest).
-Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
+No module file name twice in the package and the repository root's scripts (role names, registry entries
+and a script's own command in cli/ aside). Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
 
 LAYERS orders the package's top-level modules and subpackages from the bottom up: a module may
 import from its own layer's unit (itself or its subpackage) and from units in lower layers. A
@@ -28,6 +29,9 @@ from pathlib import Path
 MODULE_LINES = 600
 FUNCTION_LINES = 80
 SOURCE_KINDS_DIR = ("loader", "source_kinds")  # the one place that names source kinds
+# Module names that say a module's role in its package, so several packages have one (issue 34).
+ROLE_NAMES = {"__init__", "__main__", "plan", "cli", "report", "run", "base"}
+REGISTRY_DIRS = {("loader", "source_kinds"), ("loader", "payloads")}  # entries named after their kind
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 # Private attributes of other objects still read, each with the issue that removes it: "path: obj._name".
 PRIVATE_ALLOWED = {
@@ -45,7 +49,7 @@ PRIVATE_ALLOWED = {
 LAYERS = [
     ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
     ("errors",),  # the exception root every module raises from
-    ("fileio", "layout", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
+    ("fileio", "dataset_folder", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
     ("storage_hooks",),  # who watches storage's requests (the benchmark's request log)
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "steps", "balance"),  # the data model: sample index (records, columns, metadata), steps
@@ -56,8 +60,8 @@ LAYERS = [
     ("convert",),
     ("shard_cache",),
     ("loader",),
-    ("sample", "upload", "inspect", "tar_tools", "ledger", "same_as"),  # tools over the library
-    ("hostbench", "demo", "cli_args"),  # applications
+    ("sample", "tools", "inspect", "ledger"),  # tools over the library (tools/: modules behind one script each)
+    ("hostbench",),  # applications
     ("cli",),  # the commands (top-level scripts, console entry points)
 ]
 
@@ -197,6 +201,21 @@ def _chain_root(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
+def same_names(root: Path) -> list:
+    """"name.py: path, path" for each module file name used twice in the package and the repository root
+    (its scripts), except ROLE_NAMES, a registry's entries (named after their kind) and a top-level script's
+    command in cli/ (the script is its thin wrapper: one command, two files by design)."""
+    repo, places = root.parent, {}
+    for path in sorted(root.rglob("*.py")):
+        folder = path.relative_to(root).parent.parts
+        if path.stem in ROLE_NAMES or folder in REGISTRY_DIRS or (folder == ("cli",) and (repo / path.name).is_file()):
+            continue
+        places.setdefault(path.name, []).append(str(path.relative_to(repo)))
+    for path in sorted(repo.glob("*.py")):
+        places.setdefault(path.name, []).append(path.name)
+    return [f"{name}: {', '.join(paths)}" for name, paths in sorted(places.items()) if len(paths) > 1]
+
+
 def survey(root: Path) -> dict:
     mods = module_files(root)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
@@ -234,7 +253,7 @@ def survey(root: Path) -> dict:
     return {"modules": len(mods), "big_modules": big_modules, "long_functions": long_functions,
             "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced),
             "kind_name_comparisons": kind_names,
-            "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)),
+            "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)), "same_names": same_names(root),
             "private_allowed": sorted(set(private) & set(PRIVATE_ALLOWED))}
 
 
@@ -256,6 +275,7 @@ def main(argv=None) -> int:
         ("units not placed in LAYERS", result["unplaced_units"]),
         ("source kind names compared outside loader/source_kinds/", result["kind_name_comparisons"]),
         ("private attributes of other objects", result["private_accesses"]),
+        ("module file names used twice (datasets/ and the root's scripts)", result["same_names"]),
     ]
     print(f"{result['modules']} modules under {root.name}/")
     for title, rows in checks:

@@ -34,7 +34,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
 
 
 def percentage(text) -> float:
@@ -269,7 +269,7 @@ def parse_args(argv=None):
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):
                 parser.error(f"--imagenet-data-path {path}: no such file or directory")
-            from datasets.hostbench.sources import is_image_folder  # light: no torch
+            from datasets.hostbench.discovery import is_image_folder  # light: no torch
 
             converted = os.path.isfile(os.path.join(path, "metadata.json"))
             if args.data == "real" and os.path.isdir(path) and not converted and is_image_folder(Path(path)):

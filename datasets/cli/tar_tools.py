@@ -6,15 +6,15 @@
                             [--samples-per-shard N] [--max-shard-bytes B]
     python tar_tools.py reindex DATASET_DIR
 
-What each command reads and writes: datasets/tar_tools.py. Exit codes: 0 done, 1 data problem
+What each command reads and writes: datasets/tools/tar_shards.py. Exit codes: 0 done, 1 data problem
 (one line naming the file and the problem), 2 usage error.
 """
 
 import argparse
 import sys
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
-from datasets.tar_tools import DEFAULT_FIELDS, STDIO, run
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
+from datasets.tools.tar_shards import DEFAULT_FIELDS, STDIO, run
 
 
 def parse_args(argv):

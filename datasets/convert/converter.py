@@ -42,7 +42,7 @@ from pathlib import Path
 
 from datasets.convert.dataset_source import open_any_source
 from datasets.convert.encode import EncodeOptions, ShardToWrite, WrittenShard, write_shard
-from datasets.convert.errors import ConversionError, SampleFailure, UsageError, WriteFailure, write_problem
+from datasets.convert.failures import ConversionError, SampleFailure, UsageError, WriteFailure, write_problem
 from datasets.convert.imagenet_source import ImageNetSourceError
 from datasets.convert.plan import ConvertOptions, Plan, make_plan, validate_options
 from datasets.convert.target_state import (
@@ -61,7 +61,7 @@ from datasets.convert.target_state import (
 )
 from datasets.formats import get_format
 from datasets.index import CONVERT_STATE_REMOVED
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 
 
 # ---------------------------------------------------------------- running

@@ -33,7 +33,7 @@ from datasets.convert.imagenet_source import ImageNetSource, ImageNetSourceError
 from datasets.convert.source_listing import ListingBuilder
 from datasets.fileio import pread_range, sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError

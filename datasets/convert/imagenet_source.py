@@ -57,7 +57,7 @@ import numpy as np
 
 from datasets.convert.source_listing import ListingBuilder, SourceListing
 from datasets.fileio import pread_range
-from datasets.layout import is_image_name, split_folder_names
+from datasets.dataset_folder import is_image_name, split_folder_names
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
 TRAIN_DIR = "train"

@@ -7,6 +7,10 @@
 
 Adding a format is a module with one `ShardFormat` instance (see base.py for the contract)
 and one entry in `FORMATS` below; no caller changes.
+
+Modules by registry name: img and tensor are webdataset.py (WebDataset tars), tfrecord is tfslim.py
+(TF-slim's ImageNet TFRecords, on tfrecord.py's framing), lmdb is lmdb_format.py (not lmdb.py, which
+would shadow the lmdb package).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ import numpy as np
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD
 from datasets.preprocess import output_size, parse_stored_steps
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
-from datasets.hostbench.sources import BenchmarkSource, folder_split_dir
+from datasets.hostbench.discovery import BenchmarkSource, folder_split_dir
 from datasets.hostbench.stock_baselines import STOCK_BASELINES
 
 IMAGE_SIZE = 224
@@ -219,7 +219,7 @@ def stock_baseline_batches(format_name, source: BenchmarkSource, split, batch_si
 @dataclass(frozen=True)
 class BaselineEntry:
     key: str
-    reads: str  # the FORMATS name of the source it reads
+    reads: str  # the format name (datasets.formats.FORMATS, or "folder") of the source it reads
     label: str
     build: Callable
     note: str

@@ -34,7 +34,7 @@ MB/s            images/s x the source's mean stored bytes per image: for shards,
 latency p50/p99 time the consumer waits in `next()` for each measured batch, in ms.
 
 The rest of the host benchmark (datasets/hostbench/), one job per module:
-  sources.py           what to read: the formats compared (COMPARED_FORMATS), discovery of a comparison directory
+  discovery.py         what to read: the formats compared (COMPARED_FORMATS), discovery of a comparison directory
   stock_baselines.py   how the usual library reads each format, by format name (STOCK_BASELINES)
   pipelines.py         what is timed: bare decode+augment, the baselines (BASELINES), the loader
   comparison.py        the format comparison: rows to measure, interleaved rounds, goals

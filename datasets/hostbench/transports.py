@@ -35,9 +35,9 @@ import numpy as np
 from datasets import storage, storage_hooks
 from datasets.hostbench.comparison import RowPlan
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import BenchmarkSource, folder_split_dir, list_folder_images
+from datasets.hostbench.discovery import BenchmarkSource, folder_split_dir, list_folder_images
 from datasets.hostbench.timing import BenchmarkError
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 
 CHUNK = 1 << 20  # bytes per read of the transport ceiling
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")

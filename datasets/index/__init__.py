@@ -7,7 +7,7 @@
     earlier     the pre-CRC32C index: refused with the command that re-creates it
 
 The names below are the package's public face: `from datasets.index import SampleRecord`. The folder's
-file names (METADATA_FILE, SPLITS, ...) are datasets.layout's.
+file names (METADATA_FILE, SPLITS, ...) are datasets.dataset_folder's.
 """
 
 from datasets.errors import DatasetError

@@ -5,7 +5,7 @@ records its CRC32C (`payload_crc32c`); format_version stayed 1. Readers no longe
 with one line naming `REINDEX_COMMAND`, which rewrites such an index in place (`rewrite_earlier_index`):
 every payload is read once and checked against its recorded sha256 before its CRC32C is written, so a
 damaged shard is named, never blessed; the command then updates metadata.json's `checksum` and reseals
-it (datasets.tar_tools.reindex).
+it (datasets.tools.tar_shards.reindex).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """metadata.json: what a converted dataset holds, written last (its presence means the dataset is complete).
 
-A converted dataset directory holds (datasets.layout names the files and folders):
+A converted dataset directory holds (datasets.dataset_folder names the files and folders):
 
     metadata.json                 this record
     <split>-000000.tar ...        shards, named by their format (datasets.formats; e.g. TF-slim's
@@ -46,7 +46,7 @@ from pathlib import Path
 from datasets.errors import DatasetError
 from datasets.fileio import atomic_write_json
 from datasets.index.records import ShardRecord
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.metadata_digest import sealed
 
 FORMAT_VERSION = 1

@@ -21,7 +21,7 @@ from pathlib import Path
 from datasets.errors import DatasetError
 from datasets.index import payload_problem
 from datasets.inspect import reading, statistics
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.storage import StorageUnavailable, is_url
 
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2

@@ -24,7 +24,7 @@ import numpy as np
 
 from datasets.formats import format_for_location
 from datasets.errors import DatasetError
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.loader.shard_reader import Run, iter_run, payload_extension, sample_label
 from datasets.loader.sources import Source, resolve_source
 from datasets.storage import is_url, read_bytes

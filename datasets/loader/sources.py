@@ -37,11 +37,11 @@ import numpy as np
 
 from datasets.cifar10 import is_cifar_folder, load_split
 from datasets.fileio import sha256_bytes
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError

@@ -22,7 +22,7 @@ hooks registered.
 
 from datasets.formats.shard_check import PAYLOAD_CHECKS
 from datasets.index import METADATA_RECOGNISERS
-from datasets.reference.metadata import ReferenceMetadataError, read_reference_metadata, recognise  # noqa: F401
+from datasets.reference.harness_metadata import ReferenceMetadataError, read_reference_metadata, recognise  # noqa: F401
 from datasets.reference.pth import pth_problem
 
 if recognise not in METADATA_RECOGNISERS:

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats.shard_check import ERROR, WARNING, error, warning
 from datasets.index import CONVERT_STATE_REMOVED, ShardRecord
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.reference.checksum import file_md5s, reference_checksum
 from datasets.reference.layout import adopt, check_reference_dataset, is_reference_repartition

@@ -28,7 +28,7 @@ import numpy as np
 
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.fileio import sha256_bytes, sha256_file
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import SampleRecord, ShardRecord, parse_metadata, payload_problem
 from datasets.formats import ShardDataError, UnknownFormatError, get_format

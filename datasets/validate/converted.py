@@ -48,10 +48,10 @@ import numpy as np
 from datasets import metadata_digest
 from datasets.reference import checks as reference_checks
 from datasets.fileio import PARTIAL_SUFFIX, hash_file, sha256_bytes
-from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
 from datasets.formats.shard_check import NOT_IN_INDEX, ShardTask, error, warning
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import ShardRecord, parse_metadata
 from datasets.index import KeyTable, SampleColumns, ShardGroups, columns_from_records

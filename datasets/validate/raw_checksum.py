@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.fileio import atomic_write_bytes
 
 MANIFEST_FILE = "dataset_manifest.tsv"

@@ -30,7 +30,7 @@ from datasets import metadata_digest
 from datasets.reference import checks as reference_checks
 from datasets.reference.remainders import LOADER_REMAINDERS
 from datasets.fileio import PARTIAL_SUFFIX
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import get_format
 from datasets.formats.shard_check import ShardTask, error, warning
 from datasets.errors import DatasetError

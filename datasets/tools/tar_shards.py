@@ -44,7 +44,7 @@ from datasets.errors import DatasetError
 from datasets.index import (ShardRecord, parse_metadata, parse_sample_columns, read_metadata, sample_index_name,
                             write_metadata, write_sample_index)
 from datasets.index.earlier import rewrite_earlier_index
-from datasets.layout import METADATA_FILE, SPLITS
+from datasets.dataset_folder import METADATA_FILE, SPLITS
 from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from datasets.repartition.plan import remainder_records
 from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import METADATA_FILE, SPLITS
+from datasets.dataset_folder import METADATA_FILE, SPLITS
 from datasets.errors import DatasetError
 from datasets.metadata_digest import DIGEST_KEY
 

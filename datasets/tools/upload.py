@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import REPARTITION_MANIFEST
+from datasets.dataset_folder import REPARTITION_MANIFEST
 from datasets.fileio import PARTIAL_SUFFIX
-from datasets.layout import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.storage import (
     ChecksumMismatchError,
