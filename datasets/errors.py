@@ -1,11 +1,13 @@
-"""The package's exceptions have one root, so a script maps them to exit codes in one place.
+"""The package's exceptions have one root, `Error`, so a script maps them to exit codes in one place.
 
-    DatasetError     bad data or an unusable dataset: the message names the file and the problem (exit 1)
-    UsageError       a request that cannot be carried out as asked: bad options, a refused command (exit 2)
+    Error            the root: every exception the package raises on purpose derives from it
+      DatasetError   a dataset, shard or file that cannot be used: the message names it and the problem
+      UsageError     a request that cannot be carried out as asked: bad options, a refused command (exit 2)
 
-Every error the package raises on purpose derives from one of these, and keeps the base it had before
-(ValueError, OSError, ...), so that a caller's `except ValueError` still catches what it caught.
-`exit_code` is the one mapping the scripts use.
+Each class keeps the base it had before (ValueError, OSError, RuntimeError, ...), so a caller's
+`except ValueError` still catches what it caught. The root is not DatasetError itself: code that
+catches DatasetError around a metadata or index read (to fall back, or to name the file) must not
+start catching a storage outage or a bad option there. `exit_code` is the one mapping the scripts use.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from __future__ import annotations
 EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 
 
-class DatasetError(Exception):
+class Error(Exception):
+    """The root of the package's exceptions."""
+
+
+class DatasetError(Error):
     """A dataset, shard or file that cannot be used: names the file and the problem."""
 
 
-class UsageError(DatasetError, ValueError):
+class UsageError(Error):
     """A request that cannot be carried out as asked (bad options, a refused command)."""
 
 

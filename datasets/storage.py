@@ -42,6 +42,7 @@ from typing import Optional
 from braceexpand import braceexpand
 
 from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
+from datasets.errors import Error
 
 log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 60
@@ -57,7 +58,7 @@ _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "
 _warned_no_range = set()
 
 
-class ShardReadError(Exception):
+class ShardReadError(Error):
     """A shard or sample that cannot be read: names the shard (and the key when known)."""
 
 
@@ -65,15 +66,15 @@ class ShardTruncatedError(ShardReadError, OSError):
     """The object ended before the byte range asked for: it is shorter than its index says."""
 
 
-class ShardChangedError(OSError):
+class ShardChangedError(Error, OSError):
     """The object was replaced while it was being read (its ETag changed)."""
 
 
-class ChecksumMismatchError(OSError):
+class ChecksumMismatchError(Error, OSError):
     """The server refused an upload whose bytes do not match the checksum sent with them."""
 
 
-class StorageUnavailable(RuntimeError):
+class StorageUnavailable(Error, RuntimeError):
     """The store cannot be used at all (unreachable, bad credentials, no such bucket): names endpoint,
     bucket and key. Not caught per sample: it stops the epoch."""
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from datasets.convert.converter import convert, format_summary
-from datasets.convert.failures import ConversionError, UsageError
+from datasets.errors import Error, exit_code
 from datasets.convert.plan import (
     DEFAULT_IMAGE_QUALITY,
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -142,12 +142,9 @@ def main(argv=None) -> int:
     )
     try:
         summary = convert(options)
-    except UsageError as error:
+    except Error as error:  # UsageError (exit 2), ConversionError and any other data error (exit 1)
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return exit_code(error)
     except KeyboardInterrupt:
         print("interrupted: nothing half-written is left under a final name; run again with --resume",
               file=sys.stderr)

@@ -47,6 +47,8 @@ basename), e.g. n01440764_10026. Keys must be unique within a split; a clash is 
 naming both files.
 """
 
+from datasets.errors import Error
+
 import io
 import os
 import re
@@ -76,7 +78,7 @@ LAYOUTS = ("auto", "folder", "archive")
 BOUNDING_BOX_FILE = "imagenet_2012_bounding_boxes.csv"  # beside train/, as the reference harness reads it
 
 
-class ImageNetSourceError(Exception):
+class ImageNetSourceError(Error):
     """The source cannot be converted: names the file or folder and the problem.
 
     `usage` is True when the cause is most likely the command line (a missing path, no

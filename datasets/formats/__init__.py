@@ -19,12 +19,13 @@ from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataEr
 from datasets.formats.lmdb_format import LMDB
 from datasets.formats.tfslim import TFRECORD
 from datasets.formats.webdataset import IMG, TENSOR
+from datasets.errors import Error
 
 FORMATS = {fmt.name: fmt for fmt in (IMG, TENSOR, TFRECORD, LMDB)}
 DEFAULT_FOREIGN_FORMAT = IMG  # shards without metadata that no format claims by name are tar
 
 
-class UnknownFormatError(ValueError):
+class UnknownFormatError(Error, ValueError):
     """A format name that no registered format has."""
 
 

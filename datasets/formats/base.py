@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
+from datasets.errors import Error
 
 
-class ShardDataError(Exception):
+class ShardDataError(Error):
     """A shard's bytes are not what its format says (truncated, corrupt, not this format).
     Every format's reader raises a subclass, so callers catch one type.
 
@@ -34,7 +35,7 @@ class ShardDataError(Exception):
     record_offset = None
 
 
-class ForeignShardsError(ValueError):
+class ForeignShardsError(Error, ValueError):
     """Shards without metadata that cannot be used as they are (names what is wrong)."""
 
 

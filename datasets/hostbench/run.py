@@ -22,9 +22,10 @@ from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
 from datasets.loader import jpeg_crop
+from datasets.errors import UsageError
 
 
-class CannotStart(Exception):
+class CannotStart(UsageError):
     """This instance cannot take part: the launcher's values are invalid, or the other instances cannot be joined."""
 
 

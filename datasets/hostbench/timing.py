@@ -58,9 +58,10 @@ import numpy as np
 
 from datasets.hostbench.collective import Collective
 from datasets.launcher import Instance
+from datasets.errors import Error
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(Error):
     """A benchmark that cannot run as asked: the message names the directory, row or value."""
 
 

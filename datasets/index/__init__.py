@@ -25,6 +25,7 @@ __all__ = ["BBOX_COLUMN", "COLUMNS", "CONVERT_STATE_REMOVED", "DatasetError", "F
            "KeyTable", "METADATA_RECOGNISERS", "SAMPLE_INDEX_SUFFIX", "SampleColumns", "SampleRecord", "ShardGroups",
            "ShardRecord", "bbox_text", "check_columns_match", "columns_from_records", "crc32c_problem",
            "encode_sample_index", "is_positional_key", "iter_sample_index", "parse_bbox", "parse_metadata",
+           "parse_sample_columns",
            "payload_crc32c", "payload_problem", "positional_key", "read_metadata", "read_sample_columns",
            "read_sample_index", "sample_index_name", "shard_records", "split_of_index_name", "write_metadata",
            "write_sample_index"]

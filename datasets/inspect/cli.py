@@ -18,13 +18,12 @@ import json
 import sys
 from pathlib import Path
 
-from datasets.errors import DatasetError
+from datasets.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, Error, exit_code
 from datasets.index import payload_problem
 from datasets.inspect import reading, statistics
 from datasets.dataset_folder import SPLITS
 from datasets.storage import StorageUnavailable, is_url
 
-EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 
 
 def run(args) -> int:
@@ -41,10 +40,10 @@ def run(args) -> int:
     except StorageUnavailable as error:
         print(f"{args.path}: {error}", file=sys.stderr)
         return EXIT_DATA
-    except (DatasetError, OSError) as error:
+    except (Error, OSError) as error:
         print(str(error) if str(error).startswith(str(args.path).rstrip("/")) else f"{args.path}: {error}",
               file=sys.stderr)
-        return EXIT_DATA
+        return exit_code(error)
 
 
 def show_dataset(opened, args) -> int:

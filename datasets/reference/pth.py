@@ -9,9 +9,10 @@ naming what was found.
 import io
 
 import numpy as np
+from datasets.errors import Error
 
 
-class PthFormatError(ValueError):
+class PthFormatError(Error, ValueError):
     pass
 
 

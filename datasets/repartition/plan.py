@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 from datasets.balance import UnknownPolicyError, check_policy, instance_counts
 from datasets.index import SampleRecord
+from datasets.errors import UsageError
 
 
-class RepartitionUsageError(ValueError):
+class RepartitionUsageError(UsageError, ValueError):
     """A wrong argument (bad N, unknown split or policy, a target that is not a dataset): exit code 2."""
 
 

@@ -4,6 +4,7 @@ The names are ILSVRC2012's own (see the package docstring); nothing here does an
 """
 
 from dataclasses import dataclass
+from datasets.errors import Error
 
 TRAIN_DIR = "train"
 VAL_DIR = "validation"
@@ -24,7 +25,7 @@ VAL_VALUE_FORMAT = "ILSVRC2012_val_{:08d}"
 EXIF_ORIENTATION_TAG = 0x0112
 
 
-class SampleDatasetError(Exception):
+class SampleDatasetError(Error):
     """Bad arguments or inputs for the sample builder: the message names the file or value."""
 
 

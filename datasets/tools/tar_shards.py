@@ -38,29 +38,24 @@ from typing import Optional
 
 import crc32c
 
-from datasets.formats import FORMATS, ShardDataError, format_for_location, get_format
+from datasets.formats import FORMATS, format_for_location, get_format
 from datasets.formats.tar import TarShardWriter, iter_tar_samples
-from datasets.errors import DatasetError
+from datasets.errors import EXIT_OK, DatasetError, Error, UsageError, exit_code
 from datasets.index import (ShardRecord, parse_metadata, parse_sample_columns, read_metadata, sample_index_name,
                             write_metadata, write_sample_index)
 from datasets.index.earlier import rewrite_earlier_index
 from datasets.dataset_folder import METADATA_FILE, SPLITS
 from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from datasets.repartition.plan import remainder_records
-from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes
+from datasets.storage import exists, expand_locations, is_url, open_byte_range, read_bytes
 from datasets.reference.checksum import folder_checksum
 
-EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 STDIO = "-"
 DEFAULT_FIELDS = "__key__,cls,payload.size"
 
 
 class ToolError(DatasetError):
     """Bad input data: names the file and the problem (exit 1)."""
-
-
-class UsageError(ValueError):
-    """A request that cannot be carried out as asked (exit 2)."""
 
 
 # ---------------------------------------------------------------- reading the inputs
@@ -427,13 +422,10 @@ def run(args) -> int:
             where = "stdout" if result["out"] == STDIO else result["out"]
             print(f"{args.command}: {result['samples']:,} samples in {result['shards']:,} shard(s), "
                   f"{result['bytes']:,} bytes -> {where}", file=sys.stderr if result["out"] == STDIO else sys.stdout)
-    except UsageError as error:
-        print(str(error), file=sys.stderr)
-        return EXIT_USAGE
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         sys.stderr.close()
         return EXIT_OK
-    except (DatasetError, ShardDataError, ShardReadError, StorageUnavailable, OSError) as error:
+    except (Error, OSError) as error:  # UsageError (exit 2), bad data (exit 1)
         print(str(error), file=sys.stderr)
-        return EXIT_DATA
+        return exit_code(error)
     return EXIT_OK

@@ -18,13 +18,14 @@ from pathlib import Path
 
 from datasets.dataset_folder import SPLITS
 from datasets.fileio import atomic_write_bytes
+from datasets.errors import Error
 
 MANIFEST_FILE = "dataset_manifest.tsv"
 _MANIFEST_HEADER = "path\tsize\tsha256"
 RAW_SPLITS = SPLITS
 
 
-class ManifestError(Exception):
+class ManifestError(Error):
     """A manifest that cannot be read: names the file and the problem."""
 
 
