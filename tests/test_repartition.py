@@ -28,7 +28,7 @@ import pytest
 from datasets.formats import get_format
 from datasets.dataset_folder import REPARTITION_MANIFEST
 
-from conftest import PYTHON, REPO, run_script, run_scripts
+from conftest import PYTHON, REPO, flip_byte, run_script, run_scripts
 from datasets.fileio import hash_file, sha256_file
 from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
@@ -682,12 +682,6 @@ def copied_and_whole_shards(target, n):
     return sorted(copied), sorted(whole)
 
 
-def flip_byte(path, offset):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def test_corrupt_shard_that_is_copied_from(small_datasets):

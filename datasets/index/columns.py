@@ -345,25 +345,16 @@ class _Builder:
             payload_size: int, checksum: int, members: bytes, box: Optional[list] = None) -> None:
         self.keys.frombytes(key)
         self.key_offsets.append(len(self.keys))
-        shard_id = self.shards.get(shard)
-        if shard_id is None:
-            shard_id = self.shards[shard] = len(self.shards)
-        self.shard_ids.append(shard_id)
+        self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
         self.labels.append(label)
         self.record_offsets.append(record_offset)
         self.record_sizes.append(record_size)
         self.payload_offsets.append(payload_offset)
         self.payload_sizes.append(payload_size)
         pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
-        pattern_id = self.patterns.get(pattern)
-        if pattern_id is None:
-            pattern_id = self.patterns[pattern] = len(self.patterns)
-        self.member_patterns.append(pattern_id)
-        ext_id = self.exts.get(ext)
-        if ext_id is None:
-            ext_id = self.exts[ext] = len(self.exts)
+        self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
         self.payload_headers.append(header)
-        self.payload_exts.append(ext_id)
+        self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
         self.checksums.append(checksum)
         if self.has_boxes:
             if box is None:

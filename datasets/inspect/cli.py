@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from datasets.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, Error, exit_code
+from datasets.fileio import human_bytes
 from datasets.index import payload_problem
 from datasets.inspect import reading, statistics
 from datasets.dataset_folder import SPLITS
@@ -140,16 +141,6 @@ def _without_raw(report: dict) -> dict:
         sample = {k: v for k, v in entry["sample"].items() if k not in ("resolutions", "sampled_sizes")}
         splits[split] = {**entry, "sample": sample}
     return {**report, "splits": splits}
-
-
-def human_bytes(count) -> str:
-    if count is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(count) < 1000 or unit == "TB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1000.0
-    return f"{count:,.1f} TB"
 
 
 def _spread(figures, unit="") -> str:

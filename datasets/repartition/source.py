@@ -20,14 +20,13 @@ The format that writes the remainder shards is the dataset's own, from the regis
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
-from datasets.fileio import sha256_bytes, sha256_file
+from datasets.fileio import OpenShard, sha256_bytes, sha256_file
 from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
 from datasets.index import SampleRecord, ShardRecord, parse_metadata, payload_problem
@@ -175,19 +174,14 @@ class SourceReader:
     def __init__(self, target: Path, shard_format):
         self.target = target
         self.shard_format = shard_format
-        self._name = None
-        self._fd = None
+        self.local = OpenShard()
 
     def read(self, record: SampleRecord) -> bytes:
         try:
             if not self.shard_format.records_are_byte_ranges:  # e.g. LMDB: a value looked up by key
                 raw = self.shard_format.read_record(self.target / record.shard, record)
             else:
-                if record.shard != self._name:
-                    self.close()
-                    self._fd = os.open(self.target / record.shard, os.O_RDONLY)
-                    self._name = record.shard
-                raw = os.pread(self._fd, record.record_size, record.record_offset)
+                raw = self.local.pread(self.target / record.shard, record.record_size, record.record_offset)
         except OSError as error:
             raise DatasetError(f"{self.target / record.shard}: cannot read: {error.strerror or error}") from None
         except ShardDataError as error:
@@ -204,9 +198,7 @@ class SourceReader:
         return raw
 
     def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = self._name = None
+        self.local.close()
 
 
 def shards_to_verify(dataset: SourceDataset, plans, verify: str):

@@ -38,6 +38,7 @@ from typing import Optional
 
 import crc32c
 
+from datasets.fileio import OpenShard
 from datasets.formats import FORMATS, format_for_location, get_format
 from datasets.formats.tar import TarShardWriter, iter_tar_samples
 from datasets.errors import EXIT_OK, DatasetError, Error, UsageError, exit_code
@@ -165,7 +166,7 @@ class RecordReader:
     """A sample's whole byte range from its shard (pread locally, a ranged GET remotely)."""
 
     def __init__(self):
-        self._name, self._fd = None, None
+        self.local = OpenShard()
 
     def read(self, shard: Input, record) -> bytes:
         stop = record.record_offset + record.record_size
@@ -174,10 +175,7 @@ class RecordReader:
                 with open_byte_range(shard.location, record.record_offset, stop) as stream:
                     raw = stream.read(record.record_size)
             else:
-                if shard.location != self._name:
-                    self.close()
-                    self._fd, self._name = os.open(shard.location, os.O_RDONLY), shard.location
-                raw = os.pread(self._fd, record.record_size, record.record_offset)
+                raw = self.local.pread(shard.location, record.record_size, record.record_offset)
         except OSError as error:
             raise ToolError(f"{shard.location}: cannot read sample {record.key!r}: {error.strerror or error}") from None
         if len(raw) != record.record_size:
@@ -189,9 +187,7 @@ class RecordReader:
         return raw
 
     def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = self._name = None
+        self.local.close()
 
 
 # ---------------------------------------------------------------- writing shards
