@@ -20,6 +20,7 @@ counts. Pure, no imports: every layer may use it.
 """
 
 from __future__ import annotations
+
 from datasets.errors import Error
 
 SPREAD, PAD, DROP = "spread", "pad", "drop"

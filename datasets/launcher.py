@@ -40,6 +40,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Mapping
+
 from datasets.errors import Error
 
 

@@ -40,6 +40,7 @@ import re
 from dataclasses import dataclass
 
 from PIL import Image
+
 from datasets.errors import Error
 
 _STEP = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(([^()]*)\)\s*[,;]?")

@@ -11,6 +11,7 @@ import io
 import struct
 
 import numpy as np
+
 from datasets.errors import Error
 
 MAGIC = b"\x93NUMPY"

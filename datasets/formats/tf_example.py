@@ -18,6 +18,7 @@ neither protobuf nor `import tfrecord` (which imports torch: 2.6 s here).
 """
 
 import struct
+
 from datasets.errors import Error
 
 # ---------------------------------------------------------------------------------------

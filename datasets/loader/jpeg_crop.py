@@ -35,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 from PIL import Image
+
 from datasets.errors import Error
 
 try:

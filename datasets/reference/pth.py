@@ -9,6 +9,7 @@ naming what was found.
 import io
 
 import numpy as np
+
 from datasets.errors import Error
 
 
