@@ -14,7 +14,7 @@ $(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c n
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m datasets.demo --out $(DEMO)
+	$(PY) -m datasets.tools.demo --out $(DEMO)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests

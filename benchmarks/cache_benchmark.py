@@ -71,7 +71,7 @@ def main():
         os.environ.update(server.env())
         storage.configure_s3(endpoint=server.endpoint)
         server.create_bucket("cachebench")
-        from datasets.upload import upload_dataset
+        from datasets.tools.upload import upload_dataset
 
         remote = "s3://cachebench/img"
         assert upload_dataset(local, remote, progress=False).ok

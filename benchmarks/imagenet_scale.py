@@ -274,7 +274,7 @@ def train_run(dataset: str, batches: int) -> None:
 def check_exactly_once(dataset: Path, keys_dir: Path, ranks: int) -> dict:
     """Every validation key read exactly once over the ranks: sorted byte arrays compared, no sets."""
     from datasets.index import read_metadata, sample_index_name
-    from datasets.sample_columns import read_sample_columns
+    from datasets.index import read_sample_columns
 
     read = []
     for rank in range(ranks):

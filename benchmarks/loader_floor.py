@@ -41,7 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.hostbench.pipelines import floor_batches, loader_batches  # noqa: E402
-from datasets.hostbench.sources import folder_split_dir, list_folder_images  # noqa: E402
+from datasets.hostbench.discovery import folder_split_dir, list_folder_images  # noqa: E402
 from datasets.hostbench.timing import measure_batches  # noqa: E402
 from datasets.launcher import Instance  # noqa: E402
 from datasets.loader.pipeline import ImagePipeline  # noqa: E402

@@ -24,8 +24,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.index import SampleRecord, ShardRecord, encode_sample_index, tar_shard_name  # noqa: E402
-from datasets.sample_columns import parse_sample_columns  # noqa: E402
+from datasets.index import SampleRecord, ShardRecord, encode_sample_index  # noqa: E402
+from datasets.formats.webdataset import tar_shard_name  # noqa: E402
+from datasets.index import parse_sample_columns  # noqa: E402
 from datasets.balance import POLICIES  # noqa: E402
 from datasets.repartition.plan import plan_split  # noqa: E402
 from datasets.repartition.source import group_records_by_shard  # noqa: E402
@@ -122,7 +123,7 @@ def main(argv=None):
           f"(last holds {shards[-1].samples}), {sum(s.bytes for s in shards) / 1e9:.1f} GB; built in {build_s:.1f} s\n")
 
     index_bytes = encode_sample_index(records)
-    parse_s, _ = best_of(1, lambda: parse_sample_columns(index_bytes.splitlines(), hashes=True))
+    parse_s, _ = best_of(1, lambda: parse_sample_columns(index_bytes.splitlines()))
     print(f"reading the split's index ({len(index_bytes) / 1e6:.0f} MB of TSV): {parse_s:.1f} s "
           f"(the largest planning cost the CLI pays, before any check or plan)\n")
     del index_bytes

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the test server (tests/s3_server.py): one way to start weed mini
 
 from datasets import storage  # noqa: E402
-from datasets.index import METADATA_FILE  # noqa: E402
+from datasets.dataset_folder import METADATA_FILE  # noqa: E402
 from s3_server import SeaweedServer  # noqa: E402
 
 def build_dataset(out: Path, val_per_class: int) -> Path:
@@ -56,7 +56,7 @@ def build_dataset(out: Path, val_per_class: int) -> Path:
 
 
 def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
-    from datasets.upload import upload_dataset
+    from datasets.tools.upload import upload_dataset
 
     client = storage.s3_client().client
     blob = os.urandom(64 << 20)
@@ -151,7 +151,7 @@ def main():
         server.create_bucket("bench")
         remote = "s3://bench/img"
         uploads = upload_rows(server, local, "bench", args.rounds)
-        from datasets.upload import upload_dataset
+        from datasets.tools.upload import upload_dataset
 
         assert upload_dataset(local, remote, progress=False).ok
         http_base = f"http://127.0.0.1:{http_server.stdout.readline().strip()}/"

@@ -34,13 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets.fileio import sha256_file  # noqa: E402
 from datasets.formats import EncodedSample, get_format  # noqa: E402
-from datasets.index import (  # noqa: E402
-    FORMAT_VERSION,
-    ShardRecord,
-    sample_index_name,
-    write_metadata,
-    write_sample_index,
-)
+from datasets.index import (FORMAT_VERSION, ShardRecord, sample_index_name, write_metadata,  # noqa: E402
+                            write_sample_index)
 from datasets.formats.npy import encode_npy  # noqa: E402
 from datasets.validate.converted import validate_converted  # noqa: E402
 

@@ -21,12 +21,14 @@ counts. Pure, no imports: every layer may use it.
 
 from __future__ import annotations
 
+from datasets.errors import Error
+
 SPREAD, PAD, DROP = "spread", "pad", "drop"
 POLICIES = (SPREAD, PAD, DROP)
 DEFAULT_POLICY = {"train": DROP, "validation": SPREAD}
 
 
-class UnknownPolicyError(ValueError):
+class UnknownPolicyError(Error, ValueError):
     """A policy name that is not one of POLICIES."""
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets.index import DatasetError
+from datasets.errors import DatasetError
 
 FOLDER = "cifar-10-batches-py"
 SPLIT_FILES = {"train": tuple(f"data_batch_{n}" for n in range(1, 6)), "validation": ("test_batch",)}

@@ -174,3 +174,36 @@ def pread_range(path: str, size: int, offset: int) -> bytes:
     if fd is None:
         fd = _read_fds[path] = os.open(path, os.O_RDONLY)
     return os.pread(fd, size, offset)
+
+
+class OpenShard:
+    """One local file kept open while it is read (os.pread), closed when another file is read or on
+    close(): a reader that goes shard by shard holds one descriptor, not one per shard."""
+
+    def __init__(self):
+        self.path = None
+        self.fd = None
+
+    def pread(self, path, size: int, offset: int) -> bytes:
+        if path != self.path:
+            self.close()
+            self.fd, self.path = os.open(path, os.O_RDONLY), path
+        return os.pread(self.fd, size, offset)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = self.path = None
+
+
+def human_bytes(count) -> str:
+    """A byte count as people read it, in decimal units ("512 B", "1.5 MB"); "-" for None."""
+    if count is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(count) < 1000:
+            break
+        count /= 1000.0
+    else:
+        unit = "TB"
+    return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"

@@ -41,6 +41,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from datasets.errors import Error
+
 
 POPRUN_VARS = ("POPDIST_NUM_TOTAL_REPLICAS", "POPDIST_NUM_LOCAL_REPLICAS", "POPDIST_REPLICA_INDEX_OFFSET")
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -50,7 +52,7 @@ SLURM_VARS = ("SLURM_PROCID", "SLURM_NTASKS")
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-class LauncherError(ValueError):
+class LauncherError(Error, ValueError):
     """The launcher's environment or the explicit values do not describe a valid instance."""
 
 

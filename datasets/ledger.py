@@ -31,13 +31,14 @@ import numpy as np
 
 from datasets.loader.resume import LEDGER_VERSION, fingerprint
 from datasets.loader.sources import SYNTHETIC_NAMES, SourceError, resolve_source
+from datasets.errors import Error
 
 HEADER = ("dataset", "split", "seed", "policy", "shuffle", "epoch")
 ENTRY = ("segment", "instance", "instances", "complete", "batches", "keys", "labels", "padded", "dropped")
 NAMED = 10  # keys named per problem; the rest are counted
 
 
-class LedgerError(ValueError):
+class LedgerError(Error, ValueError):
     """A ledger that cannot be read: names the file and the problem."""
 
 

@@ -41,12 +41,14 @@ from dataclasses import dataclass
 
 from PIL import Image
 
+from datasets.errors import Error
+
 _STEP = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(([^()]*)\)\s*[,;]?")
 _SIZE = re.compile(r"\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?,?\s*")
 RANDOM_PREFIX = "Random"
 
 
-class PreprocessError(ValueError):
+class PreprocessError(Error, ValueError):
     """A step that does not parse or is not allowed at conversion; the message quotes it."""
 
 

@@ -36,10 +36,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from braceexpand import braceexpand
+
+from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
+from datasets.errors import Error
 
 log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 60
@@ -48,9 +51,6 @@ S3_DEFAULT_RETRIES = 5
 # in the environment (a client never travels: each process makes its own).
 ENDPOINT_VARIABLE = "DATASETS_S3_ENDPOINT"
 RETRIES_VARIABLE = "DATASETS_S3_RETRIES"
-# A file every process (DataLoader workers included) appends one line per remote request to, when
-# set: how the host benchmark counts GETs and time to first byte across processes (see TransferStats).
-REQUEST_LOG_VARIABLE = "DATASETS_REQUEST_LOG"
 _AUTH_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
                 "InvalidToken", "AuthorizationHeaderMalformed", "InvalidSecurity", "403"}
 _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
@@ -58,7 +58,7 @@ _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "
 _warned_no_range = set()
 
 
-class ShardReadError(Exception):
+class ShardReadError(Error):
     """A shard or sample that cannot be read: names the shard (and the key when known)."""
 
 
@@ -66,15 +66,15 @@ class ShardTruncatedError(ShardReadError, OSError):
     """The object ended before the byte range asked for: it is shorter than its index says."""
 
 
-class ShardChangedError(OSError):
+class ShardChangedError(Error, OSError):
     """The object was replaced while it was being read (its ETag changed)."""
 
 
-class ChecksumMismatchError(OSError):
+class ChecksumMismatchError(Error, OSError):
     """The server refused an upload whose bytes do not match the checksum sent with them."""
 
 
-class StorageUnavailable(RuntimeError):
+class StorageUnavailable(Error, RuntimeError):
     """The store cannot be used at all (unreachable, bad credentials, no such bucket): names endpoint,
     bucket and key. Not caught per sample: it stops the epoch."""
 
@@ -184,7 +184,7 @@ def open_byte_range(location: str, start: int, stop: Optional[int]):
 
 
 def _urlopen(request: urllib.request.Request):
-    """One http(s) request, recorded (STATS, the request log) as it is sent, and a GET's time to the
+    """One http(s) request, recorded (datasets.storage_hooks) as it is sent, and a GET's time to the
     response headers once they arrive."""
     record_request(f"http_{request.get_method().lower()}")
     began = time.perf_counter()
@@ -214,74 +214,6 @@ def configure_s3(endpoint: Optional[str] = None, retries: Optional[int] = None) 
             raise ValueError(f"--s3-retries must be >= 0, got {retries}")
         os.environ[RETRIES_VARIABLE] = str(retries)
     _clients.clear()
-
-
-@dataclass
-class TransferStats:
-    """What this process asked of remote stores: requests by kind (S3 operation names, e.g.
-    "get_object"; "http_get", "http_head"), bytes received from S3, time to first byte of each GET
-    (from the request to the response headers). Per process: a DataLoader worker's stay in the
-    worker; set REQUEST_LOG_VARIABLE to gather every process's requests in one file."""
-
-    requests: dict = field(default_factory=dict)
-    bytes: int = 0
-    resumes: int = 0
-    ttfb: list = field(default_factory=list)
-
-    def count(self, kind: str) -> None:
-        self.requests[kind] = self.requests.get(kind, 0) + 1
-
-
-STATS = TransferStats()
-GET_KINDS = ("get_object", "http_get")  # the requests that fetch bytes
-
-
-def record_request(kind: str) -> None:
-    """Count one request in STATS as it is sent (a process killed while it waits for the answer has
-    still made it: the server saw it) and, when REQUEST_LOG_VARIABLE names a file, append
-    "kind<TAB>-" to it (one short O_APPEND write: lines of processes do not mix)."""
-    STATS.count(kind)
-    _log_line(kind, "-")
-
-
-def record_ttfb(seconds: float) -> None:
-    """The time from sending a GET to its response headers (after its record_request): STATS.ttfb,
-    and a "ttfb<TAB>seconds" line in the request log."""
-    STATS.ttfb.append(seconds)
-    _log_line(TTFB_KIND, f"{seconds:.6f}")
-
-
-TTFB_KIND = "ttfb"
-BYTES_KIND = "bytes"
-
-
-def record_body_bytes(length) -> None:
-    """A GET answer's Content-Length (the bytes the store sends for it), as a "bytes<TAB>N" line in the
-    request log (nothing when unknown or no log is kept)."""
-    if length is not None and os.environ.get(REQUEST_LOG_VARIABLE):
-        _log_line(BYTES_KIND, str(int(length)))
-
-
-def _log_line(kind: str, value: str) -> None:
-    path = os.environ.get(REQUEST_LOG_VARIABLE)
-    if path:
-        with open(path, "a") as handle:
-            handle.write(f"{kind}\t{value}\n")
-
-
-def read_request_log(path) -> list:
-    """[(kind, seconds or None)] of a request log: one (kind, None) per request as it was sent
-    (record_request), one (TTFB_KIND, seconds) per GET answered (record_ttfb) and one (BYTES_KIND,
-    bytes) per GET answer whose length was known (record_body_bytes); [] if there is none."""
-    try:
-        text = open(path).read()
-    except FileNotFoundError:
-        return []
-    entries = []
-    for line in text.splitlines():
-        kind, _, ttfb = line.partition("\t")
-        entries.append((kind, None if ttfb in ("", "-") else float(ttfb)))
-    return entries
 
 
 @dataclass
@@ -506,7 +438,6 @@ class S3RangeReader(io.RawIOBase):
             if count:
                 self.position += count
                 self.failures = 0
-                STATS.bytes += count
                 return count
             if self.stop is None:  # unknown length and a clean end
                 return 0
@@ -514,7 +445,6 @@ class S3RangeReader(io.RawIOBase):
 
     def _resume(self, reason: str) -> None:
         self.failures += 1
-        STATS.resumes += 1
         self._close_body()
         if self.failures > self.max_failures:
             raise StorageUnavailable(f"{_where(s3_client(), self.bucket, self.key)}: the response broke off at byte "

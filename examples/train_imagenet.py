@@ -247,44 +247,65 @@ def evaluate(model, val, device, instance) -> float:
     return float(correct[0] / max(correct[1], 1))
 
 
-def train_loop(args, instance, device):
-    train, val = make_loaders(args, instance)
-    if instance.index == 0:
-        print(f"{instance.describe()}; {len(train)} batches of {args.batch_size} per instance per epoch",
-              flush=True)
-    num_classes = len(train.classes) if train.classes else 1000
-    net = torchvision.models.get_model(args.arch, num_classes=num_classes)
-    model = NormalizeOnDevice(net).to(device)
-    if args.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    if instance.count > 1:
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    else:
-        ddp = model
-    lr = args.lr * args.batch_size * instance.count / 256
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=args.momentum, weight_decay=args.weight_decay)
-    total = args.epochs * len(train) if args.max_steps is None else min(args.max_steps, args.epochs * len(train))
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(total, 1))
-    criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+class Training:
+    """What the loop works with: the model (bare, and wrapped in DDP when there are several instances),
+    its optimiser, schedule and loss, the steps to run, and the logs a step writes."""
 
-    start_epoch, step, skip, done_in_epoch = 0, 0, 0, 0
-    if args.resume:
+    def __init__(self, args, instance, device, train):
+        num_classes = len(train.classes) if train.classes else 1000
+        net = torchvision.models.get_model(args.arch, num_classes=num_classes)
+        self.model = NormalizeOnDevice(net).to(device)
+        if args.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        if instance.count > 1:
+            device_ids = [device.index] if device.type == "cuda" else None
+            self.ddp = DistributedDataParallel(self.model, device_ids=device_ids)
+        else:
+            self.ddp = self.model
+        lr = args.lr * args.batch_size * instance.count / 256
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=lr, momentum=args.momentum,
+                                         weight_decay=args.weight_decay)
+        epochs_steps = args.epochs * len(train)
+        self.total = epochs_steps if args.max_steps is None else min(args.max_steps, epochs_steps)
+        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=max(self.total, 1))
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=args.label_smoothing)
+        self.log = self.step_log = self.cpu = None
+        self.waited = DataWait()
+
+    def resume(self, args, instance, train):
+        """(epoch, global step, batches to skip, batches done in the epoch) from --checkpoint."""
         state = load_checkpoint(args.checkpoint, args, instance)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
         start_epoch, step, skip = state["epoch"], state["global_step"], restore_loader(train, state)
         done_in_epoch = state["step_in_epoch"]
         if instance.index == 0:
             how = f"{skip} batches skipped by replaying its plan" if skip else "the loader continues from its state"
             print(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {step}, {done_in_epoch} batches "
                   f"into the epoch ({how})", flush=True)
-    log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
-    step_log = open(args.step_log, "a") if args.step_log and instance.index == 0 else None
-    waited = DataWait()
-    cpu = CpuMeter() if step_log else None  # the process's and its workers' CPU seconds, in the step log
-    if cpu:
-        cpu.start()
+        return start_epoch, step, skip, done_in_epoch
+
+    def open_logs(self, args, instance):
+        self.log = open(Path(args.keys_log) / f"rank{instance.index}.jsonl", "a") if args.keys_log else None
+        self.step_log = open(args.step_log, "a") if args.step_log and instance.index == 0 else None
+        # the process's and its workers' CPU seconds, in the step log
+        self.cpu = CpuMeter() if self.step_log else None
+        if self.cpu:
+            self.cpu.start()
+
+    def checkpoint(self, args, instance, train, position):
+        save_checkpoint(args.checkpoint, self.model, self.optimizer, self.scheduler, train, position, args, instance)
+
+
+def train_loop(args, instance, device):
+    train, val = make_loaders(args, instance)
+    if instance.index == 0:
+        print(f"{instance.describe()}; {len(train)} batches of {args.batch_size} per instance per epoch",
+              flush=True)
+    run = Training(args, instance, device, train)
+    start_epoch, step, skip, done_in_epoch = run.resume(args, instance, train) if args.resume else (0, 0, 0, 0)
+    run.open_logs(args, instance)
 
     for epoch in range(start_epoch, args.epochs):
         if not (args.resume and epoch == start_epoch):  # restore_loader set the resumed epoch
@@ -292,61 +313,74 @@ def train_loop(args, instance, device):
         batches = epoch_batches(train, args, device)
         for _ in range(skip):
             next(batches)
-        in_epoch, skip, done_in_epoch = done_in_epoch, 0, 0
-        while step < total:
-            t0 = time.perf_counter()
-            try:
-                images, labels, keys = next(batches)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
-                loss = criterion(ddp(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            loss_value = loss.item()  # waits for the device: the step's time is its real time
-            t2 = time.perf_counter()
-            step, in_epoch = step + 1, in_epoch + 1
-            if log:
-                log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys,
-                                      "pixels": int(images.sum().item())}) + "\n")
-                log.flush()
-            waited.add(len(keys), t1 - t0, t2 - t0)
-            if step_log:
-                cpu.sample()
-                step_log.write(json.dumps({"epoch": epoch, "step": step, "images": len(keys), "wait_s": t1 - t0,
-                                           "step_s": t2 - t0, "loss": loss_value, "cpu_s": sum(cpu.used()[:2])})
-                               + "\n")
-                step_log.flush()
-            if instance.index == 0 and step % args.print_every == 0:
-                rate = len(keys) / (t2 - t0)
-                print(f"epoch {epoch} step {step}/{total} loss {loss_value:.4f} lr {scheduler.get_last_lr()[0]:.4g} "
-                      f"| {rate:,.0f} img/s per instance ({rate * instance.count:,.0f} all) "
-                      f"| data wait {(t1 - t0) / (t2 - t0):.0%} ({(t1 - t0) * 1e3:.1f} of {(t2 - t0) * 1e3:.1f} ms)",
-                      flush=True)
-            position = {"epoch": epoch, "step_in_epoch": in_epoch, "global_step": step}
-            if args.checkpoint_every and step % args.checkpoint_every == 0:
-                save_checkpoint(args.checkpoint, model, optimizer, scheduler, train, position, args, instance)
-                if instance.index == 0:
-                    print(f"checkpoint {args.checkpoint} at step {step}", flush=True)
-            if args.kill_at_step == step and instance.index == 0:
-                os.kill(os.getpid(), signal.SIGKILL)  # a crash, for the resume test
+        step = train_epoch(args, instance, device, run, train, batches, epoch, step, done_in_epoch)
+        skip, done_in_epoch = 0, 0
         if args.ledger:
             Path(args.ledger).mkdir(parents=True, exist_ok=True)
             train.write_ledger(Path(args.ledger) / f"epoch{epoch}-rank{instance.index}.json")
-        if step >= total:
+        if step >= run.total:
             break
-        save_checkpoint(args.checkpoint, model, optimizer, scheduler, train,
-                        {"epoch": epoch + 1, "step_in_epoch": 0, "global_step": step}, args, instance)
+        run.checkpoint(args, instance, train, {"epoch": epoch + 1, "step_in_epoch": 0, "global_step": step})
         if val is not None:
-            top1 = evaluate(model, val, device, instance)
+            top1 = evaluate(run.model, val, device, instance)
             if instance.index == 0:
                 print(f"epoch {epoch}: validation top-1 {top1:.2%}; {train.report.summary()}", flush=True)
     if instance.index == 0:
-        print(f"done: {step} steps; {waited.summary()}", flush=True)
+        print(f"done: {step} steps; {run.waited.summary()}", flush=True)
+
+
+def train_epoch(args, instance, device, run, train, batches, epoch, step, in_epoch) -> int:
+    """The steps of one epoch (from `in_epoch` batches into it) until its batches or the steps run out;
+    the global step reached."""
+    while step < run.total:
+        t0 = time.perf_counter()
+        try:
+            images, labels, keys = next(batches)
+        except StopIteration:
+            break
+        t1 = time.perf_counter()
+        images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):
+            loss = run.criterion(run.ddp(images), labels)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        run.optimizer.step()
+        run.scheduler.step()
+        loss_value = loss.item()  # waits for the device: the step's time is its real time
+        t2 = time.perf_counter()
+        step, in_epoch = step + 1, in_epoch + 1
+        log_step(args, instance, run, epoch, step, images, keys, loss_value, (t0, t1, t2))
+        position = {"epoch": epoch, "step_in_epoch": in_epoch, "global_step": step}
+        if args.checkpoint_every and step % args.checkpoint_every == 0:
+            run.checkpoint(args, instance, train, position)
+            if instance.index == 0:
+                print(f"checkpoint {args.checkpoint} at step {step}", flush=True)
+        if args.kill_at_step == step and instance.index == 0:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash, for the resume test
+    return step
+
+
+def log_step(args, instance, run, epoch, step, images, keys, loss_value, times):
+    """One step into the keys log, the step log, the data-wait figure and (every --print-every) stdout.
+    `times`: (before the batch was asked for, when it arrived, when the step ended)."""
+    t0, t1, t2 = times
+    if run.log:
+        run.log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys,
+                                  "pixels": int(images.sum().item())}) + "\n")
+        run.log.flush()
+    run.waited.add(len(keys), t1 - t0, t2 - t0)
+    if run.step_log:
+        run.cpu.sample()
+        run.step_log.write(json.dumps({"epoch": epoch, "step": step, "images": len(keys), "wait_s": t1 - t0,
+                                       "step_s": t2 - t0, "loss": loss_value, "cpu_s": sum(run.cpu.used()[:2])})
+                           + "\n")
+        run.step_log.flush()
+    if instance.index == 0 and step % args.print_every == 0:
+        rate = len(keys) / (t2 - t0)
+        print(f"epoch {epoch} step {step}/{run.total} loss {loss_value:.4f} lr {run.scheduler.get_last_lr()[0]:.4g} "
+              f"| {rate:,.0f} img/s per instance ({rate * instance.count:,.0f} all) "
+              f"| data wait {(t1 - t0) / (t2 - t0):.0%} ({(t1 - t0) * 1e3:.1f} of {(t2 - t0) * 1e3:.1f} ms)",
+              flush=True)
 
 
 def epoch_batches(train, args, device):

@@ -1,10 +1,12 @@
-"""Fixtures shared by the test files: one small sample dataset, converted once per format.
+"""Fixtures and helpers shared by the test files: one small sample dataset, converted once per format;
+running the scripts as users do; converting, hashing a conversion's output, damaging a byte.
 
 Sizes are chosen so that nothing divides evenly: 4 classes x 9 train images = 36 train
 samples and 4 x 3 = 12 validation samples, in shards of 8 (so the last shard of each
 split is partial).
 """
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -50,6 +52,32 @@ def run_scripts(*runs, env=None, timeout=600, cwd=None):
             job.kill()
             job.communicate()
     return results
+
+
+def convert(source, target, *args):
+    """create_webdataset.py from `source` to `target` (no progress bar): its CompletedProcess."""
+    return run_script("create_webdataset.py", "--source", source, "--target", target, "--no-progress", *args)
+
+
+def converted_ok(source, target, *args):
+    result = convert(source, target, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def output_hashes(directory: Path) -> dict:
+    """sha256 of every file a conversion publishes (shards and their companions, sample indexes, metadata)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(directory).iterdir())
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def flip_byte(path, offset, mask=0xFF) -> None:
+    """XOR the byte at `offset` of the file `path` with `mask` (every bit by default), in place."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        value = handle.read(1)[0]
+        handle.seek(offset)
+        handle.write(bytes([value ^ mask]))
 
 
 @pytest.fixture(scope="session")

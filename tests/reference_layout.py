@@ -110,7 +110,3 @@ def write_reference_dataset(source, target, fmt="img", samples_per_shard=8, tens
     return metadata
 
 
-def flip_byte(path, offset) -> None:
-    data = bytearray(Path(path).read_bytes())
-    data[offset] ^= 0x01
-    Path(path).write_bytes(bytes(data))

@@ -13,12 +13,10 @@ import torch
 from conftest import SAMPLES_PER_SHARD, run_script
 from reference_layout import folder_dirhash, list_images, write_reference_dataset
 from datasets.formats import format_names
-from datasets.index import (
-    SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata,
-)
+from datasets.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
 import datasets.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
 from datasets.loader import get_data
-from datasets.sample_columns import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
+from datasets.index import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
 
 CSV = "imagenet_2012_bounding_boxes.csv"
 
@@ -222,7 +220,7 @@ def test_the_column_round_trips_in_text_and_in_the_loaders_columns():
                for n, box in enumerate(["", "0.1,0.2,0.30000000000000004,1.0", "", "0.0,0.0,0.5,0.5"])]
     for boxes in (records, [r._replace(bbox=None) for r in records]):
         data = encode_sample_index(boxes)
-        assert list(parse_sample_columns(data.splitlines(), hashes=True).iter_records()) == boxes
+        assert list(parse_sample_columns(data.splitlines()).iter_records()) == boxes
         columns = parse_sample_columns(data.splitlines())
         assert columns.has_boxes == (boxes[0].bbox is not None)
         assert check_columns_match(columns, boxes) is None

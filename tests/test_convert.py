@@ -24,32 +24,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, run_script
+from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, convert, converted_ok, output_hashes, run_script
 from reference_layout import folder_dirhash
 from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.preprocess import apply_steps, parse_steps
 
 SPLIT_DIRS = {"train": "train", "validation": "validation"}
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def convert(source, target, *args):
-    return run_script("create_webdataset.py", "--source", source, "--target", target, "--no-progress", *args)
-
-
-def converted_ok(source, target, *args):
-    result = convert(source, target, *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
-def output_hashes(directory: Path) -> dict:
-    """sha256 of every shard, index and metadata.json."""
-    names = sorted(p.name for p in directory.iterdir() if p.suffix in (".tar", ".tsv") or p.name == "metadata.json")
-    return {name: hashlib.sha256((directory / name).read_bytes()).hexdigest() for name in names}
 
 
 def assert_nothing_hidden_and_the_reference_checksum_matches(target: Path):
@@ -851,7 +835,7 @@ def test_a_shard_whose_record_failed_is_not_recorded_again_while_stopping(tmp_pa
 
     from datasets.convert.converter import run_in_pool
     from datasets.convert.encode import EncodeOptions, ShardToWrite
-    from datasets.convert.errors import WriteFailure
+    from datasets.convert.failures import WriteFailure
 
     encode = EncodeOptions("img", (), 95, 10**8, "fail")
     tasks = [ShardToWrite("train", n, f"train-{n:06d}.tar", (), encode) for n in range(4)]

@@ -8,8 +8,8 @@ import pytest
 
 from conftest import SAMPLES_PER_SHARD, run_script
 from datasets.index import read_metadata, sample_index_name
-from datasets.sample_columns import read_sample_index
-from datasets.layout import SPLITS
+from datasets.index import read_sample_index
+from datasets.dataset_folder import SPLITS
 
 
 def derive(parent, target, fmt, *extra):

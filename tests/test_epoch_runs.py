@@ -11,7 +11,7 @@ import torch
 
 from datasets.launcher import Instance
 from datasets.loader.image_loader import SampleError, get_data
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 
 SINGLE = Instance(0, 1, "explicit")
 

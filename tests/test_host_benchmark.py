@@ -285,7 +285,7 @@ def test_compare_of_a_folder_without_a_dataset_exits_2_in_one_line(tmp_path):
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
     from datasets.hostbench.timing import BenchmarkError
     from datasets.hostbench.comparison import plan_rows
-    from datasets.hostbench.sources import discover_sources
+    from datasets.hostbench.discovery import discover_sources
     from datasets.launcher import Instance
 
     with pytest.raises(BenchmarkError, match="found no image folder"):

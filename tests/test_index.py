@@ -2,13 +2,14 @@
 
 import pytest
 
-from datasets.index import DatasetError, SampleRecord, encode_sample_index
-from datasets.sample_columns import parse_sample_columns
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, encode_sample_index, parse_sample_columns
 
 
-def parse_sample_index(data: bytes, source="<index>", hashes=True):
-    """Every record of an index's bytes, through the one reader (datasets.sample_columns)."""
-    return list(parse_sample_columns(data.splitlines(), source, hashes).iter_records())
+def parse_sample_index(data: bytes, source="<index>"):
+    """Every record of an index's bytes, through the one reader (datasets.index.columns)."""
+    return list(parse_sample_columns(data.splitlines(), source).iter_records())
+
 
 RECORDS = [
     SampleRecord("n01_0001", "train-000000.tar", 0, 0, 4096, 2048, 1500, 0xDEADBEEF, "cls:0;json:512;jpg:1536"),
@@ -25,13 +26,6 @@ def test_an_empty_index_has_no_records():
     assert parse_sample_index(encode_sample_index([])) == []
 
 
-def test_without_hashes_a_legacy_index_leaves_its_sha256_out():
-    parsed = parse_sample_index(encode_sample_index(LEGACY), hashes=False)
-    assert [r.payload_sha256 for r in parsed] == ["", "", ""]
-    assert [r._replace(payload_sha256="") for r in LEGACY] == parsed
-    assert parse_sample_index(encode_sample_index(RECORDS), hashes=False) == RECORDS  # CRC32Cs are always kept
-
-
 def test_an_empty_checksum_reads_as_none():
     lines = encode_sample_index(RECORDS).decode().splitlines()
     fields = lines[2].split("\t")
@@ -44,8 +38,6 @@ def test_members_and_boxes_are_written_back_as_they_were():
     boxed = [r._replace(bbox=box) for r, box in zip(RECORDS, ["0.1,0.2,0.30000000000000004,1.0", "", "0.0,0.0,1.0,1.0"])]
     data = encode_sample_index(boxed)
     assert encode_sample_index(parse_sample_index(data)) == data
-    legacy = encode_sample_index(LEGACY)
-    assert encode_sample_index(parse_sample_index(legacy)) == legacy
 
 
 def test_records_of_one_shard_share_its_name():
@@ -66,30 +58,23 @@ def test_a_damaged_index_names_the_file_and_line(damage, message):
     assert str(raised.value).startswith("samples-train.index.tsv: ")
 
 
-LEGACY = [r._replace(payload_crc32c=None, payload_sha256=c * 64) for r, c in zip(RECORDS, "abc")]
-
-
 def test_crc32c_is_written_as_eight_hex_digits():
     lines = encode_sample_index(RECORDS).decode().splitlines()
     assert lines[0].split("\t")[7] == "payload_crc32c"
     assert [line.split("\t")[7] for line in lines[1:]] == ["deadbeef", "00000000", "00000007"]
 
 
-def test_an_index_of_the_earlier_version_reads_with_its_payload_sha256():
-    data = encode_sample_index(LEGACY)
-    assert data.split(b"\n")[0].split(b"\t")[7] == b"payload_sha256"
-    assert parse_sample_index(data) == LEGACY
-    assert all(r.payload_crc32c is None for r in parse_sample_index(data))
+def test_an_index_of_the_earlier_version_is_refused_naming_the_command_that_re_creates_it():
+    lines = encode_sample_index(RECORDS).decode().splitlines()
+    lines[0] = lines[0].replace("payload_crc32c", "payload_sha256")
+    with pytest.raises(DatasetError) as raised:
+        parse_sample_index(("\n".join(lines) + "\n").encode(), "samples-train.index.tsv")
+    assert str(raised.value).startswith("samples-train.index.tsv: a sample index of the earlier version")
+    assert "tar_tools.py reindex" in str(raised.value)
 
 
-def test_one_index_never_mixes_crc32c_and_sha256_records():
-    with pytest.raises(ValueError, match="mix"):
-        encode_sample_index(RECORDS[:1] + LEGACY[1:])
-
-
-def test_payload_problem_checks_whichever_checksum_the_record_has():
+def test_payload_problem_checks_the_records_crc32c():
     import crc32c
-    import hashlib
 
     from datasets.index import payload_problem
 
@@ -97,7 +82,4 @@ def test_payload_problem_checks_whichever_checksum_the_record_has():
     record = RECORDS[0]._replace(payload_crc32c=crc32c.crc32c(payload))
     assert payload_problem(record, payload) is None
     assert "CRC32C" in payload_problem(record, payload[:-1] + b"t")
-    legacy = LEGACY[0]._replace(payload_sha256=hashlib.sha256(payload).hexdigest())
-    assert payload_problem(legacy, payload) is None
-    assert "sha256" in payload_problem(legacy, payload[:-1] + b"t")
     assert payload_problem(RECORDS[0]._replace(payload_crc32c=None), b"anything") is None

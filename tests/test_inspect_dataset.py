@@ -10,7 +10,7 @@ import pytest
 from conftest import SAMPLE_SIZE, run_script
 from datasets.formats import format_names
 from datasets.index import read_metadata, sample_index_name
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from test_plot_layout import text_outside_figure
 
 TRAIN = SAMPLE_SIZE["classes"] * SAMPLE_SIZE["train_per_class"]

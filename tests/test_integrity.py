@@ -4,7 +4,9 @@ Per shard: sha256 and md5, computed while the shard is written and stored in met
 payload: a CRC32C in the sample index. What every format must do with them (the digests equal
 coreutils', the CRC32C is checked, a flipped bit is named by the loader and the validator) is in
 tests/test_format_conformance.py, over the format registry. Here: datasets of the earlier index
-format (a payload sha256 in place of the CRC32C) still validate, load and repartition.
+format (a payload sha256 in place of the CRC32C) are refused with the one command that re-creates the
+index (`tar_tools.py reindex`), which checks every payload against its sha256 first; after it they
+validate, load and repartition.
 """
 
 import hashlib
@@ -14,8 +16,8 @@ import shutil
 import pytest
 
 from conftest import run_script
-from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.errors import DatasetError
+from datasets.index import read_metadata, read_sample_index
 from datasets.loader import get_data
 
 # The formats the earlier version wrote (the payload sha256 index predates lmdb).
@@ -65,13 +67,19 @@ def legacy(converted, tmp_path):
 
 
 @pytest.mark.parametrize("fmt", EARLIER_VERSION_FORMATS)
-def test_a_dataset_of_the_earlier_index_format_validates_loads_and_repartitions(legacy, fmt):
+def test_a_dataset_of_the_earlier_index_format_is_refused_then_reindexed_validates_loads_and_repartitions(legacy, fmt):
     target = legacy(fmt)
+    result = run_script("validate_dataset.py", target, "--workers", 1)
+    assert result.returncode == 1 and "tar_tools.py reindex" in result.stdout + result.stderr, result.stdout
+    with pytest.raises(DatasetError, match="re-create it with `python tar_tools.py reindex"):
+        get_data(str(target), "train", 4, 0, instance=(0, 1), on_error="fail", normalization="device")
+    result = run_script("tar_tools.py", "reindex", target)
+    assert result.returncode == 0 and "train" in result.stdout and "validation" in result.stdout, result.stderr
     for extra in ((), ("--deep",)):
         result = run_script("validate_dataset.py", target, "--workers", 1, *extra)
         assert result.returncode == 0, result.stdout + result.stderr
     records = read_sample_index(target / "samples-train.index.tsv")
-    assert all(r.payload_crc32c is None and len(r.payload_sha256) == 64 for r in records)
+    assert all(isinstance(r.payload_crc32c, int) for r in records)
     loader = get_data(str(target), "train", 4, 0, instance=(0, 1), on_error="fail", normalization="device",
                       with_keys=True)
     assert sorted(key for batch in loader for key in batch.keys) == sorted(r.key for r in records)
@@ -79,18 +87,24 @@ def test_a_dataset_of_the_earlier_index_format_validates_loads_and_repartitions(
     assert result.returncode == 0, result.stdout + result.stderr
     result = run_script("validate_dataset.py", target, "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert run_script("tar_tools.py", "reindex", target).stdout.startswith("reindex: every index")
 
 
 @pytest.mark.parametrize("fmt", ["img", "tensor"])
-def test_a_flipped_bit_in_a_dataset_of_the_earlier_format_is_caught_by_its_payload_sha256(legacy, fmt):
-    """The validator checks an earlier index's payload sha256. (The loader's columnar index keeps only CRC32Cs:
-    it loads such a dataset without checking payloads.)"""
+def test_a_flipped_bit_in_a_dataset_of_the_earlier_format_is_named_by_reindex_which_leaves_the_index(legacy, fmt):
+    """Re-indexing checks each payload against its sha256 before writing its CRC32C: damage is named, never blessed."""
     target = legacy(fmt)
-    bad = read_sample_index(target / "samples-train.index.tsv")[13]
-    with open(target / bad.shard, "r+b") as handle:
-        handle.seek(bad.payload_offset + bad.payload_size - 1)
+    index = target / "samples-train.index.tsv"
+    before = index.read_bytes()
+    lines = before.decode().splitlines()
+    bad = dict(zip(lines[0].split("\t"), lines[14].split("\t")))  # the 14th sample
+    with open(target / bad["shard"], "r+b") as handle:
+        handle.seek(int(bad["payload_offset"]) + int(bad["payload_size"]) - 1)
         last = handle.read(1)[0]
         handle.seek(-1, 1)
         handle.write(bytes([last ^ 1]))
-    result = run_script("validate_dataset.py", target, "--workers", 1)
-    assert result.returncode == 1 and f"error: {bad.shard} [{bad.key}]: payload sha256 differs" in result.stdout
+    result = run_script("tar_tools.py", "reindex", target)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.startswith(f"{bad['shard']}: the payload at line 15 of samples-train.index.tsv differs "
+                                    f"from its sha256")
+    assert index.read_bytes() == before and "Traceback" not in result.stderr

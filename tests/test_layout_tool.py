@@ -73,3 +73,36 @@ def test_private_attributes_of_other_objects_are_reported_with_the_exemptions(tm
     result = layout.survey(root)
     assert result["private_accesses"] == ["datasets/fileio.py: index._hidden", "datasets/fileio.py: other._theirs"]
     assert layout.main(["--root", str(root)]) == 1
+
+
+def test_a_module_file_name_used_twice_is_reported_with_the_exemptions(tmp_path):
+    root = _package(tmp_path, {
+        "tar_tools.py": "", "cli/__init__.py": "", "cli/validate_dataset.py": "",  # a script's own command: fine
+        "hostbench/sources.py": "", "loader/sources.py": "",
+        "cifar10.py": "", "loader/source_kinds/cifar10.py": "",  # a registry entry named after its kind: fine
+        "repartition/plan.py": "", "sample/plan.py": "", "sample/__main__.py": "",  # role names: fine
+    })
+    (tmp_path / "tar_tools.py").write_text("")
+    (tmp_path / "validate_dataset.py").write_text("")
+    assert layout.same_names(root) == ["sources.py: datasets/hostbench/sources.py, datasets/loader/sources.py",
+                                       "tar_tools.py: datasets/tar_tools.py, tar_tools.py"]
+    assert layout.main(["--root", str(root)]) == 1
+
+
+def test_long_functions_in_the_scripts_and_examples_and_a_long_doc_are_reported(tmp_path):
+    root = _package(tmp_path, {})
+    long_function = "def main():\n" + "    x = 1\n" * 85
+    (tmp_path / "create_webdataset.py").write_text(long_function)
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "train.py").write_text("def short():\n    return 1\n\n\n" + long_function)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "crop-decode.md").write_text("a line\n" * 151)
+    result = layout.survey(root)
+    assert [f["function"] for f in result["script_long_functions"]] == ["create_webdataset.py:1 main",
+                                                                        "examples/train.py:5 main"]
+    assert result["long_docs"] == ["docs/crop-decode.md: 151 lines (goal 150)"]
+    assert layout.main(["--root", str(root)]) == 1
+    (tmp_path / "docs" / "crop-decode.md").write_text("a line\n" * 150)
+    (tmp_path / "create_webdataset.py").write_text("def main():\n    return 0\n")
+    (tmp_path / "examples" / "train.py").write_text("")
+    assert layout.main(["--root", str(root)]) == 0

@@ -14,14 +14,14 @@ import lmdb
 import pytest
 
 from conftest import run_script
-from datasets.formats import get_format
+from datasets.hostbench.stock_baselines import STOCK_BASELINES
 from datasets.formats.lmdb_format import MAGIC, LMDBFormatError, decode_value, encode_value
 from datasets.index import read_metadata
 from datasets.loader import get_data
 
 
 def index_records(target, split):
-    from datasets.sample_columns import read_sample_index
+    from datasets.index import read_sample_index
 
     metadata = read_metadata(target)
     return read_sample_index(target / metadata["splits"][split]["index"]["name"])
@@ -145,4 +145,4 @@ def test_host_benchmark_compare_has_the_lmdb_rows(filtered_compare_run):
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["images"] == 8 and row["images_per_s"] > 0, row["id"]
-    assert get_format("lmdb").stock_baseline.label in result.stdout
+    assert STOCK_BASELINES["lmdb"].label in result.stdout

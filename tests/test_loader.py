@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 
 from conftest import run_script
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.launcher import Instance
 from datasets.loader.image_loader import SampleError, get_data
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_scripts
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 
 BATCH = 3
 FORMATS = ("img", "tfrecord", "lmdb")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import run_script, run_scripts
-from reference_layout import flip_byte, folder_dirhash, write_reference_dataset, write_tar
+from conftest import flip_byte, run_script, run_scripts
+from reference_layout import folder_dirhash, write_reference_dataset, write_tar
 from datasets.index import read_metadata, sample_index_name
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 
 SAMPLES_PER_SHARD = 8
 
@@ -54,7 +54,7 @@ def test_a_reference_dataset_validates_and_one_flipped_byte_fails_it(reference, 
     assert result.stdout.startswith("Dataset OK.")
 
     shard = dataset / "train-000001.tar"
-    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700)
+    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700, mask=0x01)
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("Dataset is corrupted.")
@@ -101,7 +101,7 @@ def test_adopt_writes_indexes_without_changing_a_shard_and_the_dataset_becomes_f
     assert result.returncode == 0, result.stdout + result.stderr
     # From now on a damaged sample is named.
     shard = dataset / "train-000002.tar"
-    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700)
+    flip_byte(shard, shard_payload_offset(shard, "jpg" if fmt == "img" else "pth") + 700, mask=0x01)
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 1
     assert "train-000002.tar [16]" in result.stdout
@@ -109,7 +109,7 @@ def test_adopt_writes_indexes_without_changing_a_shard_and_the_dataset_becomes_f
 
 def test_adopt_refuses_a_damaged_dataset_and_writes_nothing(reference):
     dataset = reference("img")
-    flip_byte(dataset / "train-000000.tar", 2000)
+    flip_byte(dataset / "train-000000.tar", 2000, mask=0x01)
     before = sorted(os.listdir(dataset))
     result = run_script("validate_dataset.py", dataset, "--adopt")
     assert result.returncode == 1
@@ -345,7 +345,7 @@ def test_distributed_webdataset_adopts_a_reference_dataset_then_repartitions_it(
 
 def test_distributed_webdataset_refuses_a_damaged_reference_dataset(reference):
     dataset = reference("img")
-    flip_byte(dataset / "train-000003.tar", 4000)
+    flip_byte(dataset / "train-000003.tar", 4000, mask=0x01)
     result = run_script("distributed_webdataset.py", "--target", dataset, "--num-instances", 2)
     assert result.returncode == 1
     assert "folder checksum" in result.stderr and "not adopted, not repartitioned" in result.stderr
@@ -410,7 +410,7 @@ def test_our_img_repartition_reads_the_way_the_reference_loader_reads_it(convert
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 0 and "0 warnings" in result.stdout, result.stdout + result.stderr
     remainder = folder / "validation-000001.tar"
-    flip_byte(remainder, shard_payload_offset(remainder, "jpg") + 100)
+    flip_byte(remainder, shard_payload_offset(remainder, "jpg") + 100, mask=0x01)
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 1 and f"distributed/{instances}-instances/validation-000001.tar" in result.stdout
 

@@ -26,22 +26,16 @@ import numpy as np
 import pytest
 
 from datasets.formats import get_format
-from datasets.layout import REPARTITION_MANIFEST
+from datasets.dataset_folder import REPARTITION_MANIFEST
 
-from conftest import PYTHON, REPO, run_script, run_scripts
+from conftest import PYTHON, REPO, flip_byte, run_script, run_scripts
 from datasets.fileio import hash_file, sha256_file
-from datasets.index import (
-    METADATA_FILE,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    sample_index_name,
-    tar_shard_name,
-    write_metadata,
-    write_sample_index,
-)
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, ShardRecord, sample_index_name, write_metadata, write_sample_index
+from datasets.formats.webdataset import tar_shard_name
 from datasets.formats.npy import encode_npy
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.repartition.plan import (
     RepartitionUsageError,
     assign_whole_shards,
@@ -49,7 +43,7 @@ from datasets.repartition.plan import (
     plan_split,
     remainder_records,
 )
-from datasets.layout import repartition_dir
+from datasets.dataset_folder import repartition_dir
 from datasets.repartition.request import Request, decide
 from datasets.repartition.run import repartition
 from datasets.repartition.source import group_records_by_shard
@@ -688,12 +682,6 @@ def copied_and_whole_shards(target, n):
     return sorted(copied), sorted(whole)
 
 
-def flip_byte(path, offset):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        byte = handle.read(1)
-        handle.seek(offset)
-        handle.write(bytes([byte[0] ^ 0xFF]))
 
 
 def test_corrupt_shard_that_is_copied_from(small_datasets):

@@ -7,7 +7,7 @@ import torch
 
 from conftest import run_script, run_scripts
 from datasets import storage
-from datasets.index import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.launcher import Instance
 from datasets.loader import get_data
 
@@ -350,7 +350,7 @@ def test_head_check_without_a_stored_checksum_falls_back_to_the_md5_etag(convert
     """For servers that keep no SHA256: size plus ETag = md5 (single-part only; multipart ETags refused)."""
     import hashlib
 
-    from datasets.upload import local_files, object_matches
+    from datasets.tools.upload import local_files, object_matches
 
     item = next(f for f in local_files(converted("img")) if f.name.endswith(".tar"))
     md5 = hashlib.md5(item.path.read_bytes()).hexdigest()
@@ -405,7 +405,7 @@ def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
     import hashlib
 
     from datasets.index import read_metadata
-    from datasets.sample_columns import read_sample_index
+    from datasets.index import read_sample_index
 
     local = converted("img")
     target = f"s3://{s3_bucket}/ds"

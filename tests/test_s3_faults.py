@@ -10,7 +10,7 @@ import torch
 
 from conftest import run_script
 from datasets import storage
-from datasets.index import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.launcher import Instance
 from datasets.loader import get_data
 from fault_proxy import FaultProxy

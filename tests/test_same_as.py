@@ -10,8 +10,8 @@ import pytest
 
 from conftest import run_script, run_scripts
 from datasets.index import encode_sample_index
-from datasets.sample_columns import read_sample_index
-from datasets.same_as import LOSSY_BOUND, same_as
+from datasets.index import read_sample_index
+from datasets.tools.same_as import LOSSY_BOUND, same_as
 from datasets.validate.report import ValidationUsageError
 
 

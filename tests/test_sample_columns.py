@@ -1,4 +1,4 @@
-"""The columnar sample index (datasets.sample_columns) against the text index, and what it is for:
+"""The columnar sample index (datasets.index.columns) against the text index, and what it is for:
 a DataLoader worker's private memory does not grow with the size of the index."""
 
 import random
@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from datasets.index import DatasetError, SampleRecord, encode_sample_index, write_sample_index
-from datasets.sample_columns import (
-    check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns, read_sample_index,
-)
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, encode_sample_index, write_sample_index
+from datasets.index import (check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns,
+                            read_sample_index)
 
 
 def _records(count, shards=7, seed=0):
@@ -24,8 +24,7 @@ def _records(count, shards=7, seed=0):
         key = f"n{rng.randrange(10**8):08d}/n{number:07d}_{'x' * rng.randrange(0, 30)}"
         records.append(SampleRecord(key, f"train-{shard:06d}.tar", rng.randrange(-1, 1000), offset, size,
                                     offset + 1536, size - 1536 - rng.randrange(0, 500),
-                                    None, f"cls:{offset};json:{offset + 512};jpg:{offset + 1024}",
-                                    payload_sha256=f"{rng.getrandbits(256):064x}"))  # an index of the earlier version
+                                    rng.getrandbits(32), f"cls:{offset};json:{offset + 512};jpg:{offset + 1024}"))
         offsets[shard] += size
     return records
 
@@ -40,7 +39,7 @@ def test_columns_equal_the_text_index(tmp_path):
     assert columns.payload_sizes.tolist() == [r.payload_size for r in records]
     assert columns.payload_headers.tolist() == [r.record_offset + 1024 for r in records]
     assert {columns.exts[e] for e in columns.payload_exts} == {"jpg"}
-    assert not columns.has_checksums  # an index with payload sha256: loaded, the hashes left out
+    assert columns.has_checksums and columns.checksums.tolist() == [r.payload_crc32c for r in records]
     assert columns.nbytes / len(columns) <= 120
 
     grouped = columns.in_shard_order()
@@ -60,12 +59,12 @@ def test_columns_of_a_converted_dataset_and_of_records(converted):
         columns = read_sample_columns(str(dataset / f"samples-{split}.index.tsv"))
         assert check_columns_match(columns, records) is None
         assert check_columns_match(columns_from_records(records), records) is None
-        assert columns.record(0) == records[0]._replace(payload_sha256="")  # the line's record, members and all
+        assert columns.record(0) == records[0]  # the line's record, members and all
         assert columns.record(0).members.endswith(f";jpg:{records[0].payload_offset - 512}")
 
 
 def test_crc32c_checksums_are_kept():
-    text = encode_sample_index(_records(50)).decode().replace("payload_sha256", "payload_crc32c")
+    text = encode_sample_index(_records(50)).decode()
     lines = text.splitlines()
     crcs = [random.Random(n).getrandbits(32) for n in range(50)]
     rows = [line.split("\t") for line in lines[1:]]
@@ -138,7 +137,7 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
 
 
 def test_keys_found_by_hash_table_and_duplicates_named_in_order():
-    from datasets.sample_columns import KeyTable
+    from datasets.index import KeyTable
 
     records = _records(200)
     records = records[:150] + [records[7]._replace(shard="train-000099.tar"), records[3], records[7]] + records[150:]
@@ -152,13 +151,13 @@ def test_keys_found_by_hash_table_and_duplicates_named_in_order():
 
 
 def test_shard_groups_build_one_shards_records_when_asked():
-    from datasets.sample_columns import ShardGroups
+    from datasets.index import ShardGroups
 
     records = _records(500)
     columns = read_sample_columns_of(records)
     by_offset, in_index_order = ShardGroups(columns), ShardGroups(columns, by_offset=False)
     for shard in sorted({r.shard for r in records}):
-        mine = [r._replace(payload_sha256="") for r in records if r.shard == shard]
+        mine = [r for r in records if r.shard == shard]
         assert in_index_order[shard] == mine
         assert by_offset[shard] == sorted(mine, key=lambda r: r.record_offset)
         assert by_offset.count(shard) == len(mine)
@@ -178,7 +177,7 @@ def test_the_index_is_written_as_a_stream_with_the_same_bytes(tmp_path):
     data = (tmp_path / "a.index.tsv").read_bytes()
     assert data == encode_sample_index(records) and info["bytes"] == len(data)
     assert read_sample_index(tmp_path / "a.index.tsv") == records
-    mixed = records[:INDEX_CHUNK_LINES + 3] + [records[0]._replace(payload_crc32c=5, payload_sha256="")]
+    mixed = records[:INDEX_CHUNK_LINES + 3] + [records[0]._replace(bbox="")]
     with pytest.raises(ValueError, match="mix"):
         write_sample_index(tmp_path / "b.index.tsv", iter(mixed))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.index.tsv"]  # nothing half-written is left

@@ -15,7 +15,7 @@ import torch
 from conftest import PYTHON, REPO, run_script
 from datasets import storage
 from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.launcher import Instance
 from datasets.loader import get_data
 from datasets.shard_cache import CacheError, ShardCache, parse_size

@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO, SAMPLE_SIZE, run_script
 from datasets.formats import format_names
 from datasets.index import read_metadata, sample_index_name
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 
 TAR_FORMATS = ["img", "tensor"]
 TRAIN = SAMPLE_SIZE["classes"] * SAMPLE_SIZE["train_per_class"]

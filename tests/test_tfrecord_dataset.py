@@ -11,15 +11,15 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import crc32c
 import pytest
 
-from conftest import PYTHON, REPO, run_script
+import conftest
+from conftest import PYTHON, REPO, flip_byte, output_hashes, run_script
 from reference_layout import folder_dirhash
 from datasets.index import read_metadata
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.formats.tf_example import parse_example, serialize_example
 from datasets.formats.tfrecord import (
     FRAMING_SIZE,
@@ -34,18 +34,11 @@ from datasets.formats.tfslim_imagenet import LABEL_OFFSET
 
 
 def convert(source, target, *args):
-    return run_script("create_webdataset.py", "--source", source, "--target", target, "--no-progress", "--format", "tfrecord", *args)
+    return conftest.convert(source, target, "--format", "tfrecord", *args)
 
 
 def converted_ok(source, target, *args):
-    result = convert(source, target, *args)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result
-
-
-def output_hashes(directory: Path) -> dict:
-    """sha256 of every file the converter publishes (shards, their .tfindex, sample indexes, metadata)."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+    return conftest.converted_ok(source, target, "--format", "tfrecord", *args)
 
 
 def source_files(sample_source, split):
@@ -55,12 +48,6 @@ def source_files(sample_source, split):
 
 def shard_paths(directory, split):
     return sorted(p for p in directory.iterdir() if (parse_tfrecord_shard_name(p.name) or ("",))[0] == split)
-
-
-def flip_byte(path, offset):
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x01
-    path.write_bytes(bytes(data))
 
 
 # ---------------------------------------------------------------- the converter
@@ -206,7 +193,7 @@ def test_validator_names_a_flipped_byte_by_shard_and_record_number(converted, tm
         "length": record.record_offset + 1,
         "data_crc": record.record_offset + record.record_size - 2,
     }[where]
-    flip_byte(target / record.shard, offset)
+    flip_byte(target / record.shard, offset, mask=0x01)
     result = run_script("validate_dataset.py", target)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Dataset is corrupted." in result.stdout
@@ -281,7 +268,7 @@ def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(con
     # A flipped byte inside a copied record: the validator names the remainder shard and the record.
     remainder = remainders[0]
     records = list(iter_tfrecord_records(remainder))
-    flip_byte(remainder, records[1].offset + HEADER_SIZE + len(records[1].data) // 2)
+    flip_byte(remainder, records[1].offset + HEADER_SIZE + len(records[1].data) // 2, mask=0x01)
     relative = remainder.relative_to(target).as_posix()
     named = [(f, p) for f, _, p in problems_of(validate(target)) if f == relative]
     assert any(p.startswith(f"record 1 (at byte {records[1].offset:,}): data CRC mismatch") for _, p in named), named
@@ -294,7 +281,7 @@ def test_repartition_refuses_a_source_shard_with_a_flipped_byte_naming_the_recor
     plan = repartition(target, 3, dry_run=True).plans[0]
     shard_name = sorted({r.shard for i in plan.instances for r in i.copied})[0]
     record = [r for r in read_sample_index(target / f"samples-{plan.split}.index.tsv") if r.shard == shard_name][4]
-    flip_byte(target / shard_name, record.payload_offset + 10)
+    flip_byte(target / shard_name, record.payload_offset + 10, mask=0x01)
     result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3)
     assert result.returncode == 1, result.stdout + result.stderr
     assert shard_name in result.stderr and f"record 4 (at byte {record.record_offset})" in result.stderr

@@ -18,12 +18,12 @@ import subprocess
 import crc32c
 import pytest
 
-from conftest import run_script, run_scripts
+from conftest import flip_byte, run_script, run_scripts
 from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum
 from datasets.fileio import sha256_file
 from datasets.index import encode_sample_index
-from datasets.sample_columns import read_sample_index
+from datasets.index import read_sample_index
 from datasets.formats import FORMATS
 from datasets.metadata_digest import sealed
 from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
@@ -68,12 +68,6 @@ def patch_bytes(path, offset, data):
         handle.write(data)
 
 
-def flip_byte(path, offset):
-    with open(path, "r+b") as handle:
-        handle.seek(offset)
-        value = handle.read(1)[0]
-        handle.seek(offset)
-        handle.write(bytes([value ^ 0xFF]))
 
 
 def reseal(ds, index_records=None, split="train"):

@@ -6,7 +6,7 @@
 
 With an s3:// target the dataset is written to a local staging folder (--staging, else a temporary
 one deleted after a successful upload), each shard is uploaded as soon as it is published, and
-metadata.json last (see datasets/upload.py).
+metadata.json last (see datasets/tools/upload.py).
 
 Exit codes: 0 done (skipped images are listed, not fatal), 1 the conversion failed (bad
 data with --on-error fail, unreadable source, full disk), 2 usage error. The library is
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from datasets.convert.converter import convert, format_summary
-from datasets.convert.errors import ConversionError, UsageError
+from datasets.errors import Error, exit_code
 from datasets.convert.plan import (
     DEFAULT_IMAGE_QUALITY,
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -27,8 +27,8 @@ from datasets.convert.plan import (
     ConvertOptions,
 )
 from datasets.formats import FORMATS, format_names, get_format
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus
-from datasets.index import SPLITS
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, int_between, positive_int, usable_cpus
+from datasets.dataset_folder import SPLITS
 from datasets.launcher import LauncherError, add_instance_arguments, instance_from_args
 from datasets.convert.imagenet_source import LAYOUTS
 from datasets.storage import is_url
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2
-        from datasets.upload import PublishedShardUploader
+        from datasets.tools.upload import PublishedShardUploader
 
         uploader = PublishedShardUploader(args.target, remote)
     options = ConvertOptions(
@@ -142,12 +142,9 @@ def main(argv=None) -> int:
     )
     try:
         summary = convert(options)
-    except UsageError as error:
+    except Error as error:  # UsageError (exit 2), ConversionError and any other data error (exit 1)
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return exit_code(error)
     except KeyboardInterrupt:
         print("interrupted: nothing half-written is left under a final name; run again with --resume",
               file=sys.stderr)
@@ -189,7 +186,7 @@ def _finish_upload(uploader, args) -> int:
     import shutil
 
     from datasets.storage import StorageUnavailable
-    from datasets.upload import describe
+    from datasets.tools.upload import describe
 
     try:
         report = uploader.finish(progress=args.progress)

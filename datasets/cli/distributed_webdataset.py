@@ -17,13 +17,11 @@ import os
 import sys
 
 from datasets.balance import POLICIES, UnknownPolicyError, check_policy
-from datasets.index import DatasetError
+from datasets.errors import Error, UsageError, exit_code
 from datasets.reference import read_reference_metadata
 from datasets.reference.layout import adopt, check_reference_dataset
-from datasets.repartition.plan import RepartitionUsageError
 from datasets.repartition.report import describe_plan
 from datasets.repartition.run import repartition
-from datasets.formats.tar import TarFormatError
 
 REMAINDER_HELP = f"""how to handle samples that do not divide evenly: {', '.join(POLICIES)}.
 spread: counts differ by at most 1, every sample kept exactly once (for evaluation);
@@ -124,15 +122,12 @@ def main(argv=None) -> int:
             verify=args.verify_shards,
             progress=progress,
         )
-    except RepartitionUsageError as error:
+    except (Error, OSError) as error:  # RepartitionUsageError (exit 2), bad data (exit 1)
         close()
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (DatasetError, TarFormatError, OSError) as error:
-        close()
-        print(f"error: {error}", file=sys.stderr)
-        print("the original dataset is untouched", file=sys.stderr)
-        return 1
+        if not isinstance(error, UsageError):
+            print("the original dataset is untouched", file=sys.stderr)
+        return exit_code(error)
     close()
 
     fmt = result.format

@@ -34,7 +34,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_float, positive_int, usable_cpus
 
 
 def percentage(text) -> float:
@@ -49,7 +49,7 @@ def fraction(text) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"{text} is not a ratio in [0, 1]")
     return value
-from datasets.index import DatasetError
+from datasets.errors import DatasetError
 from datasets.launcher import add_instance_arguments
 
 
@@ -269,7 +269,7 @@ def parse_args(argv=None):
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):
                 parser.error(f"--imagenet-data-path {path}: no such file or directory")
-            from datasets.hostbench.sources import is_image_folder  # light: no torch
+            from datasets.hostbench.discovery import is_image_folder  # light: no torch
 
             converted = os.path.isfile(os.path.join(path, "metadata.json"))
             if args.data == "real" and os.path.isdir(path) and not converted and is_image_folder(Path(path)):

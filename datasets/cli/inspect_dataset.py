@@ -14,9 +14,9 @@ still print when only some sampled samples are unreadable); 2 usage error (bad o
 import argparse
 import sys
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
 from datasets.inspect.cli import run
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 
 
 def parse_args(argv):

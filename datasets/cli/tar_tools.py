@@ -4,16 +4,17 @@
     python tar_tools.py tsv   SHARD... [--fields __key__,cls,jpg.size,json.source]
     python tar_tools.py cat | split | sort | shuffle  INPUT... --out DIR|- [--split S] [--seed S]
                             [--samples-per-shard N] [--max-shard-bytes B]
+    python tar_tools.py reindex DATASET_DIR
 
-What each command reads and writes: datasets/tar_tools.py. Exit codes: 0 done, 1 data problem
+What each command reads and writes: datasets/tools/tar_shards.py. Exit codes: 0 done, 1 data problem
 (one line naming the file and the problem), 2 usage error.
 """
 
 import argparse
 import sys
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
-from datasets.tar_tools import DEFAULT_FIELDS, STDIO, run
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, non_negative_int, positive_int
+from datasets.tools.tar_shards import DEFAULT_FIELDS, STDIO, run
 
 
 def parse_args(argv):
@@ -42,6 +43,9 @@ def parse_args(argv):
         writer.add_argument("--samples-per-shard", type=positive_int, default=None, metavar="N")
         writer.add_argument("--max-shard-bytes", type=positive_int, default=None, metavar="B")
         writer.add_argument("--seed", type=int, default=None, help="shuffle: the permutation's seed (required)")
+    reindex_parser = commands.add_parser("reindex", help="re-create a sample index of the earlier version "
+                                         "(payload sha256) with CRC32Cs, in place")
+    reindex_parser.add_argument("dataset", help="a converted dataset folder")
     add_s3_arguments(parser)
     args = parser.parse_args(argv)
     if args.command == "split" and not (args.samples_per_shard or args.max_shard_bytes):

@@ -13,9 +13,9 @@ store cannot be used (unreachable, bad credentials, no such bucket).
 import argparse
 import sys
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, positive_int
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, positive_int
 from datasets.storage import StorageUnavailable
-from datasets.upload import UploadError, describe, upload_dataset
+from datasets.tools.upload import UploadError, describe, upload_dataset
 
 
 def parse_args(argv):

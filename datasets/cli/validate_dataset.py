@@ -28,7 +28,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from datasets.cli_args import add_s3_arguments, apply_s3_arguments, usable_cpus
+from datasets.cli.args import add_s3_arguments, apply_s3_arguments, usable_cpus
 from datasets.storage import StorageUnavailable, is_s3
 from datasets.validate.report import ValidationUsageError
 from datasets.validate.validator import validate
@@ -144,7 +144,7 @@ def check(args):
 
 def same_as_main(args) -> int:
     """--same-as: exit 0 same samples, 1 a difference (named), 2 a dataset that cannot be read."""
-    from datasets.same_as import render as render_same_as, same_as
+    from datasets.tools.same_as import render as render_same_as, same_as
 
     apply_s3_arguments(args)
     return checked(args, lambda: same_as(args.path, args.same_as, args.split), render_same_as, "compared")

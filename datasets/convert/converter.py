@@ -42,7 +42,7 @@ from pathlib import Path
 
 from datasets.convert.dataset_source import open_any_source
 from datasets.convert.encode import EncodeOptions, ShardToWrite, WrittenShard, write_shard
-from datasets.convert.errors import ConversionError, SampleFailure, UsageError, WriteFailure, write_problem
+from datasets.convert.failures import ConversionError, SampleFailure, UsageError, WriteFailure, write_problem
 from datasets.convert.imagenet_source import ImageNetSourceError
 from datasets.convert.plan import ConvertOptions, Plan, make_plan, validate_options
 from datasets.convert.target_state import (
@@ -59,8 +59,10 @@ from datasets.convert.target_state import (
     state_dir,
     verify_complete,
 )
+from datasets.fileio import human_bytes
 from datasets.formats import get_format
-from datasets.index import CONVERT_STATE_REMOVED, METADATA_FILE
+from datasets.index import CONVERT_STATE_REMOVED
+from datasets.dataset_folder import METADATA_FILE
 
 
 # ---------------------------------------------------------------- running
@@ -285,14 +287,6 @@ def run_in_pool(executor, target: str, tasks, record) -> None:
 
 
 # ---------------------------------------------------------------- the closing summary
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def format_summary(summary: Summary, max_listed: int = 20) -> str:

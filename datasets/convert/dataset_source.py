@@ -33,9 +33,11 @@ from datasets.convert.imagenet_source import ImageNetSource, ImageNetSourceError
 from datasets.convert.source_listing import ListingBuilder
 from datasets.fileio import pread_range, sha256_bytes
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
-from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
-from datasets.sample_columns import parse_sample_columns
+from datasets.index import parse_sample_columns
 from datasets.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
 
 LAYOUT = "dataset"  # metadata.json's source_layout of a derived dataset

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from datasets.convert.errors import SampleFailure, SampleSkipped, writing
+from datasets.convert.failures import SampleFailure, SampleSkipped, writing
 from datasets.fileio import sha256_file
 from datasets.formats import EncodedSample, get_format
 from datasets.index import ShardRecord

@@ -47,6 +47,8 @@ basename), e.g. n01440764_10026. Keys must be unique within a split; a clash is 
 naming both files.
 """
 
+from datasets.errors import Error
+
 import io
 import os
 import re
@@ -57,17 +59,14 @@ import numpy as np
 
 from datasets.convert.source_listing import ListingBuilder, SourceListing
 from datasets.fileio import pread_range
-from datasets.layout import is_image_name, split_folder_names
+from datasets.dataset_folder import (IMAGENET_GROUND_TRUTH, IMAGENET_TRAIN_TAR, IMAGENET_VALIDATION_TAR, is_image_name,
+                                     split_folder_names)
 from datasets.formats.tar import TarFormatError, iter_tar_members
 
 TRAIN_DIR = "train"
 VALIDATION_DIRS = split_folder_names("validation")
-TRAIN_TAR = "ILSVRC2012_img_train.tar"
-VALIDATION_TAR = "ILSVRC2012_img_val.tar"
-GROUND_TRUTH_NAMES = (
-    "ILSVRC2012_validation_ground_truth.txt",
-    "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt",
-)
+TRAIN_TAR, VALIDATION_TAR = IMAGENET_TRAIN_TAR, IMAGENET_VALIDATION_TAR
+GROUND_TRUTH_NAMES = (IMAGENET_GROUND_TRUTH, f"ILSVRC2012_devkit_t12/data/{IMAGENET_GROUND_TRUTH}")
 SYNSETS_NAMES = ("synsets.txt", "ILSVRC2012_devkit_t12/data/synsets.txt")
 VALIDATION_NUMBER = re.compile(r"ILSVRC2012_val_(\d+)$")
 LAYOUTS = ("auto", "folder", "archive")
@@ -76,7 +75,7 @@ LAYOUTS = ("auto", "folder", "archive")
 BOUNDING_BOX_FILE = "imagenet_2012_bounding_boxes.csv"  # beside train/, as the reference harness reads it
 
 
-class ImageNetSourceError(Exception):
+class ImageNetSourceError(Error):
     """The source cannot be converted: names the file or folder and the problem.
 
     `usage` is True when the cause is most likely the command line (a missing path, no

@@ -31,11 +31,11 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from datasets.convert.errors import UsageError
+from datasets.convert.failures import UsageError
 from datasets.convert.source_listing import ListingShards
 from datasets.formats import format_names, get_format
 from datasets.formats.tar import BLOCK, RECORD, padding
-from datasets.index import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.launcher import Instance
 from datasets.preprocess import PreprocessError, canonical, output_size, parse_steps
 

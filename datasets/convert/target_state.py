@@ -46,26 +46,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from datasets.convert.encode import WrittenShard
-from datasets.convert.errors import UsageError, WriteFailure, writing
+from datasets.convert.failures import UsageError, WriteFailure, writing
 from datasets.convert.plan import ConvertOptions, Plan
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_json, sha256_file
 from datasets.formats import get_format, is_any_shard_file
-from datasets.index import (
-    CONVERT_STATE_REMOVED,
-    FORMAT_VERSION,
-    METADATA_FILE,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    bbox_text,
-    sample_index_name,
-    split_of_index_name,
-    write_metadata,
-    write_sample_index,
-)
-from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR
+from datasets.index import (CONVERT_STATE_REMOVED, FORMAT_VERSION, SampleRecord, ShardRecord, bbox_text,
+                            sample_index_name, split_of_index_name, write_metadata, write_sample_index)
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.dataset_folder import CONVERT_STATE_DIR, DISTRIBUTED_DIR
 from datasets.reference.checksum import folder_checksum
-from datasets.sample_columns import ShardGroups, read_sample_columns
+from datasets.index import ShardGroups, read_sample_columns
 
 STATE_DIR = CONVERT_STATE_DIR
 PLAN_FILE = "plan.json"

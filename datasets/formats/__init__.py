@@ -7,20 +7,25 @@
 
 Adding a format is a module with one `ShardFormat` instance (see base.py for the contract)
 and one entry in `FORMATS` below; no caller changes.
+
+Modules by registry name: img and tensor are webdataset.py (WebDataset tars), tfrecord is tfslim.py
+(TF-slim's ImageNet TFRecords, on tfrecord.py's framing), lmdb is lmdb_format.py (not lmdb.py, which
+would shadow the lmdb package).
 """
 
 from __future__ import annotations
 
-from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataError, ShardFormat, StockBaseline
+from datasets.formats.base import EncodedSample, ForeignShardsError, ShardDataError, ShardFormat
 from datasets.formats.lmdb_format import LMDB
 from datasets.formats.tfslim import TFRECORD
 from datasets.formats.webdataset import IMG, TENSOR
+from datasets.errors import Error
 
 FORMATS = {fmt.name: fmt for fmt in (IMG, TENSOR, TFRECORD, LMDB)}
 DEFAULT_FOREIGN_FORMAT = IMG  # shards without metadata that no format claims by name are tar
 
 
-class UnknownFormatError(ValueError):
+class UnknownFormatError(Error, ValueError):
     """A format name that no registered format has."""
 
 
@@ -60,5 +65,5 @@ def is_any_shard_file(name: str) -> bool:
     return any(fmt.is_shard_file(name) for fmt in FORMATS.values())
 
 
-__all__ = ["EncodedSample", "ForeignShardsError", "FORMATS", "ShardDataError", "ShardFormat", "StockBaseline", "UnknownFormatError",
+__all__ = ["EncodedSample", "ForeignShardsError", "FORMATS", "ShardDataError", "ShardFormat", "UnknownFormatError",
            "format_claiming", "format_for_location", "format_names", "get_format", "is_any_shard_file", "payload_extension_of"]

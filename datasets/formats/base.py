@@ -13,7 +13,6 @@ format's name.
     repartition   open_writer(...).add_raw_record, finished_size, record_alignment, describe_damage
     foreign data  claims_location / find_foreign_shards / index_foreign_shards (shards without
                   metadata.json, e.g. TF-slim's own TFRecords)
-    host bench    stock_baseline (how the usual library reads these shards, for --compare)
 
 Each format module's docstring (or docs/on-disk-format.md) describes its bytes.
 """
@@ -24,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from datasets.errors import Error
 
-class ShardDataError(Exception):
+
+class ShardDataError(Error):
     """A shard's bytes are not what its format says (truncated, corrupt, not this format).
     Every format's reader raises a subclass, so callers catch one type.
 
@@ -35,7 +36,7 @@ class ShardDataError(Exception):
     record_offset = None
 
 
-class ForeignShardsError(ValueError):
+class ForeignShardsError(Error, ValueError):
     """Shards without metadata that cannot be used as they are (names what is wrong)."""
 
 
@@ -53,22 +54,6 @@ class EncodedSample:
     source: str  # the source file (or archive member) the sample came from
     info: dict
     payload: bytes
-
-
-@dataclass(frozen=True)
-class StockBaseline:
-    """How the usual library reads this format, for `host_benchmark.py --compare`.
-
-    `build(shards, split, transform, batch_size, workers)` returns a torch DataLoader (or any
-    iterable of (images, labels) batches) over the shard paths, applying `transform` (a
-    torchvision transform from a PIL image, or from a uint8 HWC tensor for `tensor_input`).
-    """
-
-    key: str
-    label: str
-    description: str
-    build: Callable
-    tensor_input: bool = False
 
 
 class ShardFormat:
@@ -186,9 +171,6 @@ class ShardFormat:
         """(groups of SampleRecords, label_offset, what was done) for shards without a sample index.
         `open_range(location)` opens a remote shard as a stream, None for a local file."""
         raise NotImplementedError
-
-    # ------------------------------------------------------------------ host benchmark
-    stock_baseline: Optional[StockBaseline] = None
 
     def __repr__(self):
         return f"<format {self.name}>"

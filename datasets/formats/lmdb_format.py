@@ -29,7 +29,7 @@ import struct
 from pathlib import Path
 
 from datasets.fileio import PARTIAL_SUFFIX, fsync_dir, hash_file
-from datasets.formats.base import EncodedSample, ShardDataError, ShardFormat, StockBaseline
+from datasets.formats.base import EncodedSample, ShardDataError, ShardFormat
 from datasets.formats.shard_check import (
     NOT_IN_INDEX,
     ShardResult,
@@ -39,7 +39,7 @@ from datasets.formats.shard_check import (
     metadata_mismatches,
     sample_field_problems,
 )
-from datasets.index import SampleRecord, has_payload_checksum, payload_crc32c, payload_problem
+from datasets.index import SampleRecord, payload_crc32c, payload_problem
 
 MAGIC = b"LMS1"
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.lmdb(?P<partial>\.partial)?$")
@@ -287,7 +287,7 @@ def check_lmdb_shard(task: ShardTask) -> ShardResult:
             if len(value) != expected.record_size or len(payload) != expected.payload_size:
                 sample_problems.append(error(name, f"value of {len(value)} bytes (payload {len(payload)}), the index "
                                                    f"says {expected.record_size} ({expected.payload_size})", key))
-            if has_payload_checksum(expected):
+            if expected.payload_crc32c is not None:
                 walk.payloads_hashed += 1
                 why = payload_problem(expected, payload)
                 if why:
@@ -314,63 +314,11 @@ def check_lmdb_shard(task: ShardTask) -> ShardResult:
     return result
 
 
-# ---------------------------------------------------------------------------------------- baseline
-
-
-class LMDBMapDataset:
-    """The usual way to read LMDB in PyTorch: a map-style Dataset over every shard's keys (listed
-    with a cursor once), each item a `get` + decode + transform; environments opened lazily per
-    worker process (an LMDB handle must not cross a fork)."""
-
-    def __init__(self, shard_paths, transform):
-        self.paths = [str(p) for p in shard_paths]
-        self.transform = transform
-        self.items = []
-        for shard, path in enumerate(self.paths):
-            env = open_environment(path)
-            with env.begin() as txn:
-                self.items.extend((shard, bytes(key)) for key in txn.cursor().iternext(keys=True, values=False))
-            env.close()
-        self._envs = {}
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        import io
-
-        shard, key = self.items[index]
-        env = self._envs.get(shard)
-        if env is None:
-            env = self._envs[shard] = open_environment(self.paths[shard])
-        with env.begin(buffers=True) as txn:
-            fields = decode_value(txn.get(key))
-            payload = bytes(fields["payload"])
-        from PIL import Image
-
-        image = Image.open(io.BytesIO(payload)).convert("RGB")
-        return self.transform(image), fields["label"]
-
-    def __getstate__(self):
-        return {**self.__dict__, "_envs": {}}
-
-
-def lmdb_map_dataset(shard_paths, transform, instance, metadata=None):
-    paths = list(shard_paths)[instance.index :: instance.count]
-    if not paths:
-        raise ValueError("no shards for the stock LMDB baseline")
-    return LMDBMapDataset(paths, transform)
-
-
 class LMDBFormat(ShardFormat):
     name = "lmdb"
     description = "LMDB environments of JPEG, one per shard (cursor reads)"
     remainder_suffix = ".lmdb"
     records_are_byte_ranges = False
-    stock_baseline = StockBaseline(
-        "lmdb_map", "LMDB map-style Dataset + PIL (baseline)",
-        "map-style Dataset: keys listed by cursor, txn.get(key) + decode per item; PIL decode + "
-        "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize", lmdb_map_dataset)
 
     def shard_name(self, split, number, count):
         return f"{split}-{number:06d}.lmdb"

@@ -12,11 +12,13 @@ import struct
 
 import numpy as np
 
+from datasets.errors import Error
+
 MAGIC = b"\x93NUMPY"
 _header_cache = {}
 
 
-class NpyFormatError(ValueError):
+class NpyFormatError(Error, ValueError):
     pass
 
 

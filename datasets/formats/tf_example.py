@@ -19,11 +19,13 @@ neither protobuf nor `import tfrecord` (which imports torch: 2.6 s here).
 
 import struct
 
+from datasets.errors import Error
+
 # ---------------------------------------------------------------------------------------
 # Parsing
 
 
-class ExampleFormatError(ValueError):
+class ExampleFormatError(Error, ValueError):
     """The data of a record is not a valid tf.train.Example."""
 
 

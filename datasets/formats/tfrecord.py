@@ -328,15 +328,6 @@ def encode_tfrecord_index(entries) -> bytes:
     return "".join(f"{offset} {size}\n" for offset, size in entries).encode()
 
 
-def write_tfrecord_index(shard_path, entries=None) -> Path:
-    """Write `<shard>.tfindex` atomically (from `entries`, or by scanning the shard)."""
-    if entries is None:
-        entries = index_entries(shard_path)
-    path = tfrecord_index_path(shard_path)
-    atomic_write_bytes(path, encode_tfrecord_index(entries))
-    return path
-
-
 def read_tfrecord_index(path):
     """[(offset, size)] from an index file, with a clear error for a malformed line."""
     path = Path(path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from datasets.formats.base import EncodedSample, ForeignShardsError, ShardFormat, StockBaseline
+from datasets.formats.base import EncodedSample, ForeignShardsError, ShardFormat
 from datasets.formats.tfrecord import (
     INDEX_SUFFIX,
     TFRecordFormatError,
@@ -23,13 +23,10 @@ from datasets.formats.tfrecord import (
     describe_damage,
     find_tfrecord_shards,
     is_tfrecord_location,
-    tfrecord_index_path,
     tfrecord_shard_name,
 )
 from datasets.formats.tfrecord_check import check_tfrecord_shard
 from datasets.formats.tfslim_imagenet import (
-    FEATURE_ENCODED,
-    FEATURE_LABEL,
     LABEL_OFFSET,
     LabelOffsetError,
     TFSlimShardWriter,
@@ -59,50 +56,11 @@ class TFRecordSampleWriter(TFSlimShardWriter):
             payload_crc32c=payload_crc32c(sample.payload))
 
 
-class TFRecordExampleTransform:
-    """The stock pipeline's per-record step: PIL decode + `transform`; label - offset."""
-
-    def __init__(self, transform, label_offset: int):
-        self.transform = transform
-        self.label_offset = label_offset
-
-    def __call__(self, features):
-        import io
-
-        from PIL import Image
-
-        image = Image.open(io.BytesIO(features[FEATURE_ENCODED])).convert("RGB")
-        return self.transform(image), int(features[FEATURE_LABEL][0]) - self.label_offset
-
-
-def tfrecord_torch_dataset(shard_paths, transform, instance, metadata=None):
-    """The tfrecord package's torch TFRecordDataset (one per shard, with its .tfindex, chained) + PIL decode.
-
-    With an index and DataLoader workers, the package gives each worker its slice of every shard;
-    with no workers it starts each shard at a random record (and wraps around). It has no node
-    splitting: instances take every Nth shard. Its reader checks no CRC (the project's does).
-    """
-    from tfrecord.torch.dataset import TFRecordDataset
-    from torch.utils.data import ChainDataset
-
-    paths = list(shard_paths)[instance.index :: instance.count]
-    if not paths:
-        raise ValueError("no shards for the stock tfrecord baseline")
-    example = TFRecordExampleTransform(transform, int((metadata or {}).get("label_offset", 0)))
-    description = {FEATURE_ENCODED: "byte", FEATURE_LABEL: "int"}
-    return ChainDataset([TFRecordDataset(str(p), str(tfrecord_index_path(p)), description, transform=example)
-                         for p in paths])
-
-
 class TFRecordFormat(ShardFormat):
     name = "tfrecord"
     description = "TFRecord shards of JPEG (tf.train.Example)"
     label_offset = LABEL_OFFSET
     remainder_suffix = ".tfrecord"
-    stock_baseline = StockBaseline(
-        "tfrecord_torch", "tfrecord TFRecordDataset + PIL (baseline)",
-        "tfrecord.torch.TFRecordDataset(shard, shard.tfindex) per shard, chained; PIL decode + "
-        "RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize", tfrecord_torch_dataset)
 
     def shard_name(self, split, number, count):
         return tfrecord_shard_name(split, number, count)

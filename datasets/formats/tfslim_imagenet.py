@@ -33,6 +33,7 @@ from datasets.formats.tfrecord import (
     tfrecord_index_path,
 )
 from datasets.index import positional_key
+from datasets.errors import Error
 
 LABEL_OFFSET = 1  # what we store: TF-slim's 1..N
 TFSLIM_CLASSES = 1000  # ImageNet; TF-slim's label 0 is "background"
@@ -282,7 +283,7 @@ class LabelOffset:
         return self.reason
 
 
-class LabelOffsetError(ValueError):
+class LabelOffsetError(Error, ValueError):
     """The labels do not say whether they start at 0 or at 1."""
 
 

@@ -20,17 +20,22 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from datasets.formats.base import EncodedSample, ShardFormat, StockBaseline
+from datasets.formats.base import EncodedSample, ShardFormat
 from datasets.formats.mapped_shards import mapped_shard
 from datasets.formats.npy import encode_npy
 from datasets.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
 from datasets.formats.tar_check import check_tar_shard
-from datasets.index import SampleRecord, payload_crc32c, tar_shard_name
+from datasets.index import SampleRecord, payload_crc32c
 
 SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
 TENSOR_LAYOUT = "HWC"
 # Estimate of a tensor payload when the steps give no fixed size: about what JPEG compresses away.
 TENSOR_BYTES_PER_SOURCE_BYTE = 8
+
+
+def tar_shard_name(split: str, number: int) -> str:
+    return f"{split}-{number:06d}.tar"
+
 
 
 def sample_members(label: int, info: dict, payload_extension: str, payload: bytes):
@@ -150,39 +155,16 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
         yield record, ext, view[record.payload_offset:record.payload_offset + record.payload_size], None
 
 
-def _webdataset(shard_paths, instance):
-    import webdataset as wds
-
-    # empty_check=False: stock webdataset refuses fewer shards than workers otherwise; the
-    # node splitter only matters under a launcher (the stock default refuses several nodes).
-    return wds.WebDataset(
-        [str(p) for p in shard_paths], shardshuffle=False, empty_check=False,
-        nodesplitter=wds.split_by_node if instance.count > 1 else wds.single_node_only,
-    )
-
-
-def webdataset_pil_dataset(shard_paths, transform, instance, metadata=None):
-    """Stock webdataset: decode("pil") + a PIL transform, (image, label) tuples."""
-    return _webdataset(shard_paths, instance).decode("pil").to_tuple("jpg", "cls").map_tuple(transform, int)
-
-
-def webdataset_npy_dataset(shard_paths, transform, instance, metadata=None):
-    """Stock webdataset: decode() (np.load for .npy), then `transform` on the uint8 HWC array if any."""
-    dataset = _webdataset(shard_paths, instance).decode().to_tuple("npy", "cls")
-    return dataset.map_tuple(transform, int) if transform is not None else dataset
-
-
 class WebDatasetFormat(ShardFormat):
     record_alignment = BLOCK
     remainder_suffix = ".tar"
     reference_loader_reads = True  # img: .cls, .jpg, .json with "bbox", as the reference writes them
 
-    def __init__(self, name, payload_extension, description, stock_baseline):
+    def __init__(self, name, payload_extension, description):
         self.name = name
         self.payload_extension = payload_extension
         self.stores_jpeg = payload_extension == "jpg"
         self.description = description
-        self.stock_baseline = stock_baseline
 
     def shard_name(self, split, number, count):
         return tar_shard_name(split, number)
@@ -251,13 +233,5 @@ class TensorFormat(WebDatasetFormat):
         return {"tensor_layout": TENSOR_LAYOUT}
 
 
-IMG = WebDatasetFormat(
-    "img", "jpg", "WebDataset tar shards of JPEG",
-    StockBaseline("webdataset_pil", 'webdataset decode("pil") (baseline)',
-                  'WebDataset(urls).decode("pil").to_tuple("jpg","cls").map_tuple(transform, int)',
-                  webdataset_pil_dataset))
-TENSOR = TensorFormat(
-    "tensor", "npy", "WebDataset tar shards of uint8 .npy",
-    StockBaseline("webdataset_npy", "webdataset .npy decode() (baseline)",
-                  'WebDataset(urls).decode().to_tuple("npy","cls"), + map_tuple(v2 RandomResizedCrop+flip, int) '
-                  "for train; uint8 as stored", webdataset_npy_dataset, tensor_input=True))
+IMG = WebDatasetFormat("img", "jpg", "WebDataset tar shards of JPEG")
+TENSOR = TensorFormat("tensor", "npy", "WebDataset tar shards of uint8 .npy")

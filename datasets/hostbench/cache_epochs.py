@@ -27,8 +27,7 @@ from pathlib import Path
 
 from datasets.hostbench.pipelines import loader_batches
 from datasets.hostbench.timing import combine_instances, measure_batches
-from datasets.hostbench.transports import RequestLog
-from datasets.storage import read_request_log
+from datasets.hostbench.transports import RequestLog, read_request_log
 
 WARM_VS_LOCAL = 0.95
 COLD_VS_UNCACHED = 0.9

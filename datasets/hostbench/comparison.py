@@ -1,17 +1,17 @@
 """The format comparison: which rows to measure, measuring them in interleaved rounds, and the goals.
 
 Rows (`plan_rows`), for a directory that holds the source folder and its converted forms
-(layout: see `benchmark_sources.discover_sources`): the bare decode+augment ceiling, the
+(layout: see `discovery.discover_sources`): the bare decode+augment ceiling, the
 floor of each JPEG decode path the loader rows use (the loader's per-sample work alone), then
 per format its stock baseline and the loader with each normalisation location (the
-pipelines: see benchmark_pipelines.py).
+pipelines: see pipelines.py).
 
 Goals (`GOALS`): "per worker" and "per core" are compared as images per CPU-second of all
 processes involved, the rate of one worker that has a core to itself, which other programs
 on a shared host do not distort; the wall-clock ratio is printed beside it. Compare ratios
 from one run: rows are interleaved over `rounds` and the median round is reported; a goal's
 ratio is the median over rounds of the two rows' ratio in each round (`round_pairs`).
-torch runs one thread per process (as DataLoader workers do), set by benchmark_run.
+torch runs one thread per process (as DataLoader workers do), set by run.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Callable
 from datasets.hostbench.timing import combine_instances, measure_batches
 from datasets.hostbench.pipelines import (AUGMENTATIONS, BASELINES, IMAGE_SIZE, augmented_loader_batches,
                                           bare_decode_augment, floor_batches, loader_batches, validation_resize)
-from datasets.hostbench.sources import FORMATS, folder_split_dir, list_folder_images
+from datasets.hostbench.discovery import COMPARED_FORMATS, folder_split_dir, list_folder_images
 from datasets.loader import jpeg_crop
 
 NORMALIZATIONS = ("host", "device")
@@ -96,7 +96,7 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
                 "row over it is the loader's own overhead", decode,
             ))
     for source in sources:
-        entry = FORMATS.get(source.format)
+        entry = COMPARED_FORMATS.get(source.format)
         baseline = BASELINES.get(entry.stock_baseline) if entry and entry.stock_baseline else None
         if baseline is not None and source.name == source.format:  # once per format
             rows.append(RowPlan(
@@ -230,7 +230,7 @@ METRIC_UNITS = {"images_per_s": "img/s", "images_per_cpu_s": "img/CPU-s", "image
 # it does not depend on how many cores other programs on the host take meanwhile. The
 # wall-clock per-worker ratio is printed beside it.
 # "The JPEG pipeline": the first JPEG format present, in registry order, then the image folder.
-JPEG_DEVICE_ROWS = "|".join(f"{name}/device" for name, entry in FORMATS.items() if entry.payload == "jpeg"
+JPEG_DEVICE_ROWS = "|".join(f"{name}/device" for name, entry in COMPARED_FORMATS.items() if entry.payload == "jpeg"
                             and name != "folder") + "|folder/device"
 GOALS = (
     Goal("jpeg_vs_bare", JPEG_DEVICE_ROWS, "bare_decode_augment", "images_per_cpu_s", 0.90,

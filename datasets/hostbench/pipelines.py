@@ -1,6 +1,6 @@
 """What the host benchmark times: the bare decode+augment loop, the stock baselines, and the project's loader.
 
-Each builder returns an iterable of `(images, labels)` batches for `benchmark.measure_batches`.
+Each builder returns an iterable of `(images, labels)` batches for `timing.measure_batches`.
 
 ceiling         bare decode + augment of the same JPEGs in this process, no loader: PIL
                 open + decode + RandomResizedCrop + flip to a uint8 array (validation:
@@ -19,8 +19,8 @@ baselines       torchvision ImageFolder + DataLoader and the stock webdataset pi
                 of the tensor comparison do the same work.
 loader rows     every format found x each normalisation location, through `get_data`.
 
-A format's stock pipeline comes from its registry entry (`ShardFormat.stock_baseline`, see
-datasets.formats.base); BASELINES adds the ImageFolder one.
+A format's stock pipeline comes from datasets.hostbench.stock_baselines (keyed by format name);
+BASELINES adds the ImageFolder one.
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from typing import Callable
 
 import numpy as np
 
-from datasets import formats as registry
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD
 from datasets.preprocess import output_size, parse_stored_steps
 from datasets.hostbench.timing import BenchmarkError, EpochBatches, close_iterator
-from datasets.hostbench.sources import BenchmarkSource, folder_split_dir
+from datasets.hostbench.discovery import BenchmarkSource, folder_split_dir
+from datasets.hostbench.stock_baselines import STOCK_BASELINES
 
 IMAGE_SIZE = 224
 RESIZE_SIZE = 256
@@ -196,14 +196,14 @@ def tensor_transform(source: BenchmarkSource, split: str, size: int = IMAGE_SIZE
     return v2.Compose([lambda array: torch.from_numpy(array).permute(2, 0, 1), *steps])
 
 
-def stock_baseline_batches(shard_format, source: BenchmarkSource, split, batch_size, workers, instance, seed=0,
+def stock_baseline_batches(format_name, source: BenchmarkSource, split, batch_size, workers, instance, seed=0,
                            size=IMAGE_SIZE, **_):
-    """A format's stock pipeline (its registry entry's `stock_baseline`) + DataLoader, with the
-    standard transforms (PIL input) or the tensor transform (uint8 arrays), at output `size`."""
-    baseline = shard_format.stock_baseline
+    """A format's stock pipeline (STOCK_BASELINES[format_name]) + DataLoader, with the standard
+    transforms (PIL input) or the tensor transform (uint8 arrays), at output `size`."""
+    baseline = STOCK_BASELINES[format_name]
     shards = source.shards.get(split, [])
     if not shards:
-        raise BenchmarkError(f"{source.path}: no {split} shards for the stock {shard_format.name} baseline")
+        raise BenchmarkError(f"{source.path}: no {split} shards for the stock {format_name} baseline")
     if baseline.tensor_input:
         transform = tensor_transform(source, split, size, validation_resize(size))
     else:
@@ -219,7 +219,7 @@ def stock_baseline_batches(shard_format, source: BenchmarkSource, split, batch_s
 @dataclass(frozen=True)
 class BaselineEntry:
     key: str
-    reads: str  # the FORMATS name of the source it reads
+    reads: str  # the format name (datasets.formats.FORMATS, or "folder") of the source it reads
     label: str
     build: Callable
     note: str
@@ -229,9 +229,8 @@ BASELINES = {
     "imagefolder": BaselineEntry(
         "imagefolder", "folder", "ImageFolder + DataLoader (baseline)", imagefolder_baseline,
         "ImageFolder(transform=RandomResizedCrop, RandomHorizontalFlip, ToTensor, Normalize)"),
-    **{fmt.stock_baseline.key: BaselineEntry(fmt.stock_baseline.key, fmt.name, fmt.stock_baseline.label,
-                                             partial(stock_baseline_batches, fmt), fmt.stock_baseline.description)
-       for fmt in registry.FORMATS.values() if fmt.stock_baseline is not None},
+    **{stock.key: BaselineEntry(stock.key, name, stock.label, partial(stock_baseline_batches, name), stock.description)
+       for name, stock in STOCK_BASELINES.items()},
 }
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError
 from datasets.hostbench.comparison import METRIC_UNITS
-from datasets.hostbench.sources import FORMATS
+from datasets.hostbench.discovery import COMPARED_FORMATS
 from datasets.hostbench.host_info import host_description
 
 
@@ -268,8 +268,9 @@ def comparison_figure(results: list, config: dict, goals: list | None = None):
         axis.set_axisbelow(True)
     if ceiling is not None:
         # The ceiling holds for JPEG rows only: mark it across those rows, not the tensor ones.
+        jpeg = COMPARED_FORMATS["img"]
         jpeg_rows = [p for p, r in zip(positions, results)
-                     if r["kind"] != "ceiling" and FORMATS.get(r["format"], FORMATS["img"]).payload == "jpeg"]
+                     if r["kind"] != "ceiling" and COMPARED_FORMATS.get(r["format"], jpeg).payload == "jpeg"]
         for position in jpeg_rows:
             axes[0].vlines(scaled, position - 0.45, position + 0.45, color=KIND_COLOURS["ceiling"],
                            linestyle="--", linewidth=1.2)

@@ -17,14 +17,15 @@ from datasets.hostbench.decision import make_recommendation
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
+from datasets.hostbench.discovery import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
 from datasets.loader import jpeg_crop
+from datasets.errors import UsageError
 
 
-class CannotStart(Exception):
+class CannotStart(UsageError):
     """This instance cannot take part: the launcher's values are invalid, or the other instances cannot be joined."""
 
 

@@ -33,14 +33,18 @@ MB/s            images/s x the source's mean stored bytes per image: for shards,
                 Generated data reads nothing: 0.
 latency p50/p99 time the consumer waits in `next()` for each measured batch, in ms.
 
-The rest of the host benchmark, one job per module:
-  benchmark_sources.py     what to read: the formats known (FORMATS), discovery of a comparison directory
-  benchmark_pipelines.py   what is timed: bare decode+augment, the stock baselines (BASELINES), the loader
-  benchmark_comparison.py  the format comparison: rows to measure, interleaved rounds, goals
-  benchmark_report.py      table, JSON and bar chart of the figures
-  benchmark_run.py         what host_benchmark.py runs: one source over iterations, or the comparison
-  collective.py            gathering each instance's figures to rank 0
-  host_info.py             the host the figures come from, and how busy other programs keep it
+The rest of the host benchmark (datasets/hostbench/), one job per module:
+  discovery.py         what to read: the formats compared (COMPARED_FORMATS), discovery of a comparison directory
+  stock_baselines.py   how the usual library reads each format, by format name (STOCK_BASELINES)
+  pipelines.py         what is timed: bare decode+augment, the baselines (BASELINES), the loader
+  comparison.py        the format comparison: rows to measure, interleaved rounds, goals
+  transports.py        --compare-transport: remote copies, requests counted (RequestLog), transport ceilings
+  cache_epochs.py      the shard cache's cold and warm epochs
+  recommend.py         --recommend's arithmetic; decision.py the command around it
+  report.py            table, JSON and bar chart of the figures
+  run.py               what host_benchmark.py runs: one source over iterations, or the comparison
+  collective.py        gathering each instance's figures to rank 0
+  host_info.py         the host the figures come from, and how busy other programs keep it
 """
 
 from __future__ import annotations
@@ -54,9 +58,10 @@ import numpy as np
 
 from datasets.hostbench.collective import Collective
 from datasets.launcher import Instance
+from datasets.errors import Error
 
 
-class BenchmarkError(Exception):
+class BenchmarkError(Error):
     """A benchmark that cannot run as asked: the message names the directory, row or value."""
 
 

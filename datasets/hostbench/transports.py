@@ -10,7 +10,7 @@ the same format and, per split, the same shards (name, bytes, sha256) in its met
                      every row, plus the time to first byte p50/p99 of the GETs it made (request ->
                      response headers, every process's, warm-up included) and its GETs per epoch.
   GETs per epoch     counted over one whole untimed epoch of that loader, before the timed rows
-                     (every process's GETs: `storage.REQUEST_LOG_VARIABLE`).
+                     (every process's GETs: `RequestLog`, a datasets.storage_hooks observer).
   transport ceiling  every shard of the split read once, start to end, by one ranged GET each in
                      this process (datasets.storage.open_byte_range, the loader's path), 1 MiB at a
                      time into one buffer, nothing decoded: MB/s. One row for the local files too.
@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datasets import storage
+from datasets import storage, storage_hooks
 from datasets.hostbench.comparison import RowPlan
 from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.sources import BenchmarkSource, folder_split_dir, list_folder_images
+from datasets.hostbench.discovery import BenchmarkSource, folder_split_dir, list_folder_images
 from datasets.hostbench.timing import BenchmarkError
-from datasets.index import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 
 CHUNK = 1 << 20  # bytes per read of the transport ceiling
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -110,8 +110,9 @@ def remote_copies(locations: list, sources: list) -> list:
 
 
 class RequestLog:
-    """While open, every process started from here (DataLoader workers) appends its remote requests to
-    one file (storage.REQUEST_LOG_VARIABLE); `entries` holds them once closed."""
+    """While open, this process and every DataLoader worker forked from it append their remote requests
+    to one file, through the storage hook it installs (datasets.storage_hooks): "kind<TAB>value" lines,
+    one short O_APPEND write each, so lines of processes do not mix. `entries` holds them once closed."""
 
     def __init__(self):
         self.entries = []
@@ -119,26 +120,42 @@ class RequestLog:
     def __enter__(self):
         handle, self.path = tempfile.mkstemp(prefix="requests-", suffix=".log")
         os.close(handle)
-        self.previous = os.environ.get(storage.REQUEST_LOG_VARIABLE)
-        os.environ[storage.REQUEST_LOG_VARIABLE] = self.path
+        storage_hooks.install(self.append)
         return self
 
+    def append(self, kind: str, value) -> None:
+        text = "-" if value is None else f"{value:.6f}" if isinstance(value, float) else str(value)
+        with open(self.path, "a") as handle:
+            handle.write(f"{kind}\t{text}\n")
+
     def __exit__(self, *exc):
-        if self.previous is None:
-            os.environ.pop(storage.REQUEST_LOG_VARIABLE, None)
-        else:
-            os.environ[storage.REQUEST_LOG_VARIABLE] = self.previous
-        self.entries = storage.read_request_log(self.path)
+        storage_hooks.uninstall(self.append)
+        self.entries = read_request_log(self.path)
         os.unlink(self.path)
         return False
 
     def figures(self) -> dict:
         """GETs made, the bytes their answers carried (Content-Length) and their time to first byte p50/p99 (ms)."""
-        ttfb = [t for kind, t in self.entries if kind == storage.TTFB_KIND]
-        return {"gets": sum(1 for kind, _ in self.entries if kind in storage.GET_KINDS),
-                "store_bytes": int(sum(n for kind, n in self.entries if kind == storage.BYTES_KIND)),
+        ttfb = [t for kind, t in self.entries if kind == storage_hooks.TTFB_KIND]
+        return {"gets": sum(1 for kind, _ in self.entries if kind in storage_hooks.GET_KINDS),
+                "store_bytes": int(sum(n for kind, n in self.entries if kind == storage_hooks.BYTES_KIND)),
                 "ttfb_ms_p50": float(np.percentile(ttfb, 50) * 1e3) if ttfb else None,
                 "ttfb_ms_p99": float(np.percentile(ttfb, 99) * 1e3) if ttfb else None}
+
+
+def read_request_log(path) -> list:
+    """[(kind, value or None)] of a request log: one (kind, None) per request as it was sent, one
+    (TTFB_KIND, seconds) per GET answered and one (BYTES_KIND, bytes) per GET answer whose length was
+    known (datasets.storage_hooks); [] if there is none."""
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in text.splitlines():
+        kind, _, value = line.partition("\t")
+        entries.append((kind, None if value in ("", "-") else float(value)))
+    return entries
 
 
 def observe_requests():

@@ -18,12 +18,13 @@ import json
 import sys
 from pathlib import Path
 
-from datasets.index import DatasetError, payload_problem
+from datasets.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, Error, exit_code
+from datasets.fileio import human_bytes
+from datasets.index import payload_problem
 from datasets.inspect import reading, statistics
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.storage import StorageUnavailable, is_url
 
-EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 
 
 def run(args) -> int:
@@ -40,10 +41,10 @@ def run(args) -> int:
     except StorageUnavailable as error:
         print(f"{args.path}: {error}", file=sys.stderr)
         return EXIT_DATA
-    except (DatasetError, OSError) as error:
+    except (Error, OSError) as error:
         print(str(error) if str(error).startswith(str(args.path).rstrip("/")) else f"{args.path}: {error}",
               file=sys.stderr)
-        return EXIT_DATA
+        return exit_code(error)
 
 
 def show_dataset(opened, args) -> int:
@@ -118,7 +119,7 @@ def _index_entry(view, shown):
     """The sample's index record (its bbox column where the index has one), None for an image folder."""
     if shown.record is None:
         return None
-    entry = {k: v for k, v in shown.record._asdict().items() if k not in ("payload_sha256", "bbox")}
+    entry = {k: v for k, v in shown.record._asdict().items() if k != "bbox"}
     columns = view.source.columns
     if columns.has_boxes:
         entry["bbox"] = columns.box(shown.row)
@@ -140,16 +141,6 @@ def _without_raw(report: dict) -> dict:
         sample = {k: v for k, v in entry["sample"].items() if k not in ("resolutions", "sampled_sizes")}
         splits[split] = {**entry, "sample": sample}
     return {**report, "splits": splits}
-
-
-def human_bytes(count) -> str:
-    if count is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(count) < 1000 or unit == "TB":
-            return f"{count:,.0f} {unit}" if unit == "B" else f"{count:,.1f} {unit}"
-        count /= 1000.0
-    return f"{count:,.1f} TB"
 
 
 def _spread(figures, unit="") -> str:

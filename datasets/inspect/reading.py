@@ -23,8 +23,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from datasets.formats import format_for_location
-from datasets.index import DatasetError
-from datasets.layout import SPLITS
+from datasets.errors import DatasetError
+from datasets.dataset_folder import SPLITS
 from datasets.loader.shard_reader import Run, iter_run, payload_extension, sample_label
 from datasets.loader.sources import Source, resolve_source
 from datasets.storage import is_url, read_bytes

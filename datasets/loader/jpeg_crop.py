@@ -38,6 +38,8 @@ from typing import Optional
 import numpy as np
 from PIL import Image
 
+from datasets.errors import Error
+
 try:
     import _jpeg_crop as _native
 except ImportError as error:  # not built: the loader decodes whole images with PIL
@@ -66,7 +68,7 @@ _EOI_TAIL = 1024  # bytes at the end searched for the End Of Image marker
 _CANVAS_LIMIT = 64 << 20  # bytes of canvas kept between calls (per thread); larger ones are freed
 
 
-class JpegError(OSError):
+class JpegError(Error, OSError):
     """libjpeg could not decode the data (its message says why)."""
 
 

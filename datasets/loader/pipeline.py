@@ -44,12 +44,13 @@ from PIL import Image
 from datasets.formats.npy import decode_npy
 from datasets.loader import jpeg_crop
 from datasets.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
+from datasets.errors import Error
 
 RESIZE, CENTER_CROP, RANDOM_RESIZED_CROP, FLIP = (
     Resize.name, CenterCrop.name, RandomResizedCrop.name, RandomHorizontalFlip.name)
 
 
-class PipelineError(ValueError):
+class PipelineError(Error, ValueError):
     """A stored or requested step the pipeline cannot handle."""
 
 

@@ -26,6 +26,7 @@ from datasets.loader.reports import Skipped
 from datasets.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from datasets.loader.source_kinds import Boxed, ReadContext, get_source_kind
 from datasets.normalization import scale_and_bias
+from datasets.errors import Error
 
 ON_ERROR = ("skip", "fail")
 # Substitutes for skipped samples are drawn from the first samples a worker read well; keeping
@@ -33,7 +34,7 @@ ON_ERROR = ("skip", "fail")
 GOOD_KEPT = 4096
 
 
-class SampleError(RuntimeError):
+class SampleError(Error, RuntimeError):
     """A sample that cannot be read or decoded (on_error="fail"): names the shard and the key."""
 
 

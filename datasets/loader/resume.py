@@ -37,6 +37,7 @@ import numpy as np
 
 from datasets.loader.share_plan import InstancePlan, plan_instance
 from datasets.loader.source_kinds import get_source_kind, keys_of
+from datasets.errors import Error
 
 STATE_VERSION = 1
 LEDGER_VERSION = 1
@@ -44,7 +45,7 @@ LEDGER_VERSION = 1
 FIXED = ("split", "seed", "policy", "shuffle", "drop_last", "repartition")
 
 
-class ResumeError(ValueError):
+class ResumeError(Error, ValueError):
     """A state that cannot resume this loader: names the difference."""
 
 

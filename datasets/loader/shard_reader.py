@@ -58,26 +58,6 @@ def reads_locally(run: Run) -> bool:
     return run.opener is None and not is_url(run.location)
 
 
-def contiguous_runs(records, locate) -> list:
-    """Group `records` (in reading order) into Runs; `locate(shard name)` gives the path or URL."""
-    runs = []
-    current = []
-    for record in records:
-        if current and (record.shard != current[-1].shard
-                        or record.record_offset != current[-1].record_offset + current[-1].record_size):
-            runs.append(_run(current, locate))
-            current = []
-        current.append(record)
-    if current:
-        runs.append(_run(current, locate))
-    return runs
-
-
-def _run(records, locate) -> Run:
-    first, last = records[0], records[-1]
-    return Run(locate(first.shard), first.record_offset, last.record_offset + last.record_size, tuple(records))
-
-
 def iter_samples(location: str, start: int, stop: Optional[int], stream=None, label_offset: int = 0, shard_format=None,
                  verify_crc: bool = True):
     """Sample dicts of a byte range, read by `shard_format` (by default the format that claims the

@@ -32,9 +32,10 @@ import numpy as np
 
 # DEFAULT_POLICY and POLICIES: the loader takes the policies' names and defaults from here.
 from datasets.balance import DEFAULT_POLICY, DROP, POLICIES, UnknownPolicyError, instance_counts  # noqa: F401
+from datasets.errors import Error
 
 
-class PlanError(ValueError):
+class PlanError(Error, ValueError):
     """A plan that cannot be made (bad policy, more instances than samples...)."""
 
 

@@ -37,14 +37,16 @@ import numpy as np
 
 from datasets.cifar10 import is_cifar_folder, load_split
 from datasets.fileio import sha256_bytes
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
-from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
 from datasets.reference.layout import NOTICE, scan_unadopted
-from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
+from datasets.index import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.source_kinds import CIFAR10, FOLDER, SHARDS, SYNTHETIC
 from datasets.preprocess import PreprocessError, parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard

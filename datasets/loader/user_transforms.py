@@ -47,6 +47,7 @@ from torch.utils.data import get_worker_info
 
 from datasets.loader.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
 from datasets.preprocess import RandomHorizontalFlip as FlipStep, RandomResizedCrop as CropStep
+from datasets.errors import Error
 
 
 def _v2():
@@ -57,7 +58,7 @@ def _v2():
     return transforms_v2
 
 
-class TransformError(ValueError):
+class TransformError(Error, ValueError):
     """A user transform the loader cannot use (its output is not a uint8 (3, S, S) image, sizes disagree)."""
 
 

@@ -3,7 +3,7 @@ layout, in one place. The rest of the package reaches it through two hooks, regi
 import, and through the names below; nothing here imports from the loader, the validator or the
 repartitioner (tools/layout.py places this package just above the formats).
 
-    metadata.py     its metadata.json: recognised (the hook in datasets.index.parse_metadata),
+    harness_metadata.py   its metadata.json: recognised (the hook in datasets.index.parse_metadata),
                     checked, read
     checksum.py     its folder checksum, checksumdir's md5 dirhash (metadata.json's `checksum`,
                     raw image folders, the published ImageNet values)
@@ -22,7 +22,7 @@ hooks registered.
 
 from datasets.formats.shard_check import PAYLOAD_CHECKS
 from datasets.index import METADATA_RECOGNISERS
-from datasets.reference.metadata import ReferenceMetadataError, read_reference_metadata, recognise  # noqa: F401
+from datasets.reference.harness_metadata import ReferenceMetadataError, read_reference_metadata, recognise  # noqa: F401
 from datasets.reference.pth import pth_problem
 
 if recognise not in METADATA_RECOGNISERS:

@@ -13,13 +13,15 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats.shard_check import ERROR, WARNING, error, warning
-from datasets.index import CONVERT_STATE_REMOVED, METADATA_FILE, DatasetError, ShardRecord
+from datasets.index import CONVERT_STATE_REMOVED, ShardRecord
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
 from datasets.reference.checksum import file_md5s, reference_checksum
 from datasets.reference.layout import adopt, check_reference_dataset, is_reference_repartition
 from datasets.reference.remainders import reference_remainders
-from datasets.sample_columns import ShardGroups, parse_sample_columns
+from datasets.index import ShardGroups, parse_sample_columns
 
 
 def repartition_folder_problem(folder) -> Optional[str]:
@@ -111,7 +113,7 @@ def plan_loader_remainders(root, plan, split, reference, problems, unsafe_path, 
     plan.expected_files.add(index_name)
     try:
         with open(Path(root) / index_name, "rb") as stream:
-            records = parse_sample_columns(stream, index_name, hashes=True)
+            records = parse_sample_columns(stream, index_name)
     except OSError as exc:
         problems.append(error(index_name, f"cannot read the reference loader's sample index: {exc.strerror or exc}"))
         records = None
@@ -163,8 +165,8 @@ def check_loader_remainders(plan, split, reference, n, state, problems):
     found = state.table.rows_of_columns(records)
     for row, record in enumerate(records.iter_records()):
         source = state.columns.record(found[row]) if found[row] >= 0 else None
-        if source is None or ((source.payload_crc32c, source.payload_sha256, source.label)
-                              != (record.payload_crc32c, record.payload_sha256, record.label)):
+        if source is None or ((source.payload_crc32c, source.label)
+                              != (record.payload_crc32c, record.label)):
             problems.append(error(record.shard, f"{split}: copied sample is not in the split or differs from the "
                                                 f"original (payload checksum or label)", record.key))
     if len(remainders) != n:

@@ -36,23 +36,14 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.fileio import hash_file
-from datasets.layout import DISTRIBUTED_DIR
+from datasets.dataset_folder import DISTRIBUTED_DIR
 from datasets.formats.tar import BLOCK, TarFormatError, iter_tar_members, split_key
-from datasets.index import (
-    FORMAT_VERSION,
-    METADATA_FILE,
-    SPLITS,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    bbox_text,
-    payload_crc32c,
-    sample_index_name,
-    write_metadata,
-    write_sample_index,
-)
+from datasets.index import (FORMAT_VERSION, SampleRecord, ShardRecord, bbox_text, payload_crc32c, sample_index_name,
+                            write_metadata, write_sample_index)
+from datasets.dataset_folder import METADATA_FILE, SPLITS
+from datasets.errors import DatasetError
 from datasets.reference.checksum import list_files, reference_checksum
-from datasets.reference.metadata import (
+from datasets.reference.harness_metadata import (
     REFERENCE_KEYS,
     REFERENCE_PAYLOAD,
     read_reference_metadata,

@@ -10,8 +10,10 @@ import io
 
 import numpy as np
 
+from datasets.errors import Error
 
-class PthFormatError(ValueError):
+
+class PthFormatError(Error, ValueError):
     pass
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from datasets.index import ShardRecord, write_sample_index
-from datasets.layout import DISTRIBUTED_DIR
+from datasets.dataset_folder import DISTRIBUTED_DIR
 
 LOADER_REMAINDERS = "reference_loader"  # a split's key in a repartition manifest: these files' entry
 

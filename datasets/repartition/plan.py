@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 from datasets.balance import UnknownPolicyError, check_policy, instance_counts
 from datasets.index import SampleRecord
+from datasets.errors import UsageError
 
 
-class RepartitionUsageError(ValueError):
+class RepartitionUsageError(UsageError, ValueError):
     """A wrong argument (bad N, unknown split or policy, a target that is not a dataset): exit code 2."""
 
 
@@ -264,7 +265,6 @@ def remainder_records(copied, remainder_shard: str):
                 payload_offset=record.payload_offset + shift,
                 payload_size=record.payload_size,
                 payload_crc32c=record.payload_crc32c,
-                payload_sha256=record.payload_sha256,
                 members=members,
                 bbox=record.bbox,
             )

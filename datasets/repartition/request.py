@@ -7,7 +7,7 @@ compares the request with the existing manifest (`read_manifest`) of DIR/distrib
   * a split already repartitioned with another policy is a conflict: rebuilt only with overwrite;
   * a manifest made from an older metadata.json (the dataset was re-converted), for another N or
     format, or unreadable, is stale: everything is rebuilt and the old entries go.
-A different N gets its own folder (`datasets.layout.repartition_dir`).
+A different N gets its own folder (`datasets.dataset_folder.repartition_dir`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from datasets.balance import default_policy
-from datasets.layout import REPARTITION_MANIFEST, repartition_dir
+from datasets.dataset_folder import REPARTITION_MANIFEST, repartition_dir
 from datasets.repartition.plan import RepartitionUsageError, known_policy
 from datasets.repartition.source import SourceDataset, split_length
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import REPARTITION_MANIFEST, repartition_dir
+from datasets.dataset_folder import REPARTITION_MANIFEST, repartition_dir
 from datasets.repartition.plan import RepartitionUsageError, plan_split
 from datasets.repartition.request import Decision, decide, read_manifest, resolve_request
 from datasets.repartition.source import SourceDataset, load_dataset, load_split, shards_to_verify, verify_shards

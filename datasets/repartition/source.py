@@ -20,26 +20,20 @@ The format that writes the remainder shards is the dataset's own, from the regis
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
-from datasets.fileio import sha256_bytes, sha256_file
-from datasets.index import (
-    METADATA_FILE,
-    DatasetError,
-    SampleRecord,
-    ShardRecord,
-    parse_metadata,
-    payload_problem,
-)
+from datasets.fileio import OpenShard, sha256_bytes, sha256_file
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import SampleRecord, ShardRecord, parse_metadata, payload_problem
 from datasets.formats import ShardDataError, UnknownFormatError, get_format
 from datasets.reference.remainders import reference_remainders
 from datasets.repartition.plan import RepartitionUsageError
-from datasets.sample_columns import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
+from datasets.index import SampleColumns, ShardGroups, columns_from_records, read_sample_columns
 
 
 def remainder_format(fmt: str):
@@ -102,7 +96,7 @@ def load_split(dataset: SourceDataset, split: str):
         raise DatasetError(f"{index_path}: cannot read the sample index: {error.strerror or error}") from None
     if index_sha256 != index_info.get("sha256"):
         raise DatasetError(f"{index_path}: sha256 does not match metadata.json (the index changed since conversion)")
-    records = read_sample_columns(index_path, hashes=True)  # read as a stream; records built per shard
+    records = read_sample_columns(index_path)  # read as a stream; records built per shard
     if "length" in entry and int(entry["length"]) != len(records):
         raise DatasetError(f"{index_path}: lists {len(records)} samples, metadata.json says {entry['length']}")
     for shard in shards:
@@ -180,19 +174,14 @@ class SourceReader:
     def __init__(self, target: Path, shard_format):
         self.target = target
         self.shard_format = shard_format
-        self._name = None
-        self._fd = None
+        self.local = OpenShard()
 
     def read(self, record: SampleRecord) -> bytes:
         try:
             if not self.shard_format.records_are_byte_ranges:  # e.g. LMDB: a value looked up by key
                 raw = self.shard_format.read_record(self.target / record.shard, record)
             else:
-                if record.shard != self._name:
-                    self.close()
-                    self._fd = os.open(self.target / record.shard, os.O_RDONLY)
-                    self._name = record.shard
-                raw = os.pread(self._fd, record.record_size, record.record_offset)
+                raw = self.local.pread(self.target / record.shard, record.record_size, record.record_offset)
         except OSError as error:
             raise DatasetError(f"{self.target / record.shard}: cannot read: {error.strerror or error}") from None
         except ShardDataError as error:
@@ -209,9 +198,7 @@ class SourceReader:
         return raw
 
     def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = self._name = None
+        self.local.close()
 
 
 def shards_to_verify(dataset: SourceDataset, plans, verify: str):

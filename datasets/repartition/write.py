@@ -33,8 +33,10 @@ from pathlib import Path
 
 from datasets.metadata_digest import sealed
 from datasets.fileio import PARTIAL_SUFFIX, atomic_write_bytes, atomic_write_json, hash_file, sha256_file
-from datasets.index import METADATA_FILE, DatasetError, ShardRecord, write_sample_index
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import ShardRecord, write_sample_index
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.reference.remainders import LOADER_REMAINDERS, write_loader_remainders
 from datasets.repartition.plan import InstanceShare, SplitRepartition, remainder_records
 from datasets.repartition.request import Decision, read_json_or_none

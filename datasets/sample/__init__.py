@@ -85,7 +85,7 @@ from datasets.sample.names import (GROUND_TRUTH, IMAGES_CSV, INFO_JSON, LAYOUTS,
 from datasets.sample.photos import (DEFAULT_PHOTOS, PHOTO_SUFFIXES, Photo, assign_photos_to_classes, class_words,
                                     difference_hash, find_photos, group_near_duplicates, load_photo)
 from datasets.sample.plan import Plan, devkit_order, make_plan, make_wnids, train_file_numbers
-from datasets.sample.records import CSV_FIELDS, IMAGENET_MEAN_BYTES
+from datasets.sample.listings import CSV_FIELDS, IMAGENET_MEAN_BYTES
 from datasets.sample.render import (QUALITY, QUIRK_DETAILS, QUIRK_KINDS, VAL_QUIRKS, RenderedImage, grain_field,
                                     image_generator, render_class, render_image, sample_image_size)
 

@@ -16,7 +16,7 @@ from datasets.sample.layouts import make_staging, prepare_output, write_archives
 from datasets.sample.names import INFO_JSON, LAYOUTS, TRAIN_DIR, VAL_DIR, SampleDatasetError
 from datasets.sample.photos import DEFAULT_PHOTOS, find_photos
 from datasets.sample.plan import Plan, make_plan
-from datasets.sample.records import csv_row, make_summary, write_listings
+from datasets.sample.listings import csv_row, make_summary, write_listings
 from datasets.sample.render import render_class
 
 PARALLEL_FROM_IMAGES = 200

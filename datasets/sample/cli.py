@@ -9,7 +9,7 @@ import sys
 
 from datasets.sample.build import build_sample_dataset
 from datasets.sample.names import LAYOUTS, QUIRKS_JSON, TRAIN_DIR, VAL_DIR, SampleDatasetError
-from datasets.sample.records import IMAGENET_MEAN_BYTES
+from datasets.sample.listings import IMAGENET_MEAN_BYTES
 from datasets.sample.render import QUALITY
 
 

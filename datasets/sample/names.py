@@ -5,11 +5,12 @@ The names are ILSVRC2012's own (see the package docstring); nothing here does an
 
 from dataclasses import dataclass
 
+from datasets.dataset_folder import IMAGENET_GROUND_TRUTH, IMAGENET_TRAIN_TAR, IMAGENET_VALIDATION_TAR
+from datasets.errors import Error
+
 TRAIN_DIR = "train"
 VAL_DIR = "validation"
-TRAIN_TAR = "ILSVRC2012_img_train.tar"
-VAL_TAR = "ILSVRC2012_img_val.tar"
-GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
+TRAIN_TAR, VAL_TAR, GROUND_TRUTH = IMAGENET_TRAIN_TAR, IMAGENET_VALIDATION_TAR, IMAGENET_GROUND_TRUTH
 SYNSETS = "synsets.txt"
 IMAGES_CSV = "images.csv"
 QUIRKS_JSON = "quirks.json"
@@ -24,7 +25,7 @@ VAL_VALUE_FORMAT = "ILSVRC2012_val_{:08d}"
 EXIF_ORIENTATION_TAG = 0x0112
 
 
-class SampleDatasetError(Exception):
+class SampleDatasetError(Error):
     """Bad arguments or inputs for the sample builder: the message names the file or value."""
 
 

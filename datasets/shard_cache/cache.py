@@ -23,6 +23,7 @@ import numpy as np
 from datasets import storage
 from datasets.shard_cache.events import new_events
 from datasets.shard_cache.fill import CHUNK, Fill, Follower, lock_file, register, unlock
+from datasets.errors import Error
 
 log = logging.getLogger(__name__)
 RESERVE = 1 << 30  # the default limit leaves this much of the disk free
@@ -30,7 +31,7 @@ _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "
 SIDE_SUFFIXES = (".meta", ".lock", ".pin")
 
 
-class CacheError(ValueError):
+class CacheError(Error, ValueError):
     """A cache option that cannot be used (bad limit, directory not writable): names it."""
 
 

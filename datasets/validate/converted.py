@@ -48,11 +48,13 @@ import numpy as np
 from datasets import metadata_digest
 from datasets.reference import checks as reference_checks
 from datasets.fileio import PARTIAL_SUFFIX, hash_file, sha256_bytes
-from datasets.layout import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import CONVERT_STATE_DIR, DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import UnknownFormatError, get_format, payload_extension_of
 from datasets.formats.shard_check import NOT_IN_INDEX, ShardTask, error, warning
-from datasets.index import METADATA_FILE, DatasetError, ShardRecord, parse_metadata
-from datasets.sample_columns import KeyTable, SampleColumns, ShardGroups, columns_from_records
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import ShardRecord, parse_metadata
+from datasets.index import KeyTable, SampleColumns, ShardGroups, columns_from_records
 from datasets.validate.repartition_checks import check_repartition, plan_repartition_checks
 from datasets.validate.report import Report, ValidationUsageError, sorted_problems
 from datasets.validate.tasks import label_offset_of, read_index, run_tasks

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from datasets.layout import find_split_folder, split_of_folder
+from datasets.dataset_folder import find_split_folder, split_of_folder
 from datasets.formats.shard_check import ERROR, decode_problem, error, warning
 from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
 from datasets.validate import raw_checksum

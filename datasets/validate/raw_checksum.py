@@ -16,15 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from datasets.layout import SPLITS
+from datasets.dataset_folder import SPLITS
 from datasets.fileio import atomic_write_bytes
+from datasets.errors import Error
 
 MANIFEST_FILE = "dataset_manifest.tsv"
 _MANIFEST_HEADER = "path\tsize\tsha256"
 RAW_SPLITS = SPLITS
 
 
-class ManifestError(Exception):
+class ManifestError(Error):
     """A manifest that cannot be read: names the file and the problem."""
 
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from datasets.index import METADATA_FILE
+from datasets.dataset_folder import METADATA_FILE
 from datasets.storage import head_object, join_location, list_objects, open_byte_range, sha256_base64
 from datasets.formats import get_format
 from datasets.formats.shard_check import error, warning

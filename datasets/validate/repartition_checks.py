@@ -30,11 +30,12 @@ from datasets import metadata_digest
 from datasets.reference import checks as reference_checks
 from datasets.reference.remainders import LOADER_REMAINDERS
 from datasets.fileio import PARTIAL_SUFFIX
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from datasets.formats import get_format
 from datasets.formats.shard_check import ShardTask, error, warning
-from datasets.index import DatasetError, ShardRecord
-from datasets.sample_columns import ShardGroups
+from datasets.errors import DatasetError
+from datasets.index import ShardRecord
+from datasets.index import ShardGroups
 from datasets.validate.tasks import label_offset_of, read_index
 
 
@@ -276,8 +277,8 @@ def _check_instance_index(label, instance, whole, records, found, state, split, 
             problems.append(error(remainder, f"{label}: copied sample is not in the {split} split", record.key))
             continue
         source = state.columns.record(found[row])
-        if ((source.payload_crc32c, source.payload_sha256, source.label, source.bbox)
-                != (record.payload_crc32c, record.payload_sha256, record.label, record.bbox)):
+        if ((source.payload_crc32c, source.label, source.bbox)
+                != (record.payload_crc32c, record.label, record.bbox)):
             problems.append(error(remainder, f"{label}: copied sample differs from the original in "
                                              f"{source.shard} (payload checksum, label or bbox)", record.key))
 

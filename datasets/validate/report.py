@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from datasets.formats.shard_check import ERROR, WARNING
+from datasets.errors import UsageError
 
 
-class ValidationUsageError(Exception):
+class ValidationUsageError(UsageError):
     """The path cannot be validated at all (missing, unreadable, not a dataset): exit code 2."""
 
 

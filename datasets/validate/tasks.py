@@ -5,7 +5,7 @@ The per-format check of one shard is chosen in one place, the format registry
 `run_tasks` runs (task, ShardGroups) pairs over `workers` processes, largest shard first, and
 yields each `ShardResult` as it finishes; a task's sample records are attached just before it
 runs, so the pool never holds every shard's records at once. `read_index` reads a sample index
-the way the checks need it (with an earlier version's sha256s); `label_offset_of` is the
+naming it as the report does; `label_offset_of` is the
 label shift metadata.json records. Used by datasets.validate.converted and
 datasets.validate.repartition_checks.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from datasets.formats import get_format
 from datasets.formats.shard_check import ShardResult, ShardTask
-from datasets.sample_columns import SampleColumns, parse_sample_columns
+from datasets.index import SampleColumns, parse_sample_columns
 
 
 def label_offset_of(metadata) -> int:
@@ -33,9 +33,9 @@ def run_shard_task(task: ShardTask) -> ShardResult:
 
 
 def read_index(path: Path, name: str) -> SampleColumns:
-    """The index at `path` as columns (with an earlier version's sha256s); errors name it by `name`."""
+    """The index at `path` as columns ; errors name it by `name`."""
     with open(path, "rb") as stream:
-        return parse_sample_columns(stream, name, hashes=True)
+        return parse_sample_columns(stream, name)
 
 
 

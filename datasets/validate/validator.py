@@ -25,8 +25,9 @@ from datasets import reference
 from datasets.reference import checks as reference_checks
 from datasets.formats import is_any_shard_file
 from datasets.formats.shard_check import Problem, error
-from datasets.index import SAMPLE_INDEX_SUFFIX, METADATA_FILE
-from datasets.layout import find_split_folder
+from datasets.index import SAMPLE_INDEX_SUFFIX
+from datasets.dataset_folder import METADATA_FILE
+from datasets.dataset_folder import find_split_folder
 from datasets.validate import raw_checksum
 from datasets.validate.converted import TOOL_FOLDERS, validate_converted
 from datasets.validate.raw import validate_raw

@@ -16,12 +16,13 @@ from __future__ import annotations
 from datasets.loader.payloads.base import PayloadKind
 from datasets.loader.payloads.image import ENCODED
 from datasets.loader.payloads.tensor import ARRAY, NPY, PTH
+from datasets.errors import Error
 
 PAYLOADS = {kind.name: kind for kind in (ENCODED, NPY, PTH, ARRAY)}
 DEFAULT_PAYLOAD = ENCODED  # a member extension no kind claims is read as an encoded image
 
 
-class UnknownPayloadError(ValueError):
+class UnknownPayloadError(Error, ValueError):
     """A payload kind name that no registered kind has."""
 
 

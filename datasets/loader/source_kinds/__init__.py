@@ -23,13 +23,14 @@ from datasets.loader.source_kinds.cifar10 import CIFAR10
 from datasets.loader.source_kinds.folder import FOLDER
 from datasets.loader.source_kinds.shards import SHARDS
 from datasets.loader.source_kinds.synthetic import SYNTHETIC
+from datasets.errors import Error
 
 SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC, CIFAR10)}
 # Names a kind had before (a Source made by code of that time): the kind they name now.
 FORMER_NAMES = {former: kind for kind in SOURCE_KINDS.values() for former in kind.former_names}
 
 
-class UnknownSourceKindError(ValueError):
+class UnknownSourceKindError(Error, ValueError):
     """A source kind name that no registered kind has."""
 
 

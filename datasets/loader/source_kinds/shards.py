@@ -78,10 +78,10 @@ def _raw_samples(context, items):
 
 def _local_row_samples(context, row_run):
     """The raw sample tuples of a local run read straight from the columns (no record built), or
-    None where that path does not apply (a remote shard, boxes asked for, sha256-era indexes, a
+    None where that path does not apply (a remote shard, boxes asked for, a
     format without `read_payload_rows`)."""
     source, columns = context.source, context.columns
-    if context.use_bbox_info or columns.sha256s is not None or is_url(row_run.location):
+    if context.use_bbox_info or is_url(row_run.location):
         return None
     fmt = source.shard_format or format_for_location(row_run.location)
     payloads = fmt.read_payload_rows(row_run.location, columns, row_run.rows)

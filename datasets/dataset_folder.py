@@ -11,7 +11,8 @@ A converted dataset (see datasets.index for the records and datasets.formats for
 
 An extracted ImageNet folder: `train/<class>/*`, and `validation/<class>/*` or `val/<class>/*`
 (SPLIT_FOLDER_NAMES). IMAGE_EXTENSIONS is what counts as an image there, as in torchvision's
-ImageFolder.
+ImageFolder. ImageNet as downloaded: IMAGENET_TRAIN_TAR, IMAGENET_VALIDATION_TAR and the validation
+ground truth, IMAGENET_GROUND_TRUTH (what create_webdataset.py reads and the sample dataset writes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ REPARTITION_MANIFEST = "manifest.json"
 SPLIT_FOLDER_NAMES = {"train": ("train",), "validation": ("validation", "val")}
 # torchvision's IMG_EXTENSIONS: what ImageFolder counts as an image.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+IMAGENET_TRAIN_TAR = "ILSVRC2012_img_train.tar"
+IMAGENET_VALIDATION_TAR = "ILSVRC2012_img_val.tar"
+IMAGENET_GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
 
 
 def repartition_dir(root, num_instances: int) -> Path:

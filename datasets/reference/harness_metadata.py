@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from datasets.index import METADATA_FILE, SPLITS, DatasetError
+from datasets.dataset_folder import METADATA_FILE, SPLITS
+from datasets.errors import DatasetError
 from datasets.metadata_digest import DIGEST_KEY
 
 REFERENCE_KEYS = ("train_length", "validation_length", "format", "shuffle", "train_transform_pipeline",

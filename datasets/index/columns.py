@@ -1,6 +1,6 @@
 """The sample index as columns (numpy arrays): the one reader of the text index, for every command.
 
-The text index (datasets.index, one tab-separated line per sample) stays the readable, hashed
+The text index (datasets.index.schema, one tab-separated line per sample) stays the readable, hashed
 form on disk. A process holding 1.28M samples as SampleRecord tuples needs ~600 MB (1.2 GB with the
 checksums), and because every DataLoader (or validator pool) worker is forked, reference counting
 dirtied those pages and copied them into every worker. Columns hold the same facts in ~80 bytes a
@@ -24,9 +24,6 @@ Columns (row i = sample i):
                             sample with the same json size is one pattern (4 bytes a sample, not ~40)
     checksums               uint32 crc32c of the payload when the index carries one (`has_checksums`);
                             `checksum_known` (bool) only when some line leaves it empty
-    sha256s                 uint8 [n, 32]: an index of the earlier version's payload sha256, when read
-                            with hashes=True (validator, repartition); None otherwise (the loader never
-                            checks those). All zeros: the line has none
     box_ids, boxes          when the index has the bbox column (`has_boxes`): int32 row into `boxes`
                             (float64 [n, 4], normalised x1, y1, x2, y2), -1 for a sample without a box.
                             Sparse (4 bytes a sample + 32 a box) and float64, so a box is the very
@@ -47,11 +44,11 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from datasets.index import BBOX_COLUMN, DatasetError, SampleRecord, bbox_text, parse_bbox
+from datasets.errors import DatasetError
+from datasets.index.earlier import refuse_earlier_index
+from datasets.index.records import SampleRecord, bbox_text, parse_bbox
+from datasets.index.schema import BBOX_COLUMN, CHECKSUM_COLUMN, COLUMNS
 
-REQUIRED = ("key", "shard", "label", "record_offset", "record_size", "payload_offset", "payload_size", "members")
-CHECKSUM_COLUMNS = ("payload_crc32c", "payload_sha256")  # the second only in indexes of the earlier version
-NO_SHA256 = bytes(32)
 KEY_CHUNK = 1 << 16  # rows hashed per step (bounds the transient Python objects)
 
 
@@ -76,7 +73,6 @@ class SampleColumns:
     member_patterns: Optional[np.ndarray] = None  # None: members unknown (records built without them)
     patterns: tuple = ((),)
     checksum_known: Optional[np.ndarray] = None  # None: every row has its checksum (when has_checksums)
-    sha256s: Optional[np.ndarray] = None
 
     @property
     def has_boxes(self) -> bool:
@@ -117,12 +113,10 @@ class SampleColumns:
         row = int(row)
         checksum = (int(self.checksums[row]) if self.has_checksums
                     and (self.checksum_known is None or self.checksum_known[row]) else None)
-        sha256 = "" if self.sha256s is None else self.sha256s[row].tobytes()
         bbox = None if self.box_ids is None else bbox_text(self.box(row))
         return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]),
                             int(self.record_offsets[row]), int(self.record_sizes[row]),
-                            int(self.payload_offsets[row]), int(self.payload_sizes[row]), checksum, self.members(row),
-                            "" if not sha256 or sha256 == NO_SHA256 else sha256.hex(), bbox)
+                            int(self.payload_offsets[row]), int(self.payload_sizes[row]), checksum, self.members(row), bbox)
 
     def records(self, rows) -> list:
         return [self.record(row) for row in rows]
@@ -149,8 +143,7 @@ class SampleColumns:
                              self.record_offsets[rows], self.record_sizes[rows], self.payload_offsets[rows],
                              self.payload_sizes[rows], self.payload_headers[rows], self.payload_exts[rows],
                              self.exts, self.checksums[rows], self.has_checksums, pick(self.box_ids), self.boxes,
-                             pick(self.member_patterns), self.patterns, pick(self.checksum_known),
-                             pick(self.sha256s))
+                             pick(self.member_patterns), self.patterns, pick(self.checksum_known))
 
     def in_shard_order(self) -> "SampleColumns":
         """Rows grouped per shard (shards in order of first appearance), by offset inside a shard:
@@ -219,7 +212,7 @@ class SampleColumns:
 
 _ARRAYS = ("keys", "key_offsets", "shard_ids", "labels", "record_offsets", "record_sizes", "payload_offsets",
            "payload_sizes", "payload_headers", "payload_exts", "checksums", "box_ids", "boxes", "member_patterns",
-           "checksum_known", "sha256s")
+           "checksum_known")
 
 
 class KeyTable:
@@ -326,7 +319,7 @@ def _members(members: bytes, record_offset: int, payload_offset: int):
 class _Builder:
     """Appends parsed rows to compact growable arrays (array.array: 8 bytes an int, no objects)."""
 
-    def __init__(self, has_checksums: bool, has_boxes: bool = False, has_sha256s: bool = False):
+    def __init__(self, has_checksums: bool, has_boxes: bool = False):
         self.keys = array("B")
         self.key_offsets = array("q", [0])
         self.shard_ids = array("i")
@@ -339,7 +332,6 @@ class _Builder:
         self.payload_exts = array("B")
         self.member_patterns = array("i")
         self.checksums = array("I")
-        self.sha256s = array("B") if has_sha256s else None
         self.unknown_checksums = []  # rows whose checksum field is empty (none in what the tools write)
         self.box_ids = array("i")
         self.boxes = array("d")
@@ -353,25 +345,16 @@ class _Builder:
             payload_size: int, checksum: int, members: bytes, box: Optional[list] = None) -> None:
         self.keys.frombytes(key)
         self.key_offsets.append(len(self.keys))
-        shard_id = self.shards.get(shard)
-        if shard_id is None:
-            shard_id = self.shards[shard] = len(self.shards)
-        self.shard_ids.append(shard_id)
+        self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
         self.labels.append(label)
         self.record_offsets.append(record_offset)
         self.record_sizes.append(record_size)
         self.payload_offsets.append(payload_offset)
         self.payload_sizes.append(payload_size)
         pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
-        pattern_id = self.patterns.get(pattern)
-        if pattern_id is None:
-            pattern_id = self.patterns[pattern] = len(self.patterns)
-        self.member_patterns.append(pattern_id)
-        ext_id = self.exts.get(ext)
-        if ext_id is None:
-            ext_id = self.exts[ext] = len(self.exts)
+        self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
         self.payload_headers.append(header)
-        self.payload_exts.append(ext_id)
+        self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
         self.checksums.append(checksum)
         if self.has_boxes:
             if box is None:
@@ -398,7 +381,7 @@ class _Builder:
             view(self.payload_headers), view(self.payload_exts), [ext.decode() for ext in self.exts],
             view(self.checksums), self.has_checksums, view(self.box_ids) if self.has_boxes else None,
             view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns), patterns,
-            known, None if self.sha256s is None else view(self.sha256s).reshape(-1, 32))
+            known)
 
 
 _TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8, "d": np.float64}
@@ -408,44 +391,35 @@ assert all(array(code).itemsize == np.dtype(dtype).itemsize for code, dtype in _
 def columns_from_records(records: Iterable[SampleRecord], checksums: bool = False) -> SampleColumns:
     """Columns of SampleRecords (shards scanned without an index, TFRecord shards indexed by their framing).
     `has_boxes` when every record carries its bbox (records of an index with the column). checksums=True
-    keeps the records' CRC32Cs (or, when none has one, their sha256s): the records an index would hold."""
+    keeps the records' CRC32Cs: the records an index would hold."""
     records = list(records)
     crcs = checksums and any(r.payload_crc32c is not None for r in records)
-    sha256s = checksums and not crcs and any(r.payload_sha256 for r in records)
-    builder = _Builder(crcs, bool(records) and all(r.bbox is not None for r in records), sha256s)
+    builder = _Builder(crcs, bool(records) and all(r.bbox is not None for r in records))
     for r in records:
         if crcs and r.payload_crc32c is None:
             builder.unknown_checksums.append(len(builder.labels))
-        if sha256s:
-            builder.sha256s.frombytes(bytes.fromhex(r.payload_sha256) if r.payload_sha256 else NO_SHA256)
         builder.add(r.key.encode(), r.shard, int(r.label), r.record_offset, r.record_size, r.payload_offset,
                     r.payload_size, r.payload_crc32c or 0 if crcs else 0, r.members.encode(), parse_bbox(r.bbox))
     return builder.columns()
 
 
-def _header(line: bytes, source, hashes: bool):
+def _header(line: bytes, source):
     header = line.rstrip(b"\r\n").decode(errors="replace").split("\t")
-    if not set(REQUIRED) <= set(header) or not any(c in header for c in CHECKSUM_COLUMNS):
-        raise DatasetError(f"{source}: not a sample index (expected the columns {' '.join(REQUIRED)} "
-                           f"and one of {', '.join(CHECKSUM_COLUMNS)})")
-    has_checksums = "payload_crc32c" in header
-    legacy = hashes and not has_checksums
-    checksum_at = header.index("payload_crc32c" if has_checksums else "payload_sha256")
-    box_at = header.index(BBOX_COLUMN) if BBOX_COLUMN in header else None
-    return header, has_checksums, legacy, checksum_at, box_at
+    refuse_earlier_index(header, source)
+    if not set(COLUMNS) <= set(header):
+        raise DatasetError(f"{source}: not a sample index (expected the columns {' '.join(COLUMNS)})")
+    return header, header.index(CHECKSUM_COLUMN), header.index(BBOX_COLUMN) if BBOX_COLUMN in header else None
 
 
-def parse_sample_columns(lines: Iterable[bytes], source="<index>", hashes: bool = False) -> SampleColumns:
+def parse_sample_columns(lines: Iterable[bytes], source="<index>") -> SampleColumns:
     """Columns of a text index given as an iterable of its lines (bytes, e.g. an open binary file):
-    parsed a line at a time, so only the columns are ever held, never the whole text.
-
-    hashes=True keeps an earlier version's payload sha256s (`sha256s`: 32 bytes a sample), which the
-    validator and the repartitioner check; the loader leaves them out. Errors name the source and the line."""
+    parsed a line at a time, so only the columns are ever held, never the whole text. Errors name the
+    source and the line."""
     lines = iter(lines)
-    header, has_checksums, legacy, checksum_at, box_at = _header(next(lines, b""), source, hashes)
+    header, checksum_at, box_at = _header(next(lines, b""), source)
     width = len(header)
-    at = {name: header.index(name) for name in REQUIRED}
-    builder = _Builder(has_checksums, box_at is not None, legacy)
+    at = {name: header.index(name) for name in COLUMNS}
+    builder = _Builder(True, box_at is not None)
     key_at, shard_at, label_at = at["key"], at["shard"], at["label"]
     ro_at, rs_at, po_at, ps_at, members_at = (at["record_offset"], at["record_size"], at["payload_offset"],
                                               at["payload_size"], at["members"])
@@ -458,18 +432,11 @@ def parse_sample_columns(lines: Iterable[bytes], source="<index>", hashes: bool 
             raise DatasetError(f"{source}: line {number} has {len(fields)} fields, expected {width}")
         try:
             checksum = 0
-            if has_checksums:
-                text = fields[checksum_at]
-                if text:
-                    checksum = int(text, 16)
-                else:
-                    builder.unknown_checksums.append(len(builder.labels))
-            elif legacy:
-                text = fields[checksum_at]
-                digest = bytes.fromhex(text.decode()) if text else NO_SHA256
-                if len(digest) != 32:
-                    raise ValueError(text)
-                builder.sha256s.frombytes(digest)
+            text = fields[checksum_at]
+            if text:
+                checksum = int(text, 16)
+            else:
+                builder.unknown_checksums.append(len(builder.labels))
             box = parse_bbox(fields[box_at]) if box_at is not None else None
             shard = fields[shard_at]
             name = shards.get(shard) or shards.setdefault(shard, shard.decode())
@@ -477,17 +444,16 @@ def parse_sample_columns(lines: Iterable[bytes], source="<index>", hashes: bool 
                 int(fields[po_at]), int(fields[ps_at]), checksum, fields[members_at], box)
         except (ValueError, OverflowError, UnicodeDecodeError):
             raise DatasetError(f"{source}: line {number} has a non-integer offset, size, label or CRC32C, a "
-                               f"members or payload_sha256 field that does not parse, or a bbox that is not 4 "
-                               f"numbers") from None
+                               f"members field that does not parse, or a bbox that is not 4 numbers") from None
     return builder.columns()
 
 
-def read_sample_columns(location, opener=None, hashes: bool = False) -> SampleColumns:
+def read_sample_columns(location, opener=None) -> SampleColumns:
     """The columns of the text index at `location` (a local path; `opener(location)` for anything
     else, e.g. an http response), read as a stream."""
     try:
         with (opener(location) if opener else open(location, "rb")) as stream:
-            return parse_sample_columns(stream, location, hashes)
+            return parse_sample_columns(stream, location)
     except FileNotFoundError:
         raise
     except OSError as error:
@@ -497,7 +463,7 @@ def read_sample_columns(location, opener=None, hashes: bool = False) -> SampleCo
 def read_sample_index(path) -> list:
     """Every SampleRecord of the index at `path` (checksums included), in index order: for tests and
     small indexes only (a tuple a sample); commands read columns and build records per row or shard."""
-    columns = read_sample_columns(path, hashes=True)
+    columns = read_sample_columns(path)
     return list(columns.iter_records())
 
 

@@ -12,22 +12,19 @@ its companions'), so a failed write leaves nothing behind.
 import errno
 from contextlib import contextmanager
 
+from datasets.errors import Error, UsageError  # noqa: F401  (UsageError: bad arguments, a target not to touch)
 from datasets.fileio import partial_path
 
 
-class UsageError(Exception):
-    """Bad arguments or a target that must not be touched: exit code 2."""
-
-
-class ConversionError(Exception):
+class ConversionError(Error):
     """The conversion failed (bad data with --on-error fail, unreadable source, full disk): exit code 1."""
 
 
-class SampleSkipped(Exception):
+class SampleSkipped(Error):
     """One sample cannot be converted: `reason` says why."""
 
 
-class FileFailure(Exception):
+class FileFailure(Error):
     """A problem with one file, shown as "<file>: <reason>" (picklable: workers raise these)."""
 
     def __init__(self, path, reason):

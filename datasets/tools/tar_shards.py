@@ -6,6 +6,8 @@
     python tar_tools.py split   INPUT... --out DIR (--samples-per-shard N | --max-shard-bytes B)
     python tar_tools.py sort    INPUT... --out DIR [limits]              by key
     python tar_tools.py shuffle INPUT... --out DIR --seed S [limits]     a seeded permutation
+    python tar_tools.py reindex DATASET_DIR     re-create a sample index of the earlier version (payload
+                                                sha256) with CRC32Cs, in place (datasets.index.earlier)
 
 INPUT: shard files or URLs (http(s)://, s3://; brace patterns), a converted dataset folder (its `--split`
 shards), or `-` (one tar on stdin). Shards of a converted dataset are known from its sample index (no
@@ -36,28 +38,25 @@ from typing import Optional
 
 import crc32c
 
-from datasets.formats import FORMATS, ShardDataError, format_for_location, get_format
+from datasets.fileio import OpenShard
+from datasets.formats import FORMATS, format_for_location, get_format
 from datasets.formats.tar import TarShardWriter, iter_tar_samples
-from datasets.index import (DatasetError, METADATA_FILE, ShardRecord, parse_metadata,
-                            sample_index_name, write_metadata, write_sample_index)
-from datasets.layout import SPLITS
+from datasets.errors import EXIT_OK, DatasetError, Error, UsageError, exit_code
+from datasets.index import (ShardRecord, parse_metadata, parse_sample_columns, read_metadata, sample_index_name,
+                            write_metadata, write_sample_index)
+from datasets.index.earlier import rewrite_earlier_index
+from datasets.dataset_folder import METADATA_FILE, SPLITS
 from datasets.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from datasets.repartition.plan import remainder_records
-from datasets.sample_columns import parse_sample_columns
-from datasets.storage import ShardReadError, StorageUnavailable, exists, expand_locations, is_url, open_byte_range, read_bytes
+from datasets.storage import exists, expand_locations, is_url, open_byte_range, read_bytes
 from datasets.reference.checksum import folder_checksum
 
-EXIT_OK, EXIT_DATA, EXIT_USAGE = 0, 1, 2
 STDIO = "-"
 DEFAULT_FIELDS = "__key__,cls,payload.size"
 
 
 class ToolError(DatasetError):
     """Bad input data: names the file and the problem (exit 1)."""
-
-
-class UsageError(ValueError):
-    """A request that cannot be carried out as asked (exit 2)."""
 
 
 # ---------------------------------------------------------------- reading the inputs
@@ -167,7 +166,7 @@ class RecordReader:
     """A sample's whole byte range from its shard (pread locally, a ranged GET remotely)."""
 
     def __init__(self):
-        self._name, self._fd = None, None
+        self.local = OpenShard()
 
     def read(self, shard: Input, record) -> bytes:
         stop = record.record_offset + record.record_size
@@ -176,10 +175,7 @@ class RecordReader:
                 with open_byte_range(shard.location, record.record_offset, stop) as stream:
                     raw = stream.read(record.record_size)
             else:
-                if shard.location != self._name:
-                    self.close()
-                    self._fd, self._name = os.open(shard.location, os.O_RDONLY), shard.location
-                raw = os.pread(self._fd, record.record_size, record.record_offset)
+                raw = self.local.pread(shard.location, record.record_size, record.record_offset)
         except OSError as error:
             raise ToolError(f"{shard.location}: cannot read sample {record.key!r}: {error.strerror or error}") from None
         if len(raw) != record.record_size:
@@ -191,9 +187,7 @@ class RecordReader:
         return raw
 
     def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = self._name = None
+        self.local.close()
 
 
 # ---------------------------------------------------------------- writing shards
@@ -270,8 +264,7 @@ def write_dataset(inputs: Inputs, pairs, out: Path, split: str, derived: dict, l
                     raw = reader.read(shard, record)
                     start = record.payload_offset - record.record_offset
                     crc = crc32c.crc32c(raw[start:start + record.payload_size])
-                    copied.append(record._replace(payload_crc32c=crc, payload_sha256="",
-                                                  bbox=record.bbox if bbox_known else None))
+                    copied.append(record._replace(payload_crc32c=crc, bbox=record.bbox if bbox_known else None))
                     writer.add_raw_record(raw)
             records_out += remainder_records(copied, name)
             shard_records.append(ShardRecord(name, len(copied), writer.bytes_written, writer.sha256, writer.md5))
@@ -390,6 +383,24 @@ def run_writer(args) -> dict:
         inputs.cleanup()
 
 
+def reindex(folder) -> dict:
+    """Re-create a dataset's sample indexes of the earlier version (payload sha256) in place, with CRC32Cs
+    (datasets.index.earlier checks every payload against its sha256 first), then metadata.json's checksum;
+    {split: samples re-indexed} ({} when every index is already current)."""
+    folder = Path(folder)
+    metadata = read_metadata(folder)
+    done = {}
+    for split, entry in metadata["splits"].items():
+        count = rewrite_earlier_index(folder, entry)
+        if count is not None:
+            done[split] = count
+    if done:
+        known = {e["index"]["name"]: e["index"]["md5"] for e in metadata["splits"].values() if e["index"].get("md5")}
+        metadata["checksum"] = folder_checksum(folder, known)
+        write_metadata(folder, metadata)
+    return done
+
+
 def run(args) -> int:
     """Carry out a parsed command line (tar_tools.py's options); the exit code."""
     try:
@@ -398,18 +409,19 @@ def run(args) -> int:
         elif args.command == "tsv":
             tsv([loc for item in args.shards for loc in ([STDIO] if item == STDIO else expand_locations(item))],
                 [name.strip() for name in args.fields.split(",") if name.strip()], sys.stdout)
+        elif args.command == "reindex":
+            done = reindex(args.dataset)
+            print("reindex: " + (", ".join(f"{split} {count:,} samples" for split, count in done.items())
+                                 or f"every index of {args.dataset} is current"))
         else:
             result = run_writer(args)
             where = "stdout" if result["out"] == STDIO else result["out"]
             print(f"{args.command}: {result['samples']:,} samples in {result['shards']:,} shard(s), "
                   f"{result['bytes']:,} bytes -> {where}", file=sys.stderr if result["out"] == STDIO else sys.stdout)
-    except UsageError as error:
-        print(str(error), file=sys.stderr)
-        return EXIT_USAGE
     except BrokenPipeError:  # `... | head`: the reader has what it wanted
         sys.stderr.close()
         return EXIT_OK
-    except (DatasetError, ShardDataError, ShardReadError, StorageUnavailable, OSError) as error:
+    except (Error, OSError) as error:  # UsageError (exit 2), bad data (exit 1)
         print(str(error), file=sys.stderr)
-        return EXIT_DATA
+        return exit_code(error)
     return EXIT_OK

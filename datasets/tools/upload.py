@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from datasets.layout import REPARTITION_MANIFEST
+from datasets.dataset_folder import REPARTITION_MANIFEST
 from datasets.fileio import PARTIAL_SUFFIX
-from datasets.index import METADATA_FILE, DatasetError
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
 from datasets.storage import (
     ChecksumMismatchError,
     delete_object,

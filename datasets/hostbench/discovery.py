@@ -1,7 +1,7 @@
 """What the host benchmark reads: the formats it knows, and the sources found in a comparison directory.
 
 The formats are the registry's (datasets.formats), plus the extracted image folder; a format's
-stock pipeline comes with its registry entry. Light to import (no torch): the CLI uses it to
+stock pipeline is datasets.hostbench.stock_baselines'. Light to import (no torch): the CLI uses it to
 check its arguments.
 """
 
@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import formats as registry
-from datasets.layout import find_split_folder, is_image_name
+from datasets.dataset_folder import find_split_folder, is_image_name
 from datasets.hostbench.timing import BenchmarkError
-from datasets.index import METADATA_FILE, DatasetError, read_metadata
+from datasets.dataset_folder import METADATA_FILE
+from datasets.errors import DatasetError
+from datasets.index import read_metadata
 from datasets.reference.layout import unadopted_shards
+from datasets.hostbench.stock_baselines import stock_baseline_of
 
 
 
@@ -29,10 +32,10 @@ class FormatEntry:
     description: str
 
 
-FORMATS = {
+COMPARED_FORMATS = {
     "folder": FormatEntry("folder", "jpeg", "imagefolder", "extracted ImageNet folder (train/<class>/*.JPEG)"),
     **{fmt.name: FormatEntry(fmt.name, "jpeg" if fmt.stores_jpeg else "tensor",
-                             fmt.stock_baseline.key if fmt.stock_baseline else None, fmt.description)
+                             stock.key if (stock := stock_baseline_of(fmt.name)) else None, fmt.description)
        for fmt in registry.FORMATS.values()},
 }
 
@@ -104,7 +107,7 @@ def is_image_folder(root: Path) -> bool:
 
 
 def discover_sources(directory) -> list:
-    """The sources in a comparison directory, in FORMATS order, then unknown formats by name.
+    """The sources in a comparison directory, in COMPARED_FORMATS order, then unknown formats by name.
 
     Layout (what `make demo` writes; names are free, detection is by content):
         DIR/source/    the extracted folder: train/<class>/*.JPEG, validation/<class>/*.JPEG
@@ -135,7 +138,7 @@ def discover_sources(directory) -> list:
             f"{directory}: found no image folder (train/ or validation/ of class folders) and no converted "
             f"dataset ({METADATA_FILE}) in it or its subdirectories"
         )
-    order = list(FORMATS)
+    order = list(COMPARED_FORMATS)
     found.sort(key=lambda s: (order.index(s.format) if s.format in order else len(order), s.format))
     # The first source of a format (by directory name) carries the plain row ids the goals use;
     # further ones (another quality, other steps) get "format@directory".

@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from datasets.formats.shard_check import error
-from datasets.index import DatasetError, payload_problem
-from datasets.layout import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
+from datasets.errors import DatasetError
+from datasets.index import payload_problem
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
 from datasets.loader.payloads import get_payload
 from datasets.loader.source_kinds import get_source_kind
 from datasets.loader.shard_reader import Run, is_url, iter_run, payload_extension
