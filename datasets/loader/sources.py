@@ -44,6 +44,7 @@ from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.index import METADATA_FILE, DatasetError, parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
 from datasets.reference.layout import NOTICE, scan_unadopted
+from datasets.loader.index_trust import index_disagreement
 from datasets.sample_columns import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.source_kinds import FOLDER, SHARDS, SYNTHETIC
 from datasets.preprocess import PreprocessError, parse_stored_steps
@@ -191,6 +192,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
     index_location = join_location(base, index_name)
     columns = _read_columns(index_location)
+    _hold_against_metadata(columns, entry, index_location)
     fmt = metadata["format"]
     try:
         shard_format = get_format(fmt)
@@ -306,6 +308,13 @@ def _read_columns(location: str) -> SampleColumns:
     return columns.in_shard_order()
 
 
+def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:
+    """A SourceError naming the index when it disagrees with metadata.json (datasets/loader/index_trust.py)."""
+    problem = index_disagreement(columns, split_entry, index_location)
+    if problem:
+        raise SourceError(problem)
+
+
 def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> Source:
     if not locations:
         raise SourceError("the list of shards is empty")
@@ -324,6 +333,7 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
             columns = _read_columns(index_location)
+            _hold_against_metadata(columns, entry, index_location)
             wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
             rows = columns.rows_of_shards(wanted)
             if {columns.shard_names[i] for i in np.unique(columns.shard_ids[rows])} == wanted:
