@@ -1,13 +1,14 @@
 """The columnar sample index (datasets.sample_columns) against the text index, and what it is for:
 a DataLoader worker's private memory does not grow with the size of the index."""
 
+import json
 import random
 import shutil
 
 import numpy as np
 import pytest
 
-from datasets.index import DatasetError, SampleRecord, encode_sample_index, write_sample_index
+from datasets.index import DatasetError, SampleRecord, encode_sample_index, write_metadata, write_sample_index
 from datasets.sample_columns import (
     check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns, read_sample_index,
 )
@@ -127,6 +128,12 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
                      f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}"
                      f"\t{'0.0625,0.125,0.75,0.9375' if number % 5 < 2 else ''}")  # a box on 40%, as in ImageNet
     (large / "samples-validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
+    metadata = json.loads((large / "metadata.json").read_text())  # the loader holds the index against it
+    fake_shards = metadata["splits"]["validation"]["shards"]
+    for shard in range(len(extra) // 1000 + 1):
+        fake_shards.append({"name": f"validation-{shard + 100:06d}.tar", "samples": min(1000, len(extra) - shard * 1000),
+                            "bytes": 0, "sha256": "0" * 64})
+    write_metadata(large, metadata)
 
     small_keys, small_private = _epoch_worker_private(small, (0, 1))
     large_keys, large_private = _epoch_worker_private(large, (0, instances))
