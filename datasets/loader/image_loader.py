@@ -68,6 +68,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from datasets.formats.mapped_shards import release_payload
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location, scale_and_bias
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
@@ -273,6 +274,7 @@ class ImageStream(IterableDataset):
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder, rng, shard)
+                release_payload(payload)  # its shard pages go where keeping them does not pay
             if error is not None:
                 self._bad(report, self.key_of(item), shard, error)
                 continue
