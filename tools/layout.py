@@ -38,7 +38,7 @@ LAYERS = [
     ("shard_cache",),
     ("loader",),
     ("sample", "upload", "inspect", "tar_tools", "ledger", "same_as"),  # tools over the library
-    ("hostbench", "demo", "cli_args"),  # applications
+    ("hostbench", "demo", "cli_args", "testing"),  # applications; testing: real servers for tests and soaks
 ]
 
 
