@@ -2,6 +2,7 @@
 blindly and never a traceback: a `.tfindex` with bytes that are not text, and a sample index
 (`samples-<split>.index.tsv`) that disagrees with the sealed metadata.json (issue 35)."""
 
+import hashlib
 import shutil
 
 import pytest
@@ -12,7 +13,7 @@ from conftest import run_script
 @pytest.fixture
 def copy_of(converted, tmp_path):
     def copy(fmt):
-        target = tmp_path / fmt
+        target = tmp_path / f"{fmt}-{len(list(tmp_path.iterdir()))}"
         shutil.copytree(converted(fmt), target)
         return target
     return copy
@@ -39,11 +40,20 @@ def test_reading_a_non_text_tfindex_raises_the_format_error_naming_it(copy_of):
         read_tfrecord_index(index)
 
 
-def _edit_index(dataset, split, edit):
+def _edit_index(dataset, split, edit, reseal=False):
+    """Edit the split's index lines; with `reseal`, metadata.json records the edited index's size and
+    sha256 (a buggy writer, a careful editor), so only the counts and keys can tell."""
+    from datasets.index import read_metadata, write_metadata
+
     path = dataset / f"samples-{split}.index.tsv"
     lines = path.read_bytes().split(b"\n")
     edit(lines)
-    path.write_bytes(b"\n".join(lines))
+    data = b"\n".join(lines)
+    path.write_bytes(data)
+    if reseal:
+        metadata = read_metadata(dataset)
+        metadata["splits"][split]["index"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        write_metadata(dataset, metadata)
     return path
 
 
@@ -71,7 +81,7 @@ def test_the_loader_names_a_dropped_index_line_and_a_key_listed_twice(copy_of):
     from datasets.loader.sources import SourceError
 
     dataset = copy_of("tensor")
-    path = _edit_index(dataset, "validation", lambda lines: lines.pop(2))
+    path = _edit_index(dataset, "validation", lambda lines: lines.pop(2), reseal=True)
     with pytest.raises(SourceError, match="samples-validation.index.tsv.*shard validation-000000.tar"):
         _first_batch_keys(dataset, "validation")
 
@@ -81,10 +91,33 @@ def test_the_loader_names_a_dropped_index_line_and_a_key_listed_twice(copy_of):
         fields = lines[2].split(b"\t")
         fields[0] = lines[1].split(b"\t")[0]
         lines[2] = b"\t".join(fields)
-    path = _edit_index(dataset, "train", repeat_key)
+    path = _edit_index(dataset, "train", repeat_key, reseal=True)
     with pytest.raises(SourceError) as caught:
         _first_batch_keys(dataset)
     assert str(path) in str(caught.value) and "listed 2 times" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("fmt", ["img", "lmdb"])
+def test_the_loader_names_an_index_whose_bytes_are_not_the_ones_metadata_records(copy_of, fmt):
+    """A flipped label digit keeps every count and key (it delivered a wrong label with no word); a
+    flipped key byte that is no longer UTF-8 (it broke the loader with a UnicodeDecodeError)."""
+    from datasets.loader.sources import SourceError
+
+    dataset = copy_of(fmt)
+    def flip_label(lines):
+        fields = lines[3].split(b"\t")
+        fields[2] = str(int(fields[2]) ^ 1).encode()
+        lines[3] = b"\t".join(fields)
+    path = _edit_index(dataset, "validation", flip_label)
+    with pytest.raises(SourceError, match="sha256 is not the one metadata.json records") as caught:
+        _first_batch_keys(dataset, "validation")
+    assert str(path) in str(caught.value)
+
+    dataset = copy_of(fmt)
+    path = _edit_index(dataset, "validation", lambda lines: lines.__setitem__(2, b"\xd6" + lines[2][1:]))
+    with pytest.raises(SourceError) as caught:
+        _first_batch_keys(dataset, "validation")
+    assert str(path) in str(caught.value)
 
 
 def test_an_intact_index_is_read_as_before(converted):

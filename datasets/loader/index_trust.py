@@ -5,11 +5,17 @@ duplicated made the loader deliver that sample twice in every epoch with no word
 lost a sample silently. metadata.json (sealed with its digest) records every shard's sample count,
 so the index's per-shard counts and the uniqueness of its keys are cheap to hold against it: a
 bincount, and one hash per key (0.54-0.69 s at 1.28M keys here, 2026-11-28, once per get_data in the main
-process). A disagreement is a SourceError naming the index file, never batches.
+process). A local index is also held against the size and sha256 metadata.json records for it
+(0.1-0.3 s at 1.28M lines): a flipped byte in a label or an offset keeps the counts and the keys but
+would deliver a wrong label with no word, and a key that is no longer UTF-8 broke the loader with a
+UnicodeDecodeError. (A remote index is read once, as a stream; its hash is not checked.)
+A disagreement is a SourceError naming the index file, never batches.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 from typing import Optional
 
 import numpy as np
@@ -44,6 +50,28 @@ def index_disagreement(columns: SampleColumns, split_entry, index_location: str)
         more = f"; and {len(repeated) - SHOWN} more keys" if len(repeated) > SHOWN else ""
         return (f"{index_location}: the sample index lists a key more than once: {shown}{more} "
                 f"(keys are unique in a converted dataset: restore the index or re-convert)")
+    return None
+
+
+def index_file_disagreement(path: str, split_entry) -> Optional[str]:
+    """One line naming the local index `path` when its size or sha256 is not what metadata.json's
+    entry for its split records, or None (also when metadata.json records neither)."""
+    try:
+        recorded = split_entry["index"]
+        size, sha256 = int(recorded["bytes"]), str(recorded["sha256"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    actual = os.stat(path).st_size
+    if actual != size:
+        return (f"{path}: the sample index is {actual} bytes, metadata.json says {size} "
+                f"(a damaged or edited index: restore it or re-convert)")
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != sha256:
+        return (f"{path}: the sample index's sha256 is not the one metadata.json records "
+                f"(a damaged or edited index: restore it or re-convert)")
     return None
 
 
