@@ -1,6 +1,7 @@
 """The columnar sample index (datasets.sample_columns) against the text index, and what it is for:
 a DataLoader worker's private memory does not grow with the size of the index."""
 
+import hashlib
 import json
 import random
 import shutil
@@ -127,8 +128,10 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
         extra.append(f"fake/n{number:09d}\tvalidation-{number // 1000 + 100:06d}.tar\t{number % 1000}\t{offset}\t"
                      f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}"
                      f"\t{'0.0625,0.125,0.75,0.9375' if number % 5 < 2 else ''}")  # a box on 40%, as in ImageNet
-    (large / "samples-validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
+    index_text = b"\n".join(lines + [line.encode() for line in extra]) + b"\n"
+    (large / "samples-validation.index.tsv").write_bytes(index_text)
     metadata = json.loads((large / "metadata.json").read_text())  # the loader holds the index against it
+    metadata["splits"]["validation"]["index"].update(bytes=len(index_text), sha256=hashlib.sha256(index_text).hexdigest())
     fake_shards = metadata["splits"]["validation"]["shards"]
     for shard in range(len(extra) // 1000 + 1):
         fake_shards.append({"name": f"validation-{shard + 100:06d}.tar", "samples": min(1000, len(extra) - shard * 1000),
