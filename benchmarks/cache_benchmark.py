@@ -4,7 +4,7 @@
         [--latency-ms 2] [--mbps 100] [--prefetch 0] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (tests/s3_server.py) and uploads it, and serves the same folder over http
+starts `weed mini` (datasets/testing/s3_server.py) and uploads it, and serves the same folder over http
 (tests/http_range_server.py) behind benchmarks/latency_proxy.py (--latency-ms before every request,
 --mbps for all bodies together), so that loopback does not hide the network. Then runs
 
@@ -28,12 +28,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the test server (tests/s3_server.py): one way to start weed mini
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from datasets import storage  # noqa: E402
 from s3_benchmark import build_dataset  # noqa: E402
-from s3_server import SeaweedServer  # noqa: E402
+from datasets.testing.s3_server import SeaweedServer  # noqa: E402
 
 
 def start(command) -> tuple:

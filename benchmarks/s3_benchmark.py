@@ -3,7 +3,7 @@
     python benchmarks/s3_benchmark.py [--out benchmark-output/s3] [--val-per-class 50] [--seconds 2] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (tests/s3_server.py) and a Range-honouring http file server
+starts `weed mini` (datasets/testing/s3_server.py) and a Range-honouring http file server
 (tests/http_range_server.py, another process), and measures:
 
   upload        upload_dataset with 1 and 4 workers against a single-stream PUT of one 64 MB object
@@ -33,11 +33,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # the test server (tests/s3_server.py): one way to start weed mini
 
 from datasets import storage  # noqa: E402
 from datasets.dataset_folder import METADATA_FILE  # noqa: E402
-from s3_server import SeaweedServer  # noqa: E402
+from datasets.testing.s3_server import SeaweedServer  # noqa: E402
 
 def build_dataset(out: Path, val_per_class: int) -> Path:
     converted = out / "img"

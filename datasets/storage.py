@@ -11,7 +11,8 @@ S3 (any S3-compatible store: AWS, MinIO, Ceph, SeaweedFS):
     Credentials, profile and region come from boto3's normal chain.
   * one boto3 client per process, made on first use and never pickled (a forked DataLoader worker
     makes its own); retries in botocore's standard mode (5xx, SlowDown, connection errors),
-    `--s3-retries` of them; checksums computed and validated only when an operation requires
+    `--s3-retries` of them (DATASETS_S3_RETRIES), each read waiting at most `--read-timeout` seconds
+    (DATASETS_READ_TIMEOUT, default 60; http(s) reads too); checksums computed and validated only when an operation requires
     them (boto3 >= 1.36's defaults break ranged GETs on some S3-compatible stores).
   * a byte range is one streamed GET. If the body breaks, reading resumes at the next byte with
     `If-Match` on the first response's ETag: an object replaced meanwhile is
@@ -45,12 +46,13 @@ from datasets.storage_hooks import record_body_bytes, record_request, record_ttf
 from datasets.errors import Error
 
 log = logging.getLogger(__name__)
-HTTP_TIMEOUT = 60
+DEFAULT_READ_TIMEOUT = 60.0  # seconds a read may wait for bytes (S3 and http(s)) before it counts as failed
 S3_DEFAULT_RETRIES = 5
 # Settings given on a command line travel to DataLoader workers, spawned processes and subprocesses
 # in the environment (a client never travels: each process makes its own).
 ENDPOINT_VARIABLE = "DATASETS_S3_ENDPOINT"
 RETRIES_VARIABLE = "DATASETS_S3_RETRIES"
+READ_TIMEOUT_VARIABLE = "DATASETS_READ_TIMEOUT"  # seconds, S3 and http(s); a stalled store fails (and is retried) sooner
 _AUTH_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
                 "InvalidToken", "AuthorizationHeaderMalformed", "InvalidSecurity", "403"}
 _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
@@ -188,7 +190,7 @@ def _urlopen(request: urllib.request.Request):
     response headers once they arrive."""
     record_request(f"http_{request.get_method().lower()}")
     began = time.perf_counter()
-    response = urllib.request.urlopen(request, timeout=HTTP_TIMEOUT)
+    response = urllib.request.urlopen(request, timeout=read_timeout())
     if request.get_method() == "GET":
         record_ttfb(time.perf_counter() - began)
         record_body_bytes(response.headers.get("Content-Length"))
@@ -204,16 +206,35 @@ def _note_no_range(location: str, start: int) -> None:
 # ----------------------------------------------------------------------------------- S3
 
 
-def configure_s3(endpoint: Optional[str] = None, retries: Optional[int] = None) -> None:
-    """Settings from a command line (`--s3-endpoint`, `--s3-retries`) for this process and every
-    process it starts. Clients made before are dropped."""
+def configure_s3(endpoint: Optional[str] = None, retries: Optional[int] = None,
+                 read_timeout: Optional[float] = None) -> None:
+    """Settings from a command line (`--s3-endpoint`, `--s3-retries`, `--read-timeout`) for this process
+    and every process it starts. Clients made before are dropped."""
     if endpoint:
         os.environ[ENDPOINT_VARIABLE] = endpoint
     if retries is not None:
         if retries < 0:
             raise ValueError(f"--s3-retries must be >= 0, got {retries}")
         os.environ[RETRIES_VARIABLE] = str(retries)
+    if read_timeout is not None:
+        if not read_timeout > 0:
+            raise ValueError(f"--read-timeout must be > 0 seconds, got {read_timeout}")
+        os.environ[READ_TIMEOUT_VARIABLE] = str(read_timeout)
     _clients.clear()
+
+
+def read_timeout() -> float:
+    """Seconds a read waits for bytes before it fails (and is retried): READ_TIMEOUT_VARIABLE, else 60."""
+    text = os.environ.get(READ_TIMEOUT_VARIABLE)
+    if not text:
+        return DEFAULT_READ_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{READ_TIMEOUT_VARIABLE}={text!r}: not a number of seconds > 0")
+    return seconds
 
 
 @dataclass
@@ -227,9 +248,15 @@ _clients = {}
 _clients_lock = threading.Lock()
 
 
+def forget_clients() -> None:
+    """Drop this process's S3 clients: the next request makes one with the settings then in force."""
+    _clients.clear()
+
+
 def s3_client() -> S3Client:
     """This process's client (made lazily; a forked child makes its own on first use)."""
-    key = (os.getpid(), os.environ.get(ENDPOINT_VARIABLE), os.environ.get(RETRIES_VARIABLE))
+    key = (os.getpid(), os.environ.get(ENDPOINT_VARIABLE), os.environ.get(RETRIES_VARIABLE),
+           os.environ.get(READ_TIMEOUT_VARIABLE))
     client = _clients.get(key)
     if client is None:
         with _clients_lock:
@@ -251,8 +278,8 @@ def _make_client() -> S3Client:
         retries={"mode": "standard", "total_max_attempts": retries + 1},
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        connect_timeout=10,
-        read_timeout=60,
+        connect_timeout=min(10.0, read_timeout()),
+        read_timeout=read_timeout(),
         max_pool_connections=16,
         s3={"addressing_style": "path"} if endpoint or native_endpoint else {},
     )

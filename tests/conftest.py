@@ -112,8 +112,8 @@ def converted(tmp_path_factory, sample_source):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """A real SeaweedFS S3 server on loopback for the whole session (see tests/s3_server.py)."""
-    from s3_server import SeaweedServer
+    """A real SeaweedFS S3 server on loopback for the whole session (see datasets/testing/s3_server.py)."""
+    from datasets.testing.s3_server import SeaweedServer
 
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
     yield server

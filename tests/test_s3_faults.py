@@ -1,4 +1,4 @@
-"""s3:// reads and uploads under faults: a fault-injecting proxy (tests/fault_proxy.py) in front of
+"""s3:// reads and uploads under faults: a fault-injecting proxy (datasets/testing/fault_proxy.py) in front of
 the real SeaweedFS, and a server killed mid-epoch. Nothing is mocked: botocore, urllib3 and the
 server do what they do; the proxy only drops, throttles or corrupts bytes between them."""
 
@@ -13,7 +13,7 @@ from datasets import storage
 from datasets.dataset_folder import METADATA_FILE
 from datasets.launcher import Instance
 from datasets.loader import get_data
-from fault_proxy import FaultProxy
+from datasets.testing.fault_proxy import FaultProxy
 from test_s3 import read_all, upload_cli
 
 SINGLE = Instance(0, 1, "test")
@@ -31,7 +31,7 @@ def dataset(s3_server, converted, s3_bucket):
 @pytest.fixture
 def proxy(s3_server, monkeypatch):
     """A proxy in front of the session server; this process's S3 endpoint is the proxy."""
-    from s3_server import client_environment
+    from datasets.testing.s3_server import client_environment
 
     proxy = FaultProxy(s3_server.endpoint)
     with client_environment(monkeypatch, s3_server, proxy.endpoint, retries=4):
@@ -143,7 +143,7 @@ def test_upload_corrupted_every_time_is_reported_and_never_stored(s3_server, con
 def test_server_killed_mid_epoch_stops_the_epoch_naming_endpoint_and_shard(tmp_path, converted, monkeypatch, workers):
     """The server dies as the loader asks for its third shard (a proxy in front only to time the kill):
     the epoch stops with StorageUnavailable naming endpoint and shard, not a hang, not a short epoch."""
-    from s3_server import SeaweedServer
+    from datasets.testing.s3_server import SeaweedServer
 
     server = SeaweedServer(tmp_path / "doomed").start()
     proxy = FaultProxy(server.endpoint)
@@ -187,3 +187,53 @@ def test_wrong_secret_is_one_request_not_retried(dataset, proxy, monkeypatch):
     with pytest.raises(storage.StorageUnavailable, match="SignatureDoesNotMatch"):
         get_data(remote, "validation", 4, 0, instance=SINGLE)
     assert len(proxy.requests) == 1  # refused credentials are not retried (RETRIES_VARIABLE is 4 here)
+
+
+@pytest.mark.parametrize("mid_body", [False, True])
+def test_a_stall_past_the_read_timeout_is_retried_and_the_epoch_is_identical(dataset, proxy, monkeypatch, mid_body):
+    """The store stops answering one GET (before its headers, or half-way through its body) for longer
+    than DATASETS_READ_TIMEOUT: the read gives up, asks again, and the epoch is the same. With the
+    default 60 s timeout the client would wait the stall out and never ask again."""
+    local, remote = dataset
+    expected = epoch(local)
+    monkeypatch.setenv(storage.READ_TIMEOUT_VARIABLE, "1")
+    proxy.stall, proxy.stall_seconds, proxy.stall_mid_body, proxy.stall_path = 1, 4.0, mid_body, ".tar"
+    loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+    got = read_all(loader)
+    assert [f[0] for f in proxy.faults] == ["stall_mid_body" if mid_body else "stall"]
+    assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
+    assert not loader.report.skipped
+    assert len(proxy.gets(".tar")) == len(shard_names(local, "validation")) + 1  # the stalled GET, asked again
+
+
+def test_an_outage_within_the_retries_is_absorbed(dataset, proxy):
+    local, remote = dataset
+    expected = epoch(local)
+    proxy.outage(0.5)
+    loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+    got = read_all(loader)
+    assert proxy.faults and {f[0] for f in proxy.faults} == {"outage"}
+    assert got[0] == expected[0] and torch.equal(got[2], expected[2]) and not loader.report.skipped
+
+
+def test_an_outage_past_the_retries_stops_naming_the_store_and_the_next_epoch_carries_on(dataset, proxy,
+                                                                                          monkeypatch):
+    local, remote = dataset
+    expected = epoch(local)
+    monkeypatch.setenv(storage.RETRIES_VARIABLE, "1")
+    loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
+    proxy.outage(600)
+    with pytest.raises(storage.StorageUnavailable) as error:
+        read_all(loader)
+    assert proxy.endpoint in str(error.value) and "\n" not in str(error.value)
+    proxy.restore()
+    got = read_all(loader)
+    assert got[0] == expected[0] and torch.equal(got[2], expected[2]) and not loader.report.skipped
+
+
+def test_a_read_timeout_that_is_not_a_number_is_named():
+    for bad in ("soon", "0", "-3"):
+        with pytest.raises(ValueError, match=f"{storage.READ_TIMEOUT_VARIABLE}='{bad}'"):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(storage.READ_TIMEOUT_VARIABLE, bad)
+                storage.read_timeout()

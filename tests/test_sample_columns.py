@@ -1,6 +1,8 @@
 """The columnar sample index (datasets.index.columns) against the text index, and what it is for:
 a DataLoader worker's private memory does not grow with the size of the index."""
 
+import hashlib
+import json
 import random
 import shutil
 
@@ -8,7 +10,7 @@ import numpy as np
 import pytest
 
 from datasets.errors import DatasetError
-from datasets.index import SampleRecord, encode_sample_index, write_sample_index
+from datasets.index import SampleRecord, encode_sample_index, write_metadata, write_sample_index
 from datasets.index import (check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns,
                             read_sample_index)
 
@@ -125,7 +127,15 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
         extra.append(f"fake/n{number:09d}\tvalidation-{number // 1000 + 100:06d}.tar\t{number % 1000}\t{offset}\t"
                      f"3072\t{offset + 1536}\t1000\t{number:064x}\tcls:{offset};json:{offset + 512};jpg:{offset + 1024}"
                      f"\t{'0.0625,0.125,0.75,0.9375' if number % 5 < 2 else ''}")  # a box on 40%, as in ImageNet
-    (large / "samples-validation.index.tsv").write_bytes(b"\n".join(lines + [line.encode() for line in extra]) + b"\n")
+    index_text = b"\n".join(lines + [line.encode() for line in extra]) + b"\n"
+    (large / "samples-validation.index.tsv").write_bytes(index_text)
+    metadata = json.loads((large / "metadata.json").read_text())  # the loader holds the index against it
+    metadata["splits"]["validation"]["index"].update(bytes=len(index_text), sha256=hashlib.sha256(index_text).hexdigest())
+    fake_shards = metadata["splits"]["validation"]["shards"]
+    for shard in range(len(extra) // 1000 + 1):
+        fake_shards.append({"name": f"validation-{shard + 100:06d}.tar", "samples": min(1000, len(extra) - shard * 1000),
+                            "bytes": 0, "sha256": "0" * 64})
+    write_metadata(large, metadata)
 
     small_keys, small_private = _epoch_worker_private(small, (0, 1))
     large_keys, large_private = _epoch_worker_private(large, (0, instances))

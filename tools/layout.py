@@ -65,7 +65,7 @@ LAYERS = [
     ("shard_cache",),
     ("loader",),
     ("sample", "tools", "inspect", "ledger"),  # tools over the library (tools/: modules behind one script each)
-    ("hostbench",),  # applications
+    ("hostbench", "testing"),  # applications; testing: real servers for tests and soaks
     ("cli",),  # the commands (top-level scripts, console entry points)
 ]
 

@@ -47,7 +47,7 @@ def usable_cpus() -> int:
 
 
 def add_s3_arguments(parser) -> None:
-    """--s3-endpoint and --s3-retries, for every command that reads or writes s3:// locations."""
+    """--s3-endpoint, --s3-retries and --read-timeout, for every command that reads or writes s3:// locations."""
     parser.add_argument("--s3-endpoint", metavar="URL", default=None,
                         help="S3-compatible endpoint (MinIO, Ceph, SeaweedFS ...), path-style addressing. Default: "
                              "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, then S3_ENDPOINT_URL, then AWS. Credentials, "
@@ -55,10 +55,14 @@ def add_s3_arguments(parser) -> None:
     parser.add_argument("--s3-retries", type=non_negative_int, default=None, metavar="N",
                         help="retries per S3 request (botocore standard mode: 5xx, SlowDown, connection errors) "
                              "and resumes of a broken read without progress (default 5)")
+    parser.add_argument("--read-timeout", type=float, default=None, metavar="SECONDS",
+                        help="seconds an S3 or http(s) read waits for bytes before it fails and is retried "
+                             "(default 60; DATASETS_READ_TIMEOUT)")
 
 
 def apply_s3_arguments(args) -> None:
-    """Make --s3-endpoint/--s3-retries this process's (and its children's) S3 settings."""
+    """Make --s3-endpoint/--s3-retries/--read-timeout this process's (and its children's) S3 settings."""
     from datasets.storage import configure_s3
 
-    configure_s3(endpoint=getattr(args, "s3_endpoint", None), retries=getattr(args, "s3_retries", None))
+    configure_s3(endpoint=getattr(args, "s3_endpoint", None), retries=getattr(args, "s3_retries", None),
+                 read_timeout=getattr(args, "read_timeout", None))

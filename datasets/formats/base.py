@@ -145,7 +145,7 @@ class ShardFormat:
 
     def read_payload_rows(self, location, columns, rows) -> Optional[Iterator[tuple]]:
         """`read_payloads` for `rows` (a sequential run of one local shard) of a columnar index
-        (datasets.sample_columns), no record built: (row, extension, payload view, None | reason),
+        (datasets.index.columns), no record built: (row, extension, payload view, None | reason),
         the same checks and reasons. None when this format has no such path (then read_payloads)."""
         return None
 

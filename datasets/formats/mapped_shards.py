@@ -8,25 +8,45 @@ inode, size and modification time (a file replaced or truncated is mapped anew; 
 place shows through a shared map anyway). Beyond MAX_MAPPED_BYTES or MAX_MAPS (each map holds a file
 descriptor) maps are let go, least recently used first; one still referenced by a payload view lives
 until that view goes. Used by the loader's local read path (datasets/formats/webdataset.py).
+
+Pages only where they pay (issue 35): every touched page of a kept map stays in the process's RSS
+(file-backed, reclaimable, but counted by `top` and by a container's memory limit). On a train split
+read once an epoch, a map is never read again while kept, so those pages grew a worker by 100-250 MB
+an epoch for nothing. A map pays once it is found again by a later read (`map` returns a kept map:
+a split re-read while still mapped, e.g. a validation split that fits the limits). For every other
+map the reader lends each payload (`lend_payload`) and the loader hands it back when it is done with
+it (`release_payload`, after decoding):
+its pages are dropped (madvise MADV_DONTNEED; a read-only shared file map, so a later touch faults the
+same bytes in from the page cache again, never other data). Pages are released per payload, not per
+shard, because the shuffle buffer holds payloads of many shards: releasing a shard's pages when its
+read ends would fault the buffered ones in twice. What stays resident is what the buffer holds, and
+the pages a payload does not fill (tar headers, edges shared with a neighbour) of the maps kept. DATASETS_KEEP_SHARD_PAGES=1 keeps every page, as before.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from collections import OrderedDict
 
 MAX_MAPPED_BYTES = 512 << 20  # per process (each DataLoader worker keeps its own)
 MAX_MAPS = 64
+MAX_LENT = 16_384  # lent, not handed back (a damaged sample, readers that never do, a big shuffle buffer): oldest forgotten
+KEEP_PAGES = os.environ.get("DATASETS_KEEP_SHARD_PAGES", "") not in ("", "0")  # every map's pages kept
+PAGE = mmap.PAGESIZE
 
 
 class MappedShards:
-    """path -> (identity, size, view), least recently used first."""
+    """path -> (identity, size, view), least recently used first; payloads lent out of maps that do
+    not pay, until handed back."""
 
     def __init__(self, limit: int = MAX_MAPPED_BYTES, count: int = MAX_MAPS):
         self.limit, self.count = limit, count
         self.maps = OrderedDict()
         self.mapped_bytes = 0
+        self.paying = set()  # id() of the kept maps found again while kept: their pages stay
+        self.lent = {}  # id(payload) -> (weak reference to it, its offset in its map), oldest first
 
     def map(self, location) -> tuple:
         """(size, memoryview of the whole file) of a local file, or raise OSError."""
@@ -36,6 +56,7 @@ class MappedShards:
             self._forget(key)
             if kept[0] == _identity(os.stat(key)):
                 self._keep(key, kept)
+                self.paying.add(id(kept[2].obj))
                 return kept[1], kept[2]
         with open(key, "rb") as handle:
             status = os.fstat(handle.fileno())
@@ -52,7 +73,34 @@ class MappedShards:
             self._forget(next(iter(self.maps)))
 
     def _forget(self, key) -> None:
-        self.mapped_bytes -= self.maps.pop(key)[1]
+        identity, size, view = self.maps.pop(key)
+        self.mapped_bytes -= size
+        self.paying.discard(id(view.obj))
+
+    def lend(self, view, start: int, stop: int) -> memoryview:
+        """view[start:stop] of a map's whole-file `view`, remembered (where its map does not pay) so
+        that `release` knows where it lies: a memoryview does not say, and asking numpy costs ~6 us."""
+        payload = view[start:stop]
+        if not KEEP_PAGES and id(view.obj) not in self.paying and stop - start >= PAGE:
+            lent = self.lent
+            lent[id(payload)] = (weakref.ref(payload), start)  # weak: a payload never handed back holds no map
+            if len(lent) > MAX_LENT:
+                del lent[next(iter(lent))]
+        return payload
+
+    def release(self, payload) -> None:
+        """Drop the pages of a payload `lend` gave out (anything else is left alone)."""
+        entry = self.lent.pop(id(payload), None)
+        if entry is None or entry[0]() is not payload or KEEP_PAGES or id(payload.obj) in self.paying:
+            return
+        start = entry[1]
+        # Only the pages wholly inside the payload: an edge page may hold a neighbour still in the
+        # buffer, and faulting it in again would map 64 KB around it (the kernel's fault-around),
+        # released neighbours included. The edges and tar headers (~2 pages a sample) stay until the
+        # map goes.
+        first, end = -(-start // PAGE) * PAGE, (start + len(payload)) // PAGE * PAGE
+        if end > first:
+            payload.obj.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
 def _identity(status) -> tuple:
@@ -65,3 +113,14 @@ _SHARDS = MappedShards()  # forked workers inherit it, maps and all: the same fi
 def mapped_shard(location) -> tuple:
     """(size, memoryview of the whole file) of a local shard, reusing this process's map of it."""
     return _SHARDS.map(location)
+
+
+def lend_payload(view, start: int, stop: int) -> memoryview:
+    """view[start:stop] of a shard map from `mapped_shard`, for `release_payload` to let go."""
+    return _SHARDS.lend(view, start, stop)
+
+
+def release_payload(payload) -> None:
+    """The loader is done with `payload` (decoded): let its pages go where its map does not pay.
+    Anything `lend_payload` did not give out (bytes of a remote read, a Boxed payload) is left alone."""
+    _SHARDS.release(payload)

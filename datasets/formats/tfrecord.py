@@ -332,7 +332,12 @@ def read_tfrecord_index(path):
     """[(offset, size)] from an index file, with a clear error for a malformed line."""
     path = Path(path)
     entries = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    try:  # digits and spaces only: any other byte (a flipped bit, another file) is named, not a traceback
+        text = path.read_bytes().decode("ascii")
+    except UnicodeDecodeError as error:
+        raise TFRecordFormatError(path, None, 0, f"the index holds a byte that is not text ({error.object[error.start]:#04x} "
+                                                 f"at byte {error.start}): not a '<offset> <length>' index") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if len(fields) != 2 or not all(f.isdigit() for f in fields):
             raise TFRecordFormatError(path, None, 0, f"line {number} of the index is not '<offset> <length>': {line!r}")

@@ -21,7 +21,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from datasets.formats.base import EncodedSample, ShardFormat
-from datasets.formats.mapped_shards import mapped_shard
+from datasets.formats.mapped_shards import lend_payload, mapped_shard
 from datasets.formats.npy import encode_npy
 from datasets.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
 from datasets.formats.tar_check import check_tar_shard
@@ -117,7 +117,7 @@ def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
         if reason is not None:
             yield row, None, None, reason
         else:
-            yield row, columns.exts[ext], view[payload:payload + length], None
+            yield row, columns.exts[ext], lend_payload(view, payload, payload + length), None
 
 
 def read_indexed_payloads(run) -> Iterator[tuple]:
@@ -152,7 +152,7 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
         if reason is not None:
             yield record, None, None, reason
             continue
-        yield record, ext, view[record.payload_offset:record.payload_offset + record.payload_size], None
+        yield record, ext, lend_payload(view, record.payload_offset, record.payload_offset + record.payload_size), None
 
 
 class WebDatasetFormat(ShardFormat):

@@ -55,7 +55,7 @@ class SampleRecord(NamedTuple):
     without the bbox column: written before it existed, or records built by scanning shards).
     Kept as text (parsed by `parse_bbox` where used): ~half the memory of a tuple of floats.
 
-    A NamedTuple, not a dataclass: built per row from the index's columns (datasets.sample_columns)
+    A NamedTuple, not a dataclass: built per row from the index's columns (datasets.index.columns)
     wherever code needs one, never one per sample held at once; a tuple is built ~2x faster.
     `record._replace(field=value)` makes a changed copy.
     """

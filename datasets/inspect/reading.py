@@ -8,7 +8,7 @@
 What a PATH may be is what `datasets.loader.sources.resolve_source` accepts: a converted dataset
 (local, http(s)://, s3://), a dataset of the reference harness (its tar headers are scanned once),
 TF-slim TFRecords without metadata (indexed by their framing), a folder or list of tar shards,
-or an extracted ImageNet folder. Memory: the split's index as columns (datasets.sample_columns)
+or an extracted ImageNet folder. Memory: the split's index as columns (datasets.index.columns)
 plus the samples being shown; bytes read: the index and each shown sample's byte range.
 """
 

@@ -67,6 +67,7 @@ from typing import Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from datasets.formats.mapped_shards import release_payload
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location
 from datasets.loader.epoch_planner import EpochPlanner

@@ -18,6 +18,7 @@ from typing import Optional
 
 import numpy as np
 
+from datasets.formats.mapped_shards import release_payload
 from datasets.loader.batch_ring import BatchBuilder
 from datasets.loader.device_batches import JpegPacker, largest_batch_bytes
 from datasets.loader.payloads import payload_kind
@@ -90,6 +91,7 @@ class ReadLoop:
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder, rng, shard)
+                release_payload(payload)  # its shard pages go where keeping them does not pay
             if error is not None:
                 self._bad(report, key(context, item), shard, error)
                 continue

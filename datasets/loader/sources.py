@@ -43,11 +43,12 @@ from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, f
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
 from datasets.dataset_folder import METADATA_FILE
 from datasets.errors import DatasetError
-from datasets.index import parse_metadata, sample_index_name
+from datasets.index import SAMPLE_INDEX_SUFFIX, parse_metadata, sample_index_name
 from datasets.reference import ReferenceMetadataError
 from datasets.reference.layout import NOTICE, scan_unadopted
 from datasets.index import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
 from datasets.loader.source_kinds import CIFAR10, FOLDER, SHARDS, SYNTHETIC
+from datasets.loader.index_trust import index_disagreement, index_file_disagreement
 from datasets.preprocess import PreprocessError, parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
 
@@ -152,7 +153,14 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         except ForeignShardsError as error:
             raise SourceError(str(error)) from None
         if found:
-            return _foreign_files(fmt, [str(s) for s in found], split, label_offset)
+            try:
+                return _foreign_files(fmt, [str(s) for s in found], split, label_offset)
+            except SourceError as error:
+                if any(path.glob(f"samples-*{SAMPLE_INDEX_SUFFIX}")):  # a converted dataset that lost its metadata
+                    raise SourceError(f"{path / METADATA_FILE}: missing, though the folder holds a converted "
+                                      f"dataset's sample indexes (restore it or re-convert); read as loose "
+                                      f"shards: {error}") from None
+                raise
     raise SourceError(
         f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
         f"({split}/<class>/<image>), nor a folder of .tar shards"
@@ -192,7 +200,8 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
     entry = metadata["splits"][split]
     index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
     index_location = join_location(base, index_name)
-    columns = _read_columns(index_location)
+    columns = _read_columns(index_location, entry)
+    _hold_against_metadata(columns, entry, index_location)
     fmt = metadata["format"]
     try:
         shard_format = get_format(fmt)
@@ -298,14 +307,25 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
 
-def _read_columns(location: str) -> SampleColumns:
+def _read_columns(location: str, split_entry=None) -> SampleColumns:
     """A text sample index as columns in shard order, read once in this (the main) process: forked
-    DataLoader workers share its arrays. A local index is parsed as a stream (the text is never held)."""
+    DataLoader workers share its arrays. A local index is parsed as a stream (the text is never held),
+    after its size and sha256 are held against metadata.json's `split_entry` (index_trust)."""
     if is_url(location):
         columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
     else:
+        problem = index_file_disagreement(location, split_entry) if split_entry is not None else None
+        if problem:
+            raise SourceError(problem)
         columns = read_sample_columns(location)
     return columns.in_shard_order()
+
+
+def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:
+    """A SourceError naming the index when it disagrees with metadata.json (datasets/loader/index_trust.py)."""
+    problem = index_disagreement(columns, split_entry, index_location)
+    if problem:
+        raise SourceError(problem)
 
 
 def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> Source:
@@ -325,7 +345,8 @@ def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> So
     if metadata is not None:
         for name, entry in metadata["splits"].items():
             index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
-            columns = _read_columns(index_location)
+            columns = _read_columns(index_location, entry)
+            _hold_against_metadata(columns, entry, index_location)
             wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
             rows = columns.rows_of_shards(wanted)
             if {columns.shard_names[i] for i in np.unique(columns.shard_ids[rows])} == wanted:

@@ -6,7 +6,12 @@ request is recorded. Faults, each armed for a number of requests:
   * `cut_body`:  forward a GET, send the headers and only the first `cut_fraction` of the body,
                  then drop the connection (a connection reset mid-shard);
   * `flip_put`:  forward a PUT with one byte of its body flipped (corruption in transit);
-  * `on_get`:    a callback run before a GET is forwarded (e.g. replace the object meanwhile).
+  * `on_get`:    a callback run before a GET is forwarded (e.g. replace the object meanwhile);
+  * `stall`:     hold a GET `stall_seconds` before answering (`stall_mid_body`: after the headers and
+                 half the body), longer than the client's read timeout: a store that stops answering;
+  * `outage(seconds)` / `restore()`: every request meanwhile has its connection dropped unanswered
+                 (a store that is down), until the time is up or `restore()`.
+The tests (tests/test_s3_faults.py, test_shard_cache.py) and benchmarks/soak.py use it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import http.client
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
@@ -33,6 +39,12 @@ class FaultProxy:
         self.cut_path = ""  # only GETs whose path contains this are cut
         self.flip_put = 0
         self.on_get = None
+        self.stall = 0
+        self.stall_seconds = 5.0
+        self.stall_mid_body = False
+        self.stall_path = ""  # only GETs whose path contains this are stalled
+        self.down_until = 0.0  # time.monotonic() until which the store is down
+        self.closing = threading.Event()
         self.faults = []  # what was injected, in order
         proxy = self
 
@@ -43,7 +55,7 @@ class FaultProxy:
                 pass
 
             def do_GET(self):
-                proxy._handle(self)
+                proxy.handle(self)
 
             do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
@@ -66,12 +78,48 @@ class FaultProxy:
                 return True
         return False
 
-    def _handle(self, handler):
+    def outage(self, seconds: float) -> None:
+        """The store is down for `seconds` from now: connections are dropped unanswered."""
+        self.down_until = time.monotonic() + seconds
+
+    def restore(self) -> None:
+        self.down_until = 0.0
+
+    @property
+    def down(self) -> bool:
+        return time.monotonic() < self.down_until
+
+    def _wait(self, seconds: float) -> None:
+        self.closing.wait(seconds)  # close() ends a stall at once
+
+    @staticmethod
+    def _drop(handler) -> None:
+        handler.close_connection = True
+        try:
+            handler.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def handle(self, handler):
+        try:
+            self._answer(handler)
+        except OSError:  # the client gave up first (a stall past its read timeout): nothing to tell it
+            self._drop(handler)
+
+    def _answer(self, handler):
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
         with self.lock:
             self.requests.append((handler.command, handler.path, handler.headers.get("Range"),
                                   handler.headers.get("If-Match")))
+        if self.down:
+            self.faults.append(("outage", handler.path))
+            self._drop(handler)
+            return
+        stall = handler.command == "GET" and self.stall_path in handler.path and self._take("stall")
+        if stall and not self.stall_mid_body:
+            self.faults.append(("stall", handler.path))
+            self._wait(self.stall_seconds)
         if self._take("slowdown"):
             self.faults.append(("slowdown", handler.path))
             handler.send_response(503)
@@ -93,8 +141,7 @@ class FaultProxy:
             response = upstream.getresponse()
             data = response.read()
         except OSError:
-            handler.close_connection = True
-            handler.connection.shutdown(socket.SHUT_RDWR)
+            self._drop(handler)
             return
         finally:
             upstream.close()
@@ -109,12 +156,19 @@ class FaultProxy:
             self.faults.append(("cut_body", handler.path))
             handler.wfile.write(data[:int(len(data) * self.cut_fraction)])
             handler.wfile.flush()
-            handler.close_connection = True
-            handler.connection.shutdown(socket.SHUT_RDWR)
+            self._drop(handler)
+            return
+        if stall and self.stall_mid_body and handler.command == "GET":
+            self.faults.append(("stall_mid_body", handler.path))
+            handler.wfile.write(data[:len(data) // 2])
+            handler.wfile.flush()
+            self._wait(self.stall_seconds)
+            self._drop(handler)
             return
         if handler.command != "HEAD":
             handler.wfile.write(data)
 
     def close(self):
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()

@@ -92,11 +92,11 @@ def client_environment(monkeypatch, server: "SeaweedServer", endpoint: str, retr
         monkeypatch.setenv(name, value)
     monkeypatch.setenv(storage.ENDPOINT_VARIABLE, endpoint)
     monkeypatch.setenv(storage.RETRIES_VARIABLE, str(retries))
-    storage._clients.clear()
+    storage.forget_clients()
     try:
         yield
     finally:
-        storage._clients.clear()
+        storage.forget_clients()
 
 
 class SeaweedServer:
