@@ -85,7 +85,7 @@ resnet50_host() { wait_rows resnet50_host --arch resnet50 --decode host --worker
 resnet18() { wait_rows resnet18 --arch resnet18 --own-rate --decode device,host --workers 6; }
 
 if [ "${1:-}" = prepare ]; then prepare; exit; fi
-for name in "${@:-environment native dataset device_decode_tests check resnet50_device resnet18 resnet50_host}"; do
+for name in "${@:-environment native dataset check resnet50_device resnet18 resnet50_host device_decode_tests}"; do
   for one in $name; do step "$one" "$one"; done
 done
 echo "done $(date +%T)" | tee -a "$OUT/steps.log"

@@ -209,7 +209,7 @@ def test_a_stall_past_the_read_timeout_is_retried_and_the_epoch_is_identical(dat
 def test_an_outage_within_the_retries_is_absorbed(dataset, proxy):
     local, remote = dataset
     expected = epoch(local)
-    proxy.outage(0.5)
+    proxy.outage(requests=2)  # the next two requests, whenever the client makes them
     loader = get_data(remote, "validation", 4, 0, normalization="device", instance=SINGLE, with_keys=True)
     got = read_all(loader)
     assert proxy.faults and {f[0] for f in proxy.faults} == {"outage"}

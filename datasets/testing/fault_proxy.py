@@ -9,7 +9,8 @@ request is recorded. Faults, each armed for a number of requests:
   * `on_get`:    a callback run before a GET is forwarded (e.g. replace the object meanwhile);
   * `stall`:     hold a GET `stall_seconds` before answering (`stall_mid_body`: after the headers and
                  half the body), longer than the client's read timeout: a store that stops answering;
-  * `outage(seconds)` / `restore()`: every request meanwhile has its connection dropped unanswered
+  * `outage(seconds)` / `outage(requests=N)` / `restore()`: every request meanwhile (or the next N, whenever
+    they come: a schedule that does not depend on how fast the client starts) has its connection dropped
                  (a store that is down), until the time is up or `restore()`.
 The tests (tests/test_s3_faults.py, test_shard_cache.py) and benchmarks/soak.py use it.
 """
@@ -44,6 +45,7 @@ class FaultProxy:
         self.stall_mid_body = False
         self.stall_path = ""  # only GETs whose path contains this are stalled
         self.down_until = 0.0  # time.monotonic() until which the store is down
+        self.down_requests = 0  # the next requests dropped, counted
         self.closing = threading.Event()
         self.faults = []  # what was injected, in order
         proxy = self
@@ -78,15 +80,20 @@ class FaultProxy:
                 return True
         return False
 
-    def outage(self, seconds: float) -> None:
-        """The store is down for `seconds` from now: connections are dropped unanswered."""
+    def outage(self, seconds: float = 0.0, requests: int = 0) -> None:
+        """The store is down for `seconds` from now, or for its next `requests` requests: connections are
+        dropped unanswered."""
         self.down_until = time.monotonic() + seconds
+        self.down_requests = requests
 
     def restore(self) -> None:
-        self.down_until = 0.0
+        self.down_until, self.down_requests = 0.0, 0
 
-    @property
-    def down(self) -> bool:
+    def _down(self) -> bool:
+        """Whether this request meets the outage (one of the counted requests is used up)."""
+        if self.down_requests > 0:
+            self.down_requests -= 1
+            return True
         return time.monotonic() < self.down_until
 
     def _wait(self, seconds: float) -> None:
@@ -112,7 +119,9 @@ class FaultProxy:
         with self.lock:
             self.requests.append((handler.command, handler.path, handler.headers.get("Range"),
                                   handler.headers.get("If-Match")))
-        if self.down:
+        with self.lock:
+            down = self._down()
+        if down:
             self.faults.append(("outage", handler.path))
             self._drop(handler)
             return
