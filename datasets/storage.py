@@ -41,8 +41,8 @@ from typing import Optional
 
 from braceexpand import braceexpand
 
-from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
 from datasets.errors import Error
+from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
 
 log = logging.getLogger(__name__)
 HTTP_TIMEOUT = 60
