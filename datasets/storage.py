@@ -42,8 +42,8 @@ from typing import Optional
 
 from braceexpand import braceexpand
 
-from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
 from datasets.errors import Error
+from datasets.storage_hooks import record_body_bytes, record_request, record_ttfb
 
 log = logging.getLogger(__name__)
 DEFAULT_READ_TIMEOUT = 60.0  # seconds a read may wait for bytes (S3 and http(s)) before it counts as failed
