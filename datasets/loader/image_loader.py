@@ -430,8 +430,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
         instance = detect_instance(*(instance or ()))
     train = (split == "train") if train is None else train
     policy = policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
-    shuffle = train if shuffle is None else shuffle
-    drop_last = train if drop_last is None else drop_last
+    shuffle, drop_last = (train if shuffle is None else shuffle), (train if drop_last is None else drop_last)
     location, dtype = normalization_location(normalization), float_dtype(dtype)
     device_decode = device_decode_asked(jpeg_decode, location)
     resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
