@@ -94,6 +94,8 @@ def test_instance_counts_that_do_not_divide_p_or_too_few_samples_are_refused():
         check_layout(FlatLayout(1000, 64, 8, "drop"), 3)
     with pytest.raises(PlanError, match="no whole batch"):
         check_layout(FlatLayout(100, 64, 8, "drop"), 1)
+    with pytest.raises(PlanError, match="cannot fill 64 partitions"):
+        check_layout(FlatLayout(40, 64, 8, "pad"), 1)
     with pytest.raises(PlanError, match="unknown order"):
         get_data("synthetic", "train", 3, 0, order="random", synthetic_length=64, image_size=8)
 

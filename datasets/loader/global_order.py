@@ -113,6 +113,8 @@ def check_layout(layout: FlatLayout, instances: int) -> None:
     if instances < 1 or layout.partitions % instances:
         raise PlanError(f"the global order with {layout.partitions} partitions needs an instance count that divides "
                         f"it, got {instances}: give order=GlobalOrder(partitions=...) a multiple of it")
+    if layout.total < layout.partitions:  # "pad" would have an empty partition to repeat
+        raise PlanError(f"{layout.total} samples cannot fill {layout.partitions} partitions: use fewer partitions")
     if len(layout) == 0:
         raise PlanError(f"{layout.total} samples in {layout.partitions} partitions leave no whole batch of "
                         f"{layout.batch_size} per partition: use fewer partitions or policy 'pad'")
