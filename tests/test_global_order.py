@@ -197,3 +197,31 @@ def test_torchrun_2x2_reads_the_flat_sequence_and_a_kill_resumed_on_3_continues_
     ledgers = [str(tmp_path / f"ledger-{i}.json") for i in range(3)]
     assert ledger_main(["verify", *ledgers]) == 0, capsys.readouterr().out
     assert "OK: every sample of the epoch delivered" in capsys.readouterr().out
+
+
+def test_scattered_rows_read_shard_by_shard_give_what_the_runs_give(img, monkeypatch):
+    """The block-shuffled order's reads (source_kinds/shards.py: a chunk read one shard at a time, then
+    handed out in item order) yield the same tuples as reading run by run, a damaged payload included."""
+    from datasets.loader.source_kinds import ReadContext, shards
+    from datasets.loader.sources import resolve_source
+
+    source = resolve_source(str(img), "train")
+    context = ReadContext(source, source.columns, True, False, 0)
+    rows = np.random.default_rng(1).permutation(len(source.columns))
+    assert shards._scattered(source.columns, rows) and not shards._scattered(source.columns, np.sort(rows))
+    monkeypatch.setattr(shards, "SCATTER_CHUNK", 5)  # chunk boundaries inside the 36 rows
+
+    def read(samples):
+        return [(row, shard, label, bytes(payload) if payload is not None else None, kind, error)
+                for row, shard, label, payload, kind, error in samples]
+
+    expected = read(shards._sequential_samples(context, rows))
+    assert read(shards._scattered_samples(context, rows)) == expected
+    assert [sample[0] for sample in expected] == rows.tolist()
+    checksums = source.columns.checksums.copy()  # a payload whose recorded CRC32C no longer matches
+    source.columns.checksums[rows[7]] ^= 1
+    try:
+        damaged = read(shards.SHARDS.raw_samples(context, rows))
+    finally:
+        source.columns.checksums[:] = checksums
+    assert [sample[5] is not None for sample in damaged] == [n == 7 for n in range(len(rows))]
