@@ -8,8 +8,10 @@ Per order, the N instances of one epoch are read one after another in this proce
 no workers, read_ahead=False, so one epoch's requests are counted), each from a local server that
 honours byte ranges (tests/http_range_server.py) and counts the requests for train shards and the
 bytes it sends for them; "global+cache" reads through a shard cache per instance (get_data's
-cache_dir: whole-shard GETs). Per instance: shard requests, bytes read, and bytes over the instance's share (the split's
-record bytes / N: 1.00 is every byte read once in all). Then each order's ledgers are verified and
+cache_dir: whole-shard GETs). Per instance: shard requests, bytes read, bytes over the instance's
+share (the split's record bytes / N: 1.00 is every byte read once in all) and over the record bytes
+of the samples it delivered (whole shards through the cache also hold the samples the epoch's tail
+drops, and tar padding). Then each order's ledgers are verified and
 their distinct labels per batch put against a perfect shuffle (datasets.ledger): on a dataset
 converted with --no-shuffle (class order) the loader's order alone does the mixing.
 """
@@ -54,6 +56,11 @@ def record_bytes(dataset: Path, split: str) -> int:
     return int(resolve_source(str(dataset), split, use_repartition=False).columns.record_sizes.sum())
 
 
+def record_sizes_by_key(dataset: Path, split: str) -> dict:
+    columns = resolve_source(str(dataset), split, use_repartition=False).columns
+    return {columns.key(row): int(size) for row, size in enumerate(columns.record_sizes.tolist())}
+
+
 def read_epoch(base_url, instances, order, batch_size, ledgers: Path, name: str, cache: bool) -> list:
     rows = []
     for index in range(instances):
@@ -86,6 +93,7 @@ def main(argv=None) -> int:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base_url = f"http://127.0.0.1:{server.server_address[1]}/"
     share = record_bytes(args.dataset, "train") / args.instances
+    sizes = record_sizes_by_key(args.dataset, "train")
     global_order = GlobalOrder(partitions=args.partitions or args.instances)
     orders = {"shards": (None, False), "global": (global_order, False), "global+cache": (global_order, True)}
     rows, shuffle = [], {}
@@ -93,16 +101,20 @@ def main(argv=None) -> int:
         for name, (order, cache) in orders.items():
             rows += read_epoch(base_url, args.instances, order, args.batch_size, Path(ledgers), name, cache)
             paths = [Path(ledgers) / f"{name}-{i}.json" for i in range(args.instances)]
+            for row, path in zip(rows[-args.instances:], paths):  # the record bytes of what it delivered
+                delivered = json.loads(path.read_text())["entries"][-1]["keys"]
+                row["delivered_bytes"] = sum(sizes[key] for key in delivered)
             verdict = verify(read_ledgers(paths), str(args.dataset))
             shuffle[name] = {"ok": verdict.ok, "problems": verdict.problems, **verdict.shuffle}
     server.shutdown()
     print(f"{args.dataset}: train, {args.instances} instances, batch {args.batch_size}; share = record bytes / N = "
           f"{share:,.0f}")
-    print(f"{'order':12} {'inst':>4} {'samples':>8} {'GETs':>7} {'bytes':>12} {'x share':>8}")
+    print(f"{'order':12} {'inst':>4} {'samples':>8} {'GETs':>7} {'bytes':>12} {'x share':>8} {'x delivered':>11}")
     for row in rows:
         row["over_share"] = round(row["bytes"] / share, 3)
+        row["over_delivered"] = round(row["bytes"] / row["delivered_bytes"], 3)
         print(f"{row['order']:12} {row['instance']:>4} {row['samples']:>8} {row['shard_requests']:>7} "
-              f"{row['bytes']:>12,} {row['over_share']:>8.3f}")
+              f"{row['bytes']:>12,} {row['over_share']:>8.3f} {row['over_delivered']:>11.3f}")
     for name, figures in shuffle.items():
         run, perfect = figures.get("run", {}), figures.get("perfect_shuffle", {})
         print(f"{name}: ledger {'OK' if figures['ok'] else 'FAILED'}; distinct labels per batch mean "
