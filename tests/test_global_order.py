@@ -134,6 +134,23 @@ def test_one_flat_sequence_for_1x0_2x2_4x1_and_validation_keeps_its_order(img):
     assert validation[0] == validation[1]
 
 
+def test_a_flat_batch_is_augmented_alike_at_any_scale(img):
+    """Train crops and flips are drawn per flat batch: the same pixels for (1, 0), (2, 2) and (4, 1)."""
+    import torch
+
+    def flat_images(instances, workers):
+        per_rank = [[(list(keys), images.clone()) for images, _, keys in make(img, (i, instances), workers,
+                                                                             image_size=32)]
+                    for i in range(instances)]
+        return [per_rank[rank][step] for step in range(len(per_rank[0])) for rank in range(instances)]
+
+    reference = flat_images(1, 0)
+    for instances, workers in ((2, 2), (4, 1)):
+        other = flat_images(instances, workers)
+        assert [keys for keys, _ in other] == [keys for keys, _ in reference]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(other, reference))
+
+
 RANKS = """
 import json, os, signal, sys
 import torch.distributed as dist

@@ -200,5 +200,6 @@ def plan_flat(positions, layout: FlatLayout, instance: int, count: int, padded_m
     else:
         padded = np.zeros(0, dtype=np.int64)
     counts = [len(deal_batches(len(positions), i, count, b, layout.policy)[0]) for i in range(count)]
+    # each batch's flat number: its first position's batch (a resumed segment's batches stay whole)
     return InstancePlan(items, b, False, layout.policy, counts, padded=padded, policy_dropped=positions[dropped],
-                        strided=True)
+                        strided=True, batch_ids=items[::b] // b)

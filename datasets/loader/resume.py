@@ -374,7 +374,8 @@ def plan_items(sequence, plan: InstancePlan) -> InstancePlan:
     def at(positions):
         return SubOrder(sequence, positions).take(np.arange(len(positions)))
     return InstancePlan(at(plan.items), plan.batch_size, plan.drop_last, plan.policy, plan.instance_counts,
-                        at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided)
+                        at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided,
+                        plan.batch_ids)
 
 
 def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:

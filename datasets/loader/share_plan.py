@@ -169,6 +169,7 @@ class InstancePlan:
     # datasets/loader/global_order.py): the batches w, w + W, ..., so DataLoader's round-robin
     # hands them out in plan order whatever the worker count
     strided: bool = False
+    batch_ids: object = None  # the global order: each batch's flat batch number (its augmentation's seed)
 
     @property
     def batches(self) -> int:
@@ -181,6 +182,15 @@ class InstancePlan:
         start, stop = worker_ranges(len(self.items), self.batch_size, workers, self.drop_last)[worker]
         return self.items[start:stop]
 
+    def worker_batch_ids(self, worker: int, workers: int):
+        """The flat batch numbers of worker `worker`'s batches (global order), or None."""
+        if self.batch_ids is None:
+            return None
+        return self.batch_ids[self.strided_batch_numbers(worker, max(workers, 1))]
+
+    def strided_batch_numbers(self, worker: int, workers: int) -> np.ndarray:
+        return np.arange(worker, self.batches, workers, dtype=np.int64)
+
     def worker_batches(self, workers: int) -> list:
         """Batches per worker (`workers` 0 counts as 1)."""
         workers = max(workers, 1)
@@ -191,7 +201,7 @@ class InstancePlan:
 
     def _strided_indices(self, worker: int, workers: int) -> np.ndarray:
         size = self.batch_size
-        batches = np.arange(worker, self.batches, workers, dtype=np.int64)
+        batches = self.strided_batch_numbers(worker, workers)
         indices = (batches[:, None] * size + np.arange(size, dtype=np.int64)).reshape(-1)
         return indices[indices < len(self.items)]
 
