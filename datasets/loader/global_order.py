@@ -28,7 +28,9 @@ instance's batches w, w + W, ... (InstancePlan.strided), which DataLoader hands 
 the instance's batch order does not depend on W. A resumed segment (datasets/loader/resume.py)
 deals the flat positions no earlier segment delivered, in order, the same way; its tail (fewer
 batches left than a multiple of the new instance count) is dropped ("drop") or padded with the
-remaining sequence's first batches ("pad"), named in the report and ledger.
+remaining sequence's first batches ("pad"), named in the report and ledger. Each batch is augmented
+with a generator seeded by its flat batch number (InstancePlan.batch_ids, read_loop.FlatTag), so the
+pixels, not only the keys, are the same at any scale and across a resume.
 
 Everything here is positions (ints), so the order of 1.28M samples is a few numpy calls.
 """

@@ -394,7 +394,7 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
-                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic".
+                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic"; a Mix (loader/mix.py).
     split           "train" or "validation" (anything else is read like validation).
     normalization   "host" (float32, or float16 with dtype="float16") or "device"/"ipu" (uint8 NCHW;
                     wrap the model in datasets.normalization.NormalizeOnDevice).
