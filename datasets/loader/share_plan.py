@@ -68,6 +68,8 @@ class GroupedOrder:
             starts, sizes = starts[order], sizes[order]
         self.starts, self.sizes = starts, sizes
         self.ends = np.cumsum(sizes)
+        # the largest row + 1 (a Mix's items pass one source's size: datasets/loader/mix.py)
+        self.row_limit = int((starts + sizes).max()) if len(starts) else 0
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
@@ -77,7 +79,7 @@ class GroupedOrder:
         group = np.searchsorted(self.ends, positions, side="right")
         rows = self.starts[group] + positions - (self.ends[group] - self.sizes[group])
         # int32 rows: a plan of 1.28M samples is 5 MB in each process that makes it
-        return rows.astype(np.int32) if len(self) < 2**31 else rows
+        return rows.astype(np.int32) if self.row_limit < 2**31 else rows
 
     def __getitem__(self, position: int) -> int:
         return int(self.take([position])[0])
