@@ -19,7 +19,7 @@ EXPECTED_ROWS = [  # the -pil rows: the loader on the whole-image decode, beside
     # the floor rows: the loader's image_into alone, per decode path
     "bare_decode_augment", "floor", "floor-pil",
     "baseline_imagefolder", "folder/host", "folder/device", "folder/device-pil",
-    "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
+    "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify", "img/device-order-global",
     "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix",  # user transforms (issue 21)
     "baseline_webdataset_npy", "tensor/host", "tensor/device", "tensor/device-noverify",
     "tensor/device-tv-rrc-flip", "tensor/device-strong", "tensor/device-strong-mix",
@@ -340,7 +340,8 @@ def test_compare_writes_every_row_to_json_and_a_png(compare_run):
     assert by_id["tensor/device"]["bytes_per_image"] > by_id["img/device"]["bytes_per_image"] > 0
     assert [goal["goal"] for goal in report["goals"]] == [
         "jpeg_vs_bare", "jpeg_crop_decode_vs_bare", "jpeg_vs_imagefolder", "tensor_vs_stock_npy", "img_verify_cost",
-        "tensor_verify_cost", "jpeg_user_transform_fused", "jpeg_loader_vs_floor", "jpeg_validation_fused_vs_pil"]
+        "tensor_verify_cost", "jpeg_user_transform_fused", "jpeg_loader_vs_floor", "img_global_order_cost",
+        "jpeg_validation_fused_vs_pil"]
     assert by_id["img/device-strong-mix"]["batch_dtype"] == "uint8" and by_id["img/device-strong"]["decode"] == "crop"
     assert by_id["img/device-noverify"]["label"].endswith("verify off") and by_id["img/device-noverify"]["decode"] == "crop"
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"][:-1])
@@ -368,9 +369,9 @@ def test_compare_with_a_format_filter(filtered_compare_run, compare_dir):
     report = json.loads(out_json.read_text())
     assert [row["id"] for row in report["rows"] if row["format"] not in ("tfrecord", "lmdb")] == [
         "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
-        "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix"]
+        "img/device-order-global", "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix"]
     assert report["config"]["formats"] == ["img", "tfrecord", "lmdb"]
-    measured = ("img_verify_cost", "jpeg_user_transform_fused")
+    measured = ("img_verify_cost", "jpeg_user_transform_fused", "img_global_order_cost")
     assert {goal["status"] for goal in report["goals"] if goal["goal"] not in measured} == {"not measured"}
     assert all(goal["status"] in ("met", "not met") for goal in report["goals"] if goal["goal"] in measured)
     bad = run_script("host_benchmark.py", "--compare", compare_dir, "--formats", "tfrecord", "--batches", 1)

@@ -422,7 +422,7 @@ def test_host_benchmark_compare_has_the_tfrecord_rows(filtered_compare_run):
     report = json.loads(out_json.read_text())
     assert [row["id"] for row in report["rows"] if row["format"] in ("img", "tfrecord")] == [
         "baseline_webdataset_pil", "img/host", "img/device", "img/device-pil", "img/device-noverify",
-        "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix", "baseline_tfrecord_torch", "tfrecord/host", "tfrecord/device", "tfrecord/device-pil", "tfrecord/device-noverify"]
+        "img/device-order-global", "img/device-tv-rrc-flip", "img/device-strong", "img/device-strong-mix", "baseline_tfrecord_torch", "tfrecord/host", "tfrecord/device", "tfrecord/device-pil", "tfrecord/device-noverify"]
     for row in report["rows"]:
         assert "error" not in row, row
         assert row["images"] == 8 and row["images_per_s"] > 0, row["id"]

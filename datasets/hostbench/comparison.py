@@ -27,9 +27,12 @@ from datasets.hostbench.pipelines import (AUGMENTATIONS, BASELINES, IMAGE_SIZE, 
                                           bare_decode_augment, floor_batches, loader_batches, validation_resize)
 from datasets.hostbench.discovery import COMPARED_FORMATS, folder_split_dir, list_folder_images
 from datasets.loader import jpeg_crop
+from datasets.loader.global_order import GlobalOrder
 
 NORMALIZATIONS = ("host", "device")
 NO_VERIFY = "-noverify"  # row id suffix of a loader row with verify=False
+ORDER_GLOBAL = "-order-global"  # row id suffix of a loader row with order="global" (train)
+ORDER_GLOBAL_FORMATS = ("img",)  # the formats that get it: the JPEG reference format (issue 36's goal)
 AUGMENTED_FORMATS = ("img", "tensor")  # formats that get the user-transform rows (train, device normalisation)
 
 
@@ -116,11 +119,17 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
         if source.format != "folder" and "device" in normalizations and loader_options.get("verify", True):
             # The same device row without the per-sample CRC32C check: what verification costs.
             variants.append(("device", NO_VERIFY, {**loader_options, "verify": False}, loader_decode if jpeg else ""))
+        if split == "train" and source.format in ORDER_GLOBAL_FORMATS and "device" in normalizations:
+            # The global train order (datasets/loader/global_order.py) against today's: its block shuffle
+            # reads a partition's rows out of shard order. One partition per instance: any split has a batch.
+            variants.append(("device", ORDER_GLOBAL, {**loader_options, "order": GlobalOrder(instance.count)},
+                             loader_decode if jpeg else ""))
         for normalization, suffix, options, decode in variants:
             rows.append(RowPlan(
                 f"{source.name or source.format}/{normalization}{suffix}",
                 f"{source.label}, {normalization} normalisation" + (f", {decode} decode" if decode else "")
-                + (", verify off" if options.get("verify", True) is False else ""),
+                + (", verify off" if options.get("verify", True) is False else "")
+                + (", order=global" if suffix == ORDER_GLOBAL else ""),
                 "loader",
                 source.format, normalization, workers, source.bytes_per_image.get(split, 0.0), str(source.path),
                 lambda s=source, n=normalization, o=options: loader_batches(s.path, split, batch_size, workers, n,
@@ -260,6 +269,9 @@ GOALS = (
     Goal("jpeg_loader_vs_floor", JPEG_DEVICE_ROWS, "floor", "images_per_cpu_s", 0.95,
          "JPEG pipeline (device normalisation) >= 95% of its floor (the same image_into, 1 process, no loader) "
          "per CPU-second", "images_per_s"),
+    # Issue 36: the global train order (block-shuffled partitions) costs <= 5% against today's order.
+    Goal("img_global_order_cost", "img/device" + ORDER_GLOBAL, "img/device", "images_per_cpu_s", 0.95,
+         "img loader in order=global >= 95% of today's order, per CPU-second", "images_per_s", ("train",)),
     Goal("jpeg_validation_fused_vs_pil", JPEG_DEVICE_ROWS, "{row}-pil", "images_per_cpu_s", 1.40,
          "JPEG validation pipeline (device normalisation, fused decode) >= 1.4x its whole-image PIL path per "
          "CPU-second", "images_per_s", ("validation",)),

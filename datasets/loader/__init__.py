@@ -16,7 +16,7 @@ if not getattr(_sys.modules.get("datasets"), "IMAGENET_SHARDS", False):
                       f"the ImageNet-shards library ({__file__.rsplit('/loader/', 1)[0]}); put the library first on "
                       f"sys.path (PYTHONPATH) or use an environment without the other one")
 
-__all__ = ["get_data"]
+__all__ = ["GlobalOrder", "Mix", "get_data"]
 
 
 def __getattr__(name):
@@ -24,4 +24,12 @@ def __getattr__(name):
         from datasets.loader.image_loader import get_data
 
         return get_data
+    if name == "Mix":
+        from datasets.loader.mix import Mix
+
+        return Mix
+    if name == "GlobalOrder":
+        from datasets.loader.global_order import GlobalOrder
+
+        return GlobalOrder
     raise AttributeError(f"module 'datasets.loader' has no attribute {name!r}")

@@ -2,8 +2,9 @@
 
 It holds what fixes the plans (source, instance, policy, seed, shuffle, batch size, this instance's
 repartition share), the epoch the main process iterates next, and a loaded resume state. The rules
-it applies are in datasets/loader/share_plan.py (dealing an epoch's sequence among instances) and
-datasets/loader/resume.py (what a later segment of a resumed epoch deals); the workers read what
+it applies are in datasets/loader/share_plan.py (dealing an epoch's sequence among instances),
+datasets/loader/global_order.py (order="global": one flat sequence whatever the instance and worker
+counts) and datasets/loader/resume.py (what a later segment of a resumed epoch deals); the workers read what
 it plans (datasets/loader/read_loop.py).
 """
 
@@ -17,7 +18,8 @@ import numpy as np
 
 from datasets.launcher import Instance
 from datasets.loader.batch_ring import SharedFlags
-from datasets.loader.resume import SubOrder, plan_segment
+from datasets.loader.global_order import FlatLayout, check_layout, flat_sequence, plan_flat
+from datasets.loader.resume import SubOrder, plan_items, plan_segment
 from datasets.loader.share_plan import epoch_order, plan_instance, plan_own_share
 from datasets.loader.source_kinds import get_source_kind
 from datasets.loader.sources import Source, load_own_share
@@ -29,13 +31,19 @@ class EpochPlanner:
     """One instance's plan of each epoch of a split (share_plan.InstancePlan), its resume state and epoch."""
 
     def __init__(self, source: Source, split: str, instance: Instance, batch_size: int, *, policy: str, seed: int,
-                 epoch: int, shuffle: bool, drop_last: bool, use_repartition: bool = True):
+                 epoch: int, shuffle: bool, drop_last: bool, use_repartition: bool = True, order=None):
         self.source, self.split, self.instance, self.batch_size = source, split, instance, batch_size
         self.policy, self.seed, self.shuffle, self.drop_last = policy, seed, shuffle, drop_last
         # The epoch the main process iterates next; workers take theirs from run_flags (epoch_runs.py).
         self._epoch = int(epoch)
+        # order="global" (a global_order.GlobalOrder; None: today's order): the epoch's flat sequence
+        self.order, self.layout, self._flat = order, None, {}
+        if order is not None:
+            self.layout = FlatLayout(source.total, int(order.partitions), batch_size, policy)
+            check_layout(self.layout, instance.count)
+            self._padded_mask = self.layout.padded_mask()
         self.own_share, self._padded_rows = None, {}
-        if source.repartition is not None and use_repartition:
+        if source.repartition is not None and use_repartition and order is None:
             self.own_share = self._choose_repartition(source.repartition)
         self._plans = {}
         # A loaded state (datasets/loader/resume.py) applies to its epoch while this flag (shared
@@ -102,17 +110,54 @@ class EpochPlanner:
             self._plans = {key: self._make_plan(epoch)}  # keep one: plans of 1.28M items are large
         return self._plans[key]
 
+    def order_identity(self):
+        """What a resume state records of the order (None: today's)."""
+        if self.order is None:
+            return None
+        return {**self.order.to_json(), "batch_size": self.batch_size}
+
+    def shard_sequence(self, epoch: int):
+        """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order."""
+        return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
+
+    def flat(self, epoch: int):
+        """order="global": the epoch's global_order.FlatSequence (one kept: 1.28M positions are 10 MB)."""
+        if epoch not in self._flat:
+            self._flat = {epoch: flat_sequence(self.layout, self.seed, epoch, self.order.block if self.shuffle else None)}
+        return self._flat[epoch]
+
     def epoch_sequence(self, epoch: int):
         """The epoch's global sequence (what the instances' plans deal), or None for a repartition."""
         if self.own_share is not None:
             return None
-        return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
+        if self.order is not None:
+            return SubOrder(self.shard_sequence(epoch), self.flat(epoch).positions)
+        return self.shard_sequence(epoch)
+
+    def with_flat_dropped(self, plan, epoch: int):
+        """`plan` (in items) with the samples the global order's partition tails leave out this epoch added
+        to its policy_dropped ("drop"); unchanged for today's order."""
+        if self.order is None:
+            return plan
+        dropped = SubOrder(self.shard_sequence(epoch), self.flat(epoch).dropped)
+        tail = dropped.take(np.arange(len(dropped)))
+        policy_dropped = plan.policy_dropped
+        if isinstance(tail, np.ndarray) and isinstance(policy_dropped, np.ndarray):
+            plan.policy_dropped = np.concatenate([policy_dropped, tail])
+        else:
+            plan.policy_dropped = list(policy_dropped) + list(tail)
+        return plan
 
     def _make_plan(self, epoch):
         if self.own_share is not None:
             return self._own_share_plan(epoch)
         sequence = self.epoch_sequence(epoch)
         resume = self.resume_for(epoch)
+        if self.order is not None:
+            positions = resume.positions if resume is not None and resume.positions is not None else \
+                np.arange(len(sequence), dtype=np.int64)
+            plan = plan_flat(positions, self.layout, self.instance.index, self.instance.count, self._padded_mask)
+            return self.with_flat_dropped(plan_items(sequence, plan), epoch)
         if resume is not None and resume.positions is not None:  # a later segment: what is left, dealt anew
             return plan_segment(SubOrder(sequence, resume.positions), self.instance.index, self.instance.count,
                                 self.policy, self.batch_size, self.drop_last)

@@ -36,7 +36,6 @@ from torch.utils.data import get_worker_info
 
 from datasets.loader.batch_ring import RingMessage, SharedFlags
 from datasets.loader.reports import WorkerReport
-from datasets.loader.share_plan import batches_in, worker_ranges
 
 EPOCH_BITS = 32  # generation and epoch share one int64, so a worker never reads one without the other
 
@@ -177,7 +176,7 @@ def _epoch_messages(stream, epoch, generation, workers, shared):
         torch.set_num_threads(1)
         batches = stream.read_loop.batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
                                            done[logical] if done else (0, 0), report, shared, stream.ring,
-                                           stream.byte_ring)
+                                           stream.byte_ring, plan.worker_batch_ids(logical, count))
         for message in batches:
             yield message._replace(run=report.run)
             sent += 1
@@ -194,9 +193,7 @@ def _epoch_messages(stream, epoch, generation, workers, shared):
 
 def messages_per_worker(plan, workers: int, done) -> int:
     """What each worker sends in an epoch: the most batches any (planned) worker has left, + its report."""
-    ranges = worker_ranges(len(plan.items), plan.batch_size, workers, plan.drop_last)
-    return 1 + max(batches_in(stop - start, plan.batch_size, plan.drop_last) - (int(done[w][0]) if done else 0)
-                   for w, (start, stop) in enumerate(ranges))
+    return 1 + max(batches - (int(done[w][0]) if done else 0) for w, batches in enumerate(plan.worker_batches(workers)))
 
 
 def discard(ring, message) -> None:

@@ -71,6 +71,7 @@ from datasets.formats.mapped_shards import release_payload
 from datasets.launcher import Instance, detect_instance
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location
 from datasets.loader.epoch_planner import EpochPlanner
+from datasets.loader.global_order import order_setting
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
 from datasets.loader import jpeg_crop
 from datasets.loader.batch_ring import BatchRing, RingMessage, labels_tensor
@@ -80,7 +81,7 @@ from datasets.loader.read_loop import ON_ERROR, ReadLoop, SampleError
 from datasets.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from datasets.loader.resume import (Segment, identity as resume_identity, load as resume_load, state as resume_state,
                                     write_ledger)
-from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES
+from datasets.loader.share_plan import DEFAULT_POLICY, POLICIES, SPREAD
 from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from datasets.loader.sources import resolve_source
@@ -358,6 +359,17 @@ def check_options(on_error: str, policy: str, batch_size: int) -> None:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
 
 
+def train_order(order, policy: str):
+    """get_data's `order` as a global_order.GlobalOrder, or None: today's order, which validation ("spread",
+    every sample exactly once per instance) keeps. The global order shuffles in its plan, so the
+    workers' shuffle buffer is off under it (a buffer per worker would make the order depend on W)."""
+    setting = order_setting(order)
+    if setting is not None and policy == SPREAD:
+        log.info("order=global applies to the train policies (drop, pad); policy spread keeps its exactly-once order")
+        return None
+    return setting
+
+
 def device_decode_asked(jpeg_decode, location: str) -> bool:
     """Whether get_data's jpeg_decode asks for the device decoder; its batches are uint8, so normalised on the device."""
     if jpeg_decode != DEVICE_DECODE:
@@ -379,11 +391,11 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
              label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
              use_bbox_info: bool = False, verify: bool = True, cache_dir=None, cache_limit=None,
              cache_remote_paths: bool = False, cache_prefetch: int = 0, transform=None,
-             batch_transform=None, read_ahead: bool = True) -> ImageLoader:
+             batch_transform=None, read_ahead: bool = True, order=None) -> ImageLoader:
     """Batches of one split for this instance. See the module docstring and README for the rules.
 
     source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
-                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic".
+                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic"; a Mix (loader/mix.py).
     split           "train" or "validation" (anything else is read like validation).
     normalization   "host" (float32, or float16 with dtype="float16") or "device"/"ipu" (uint8 NCHW;
                     wrap the model in datasets.normalization.NormalizeOnDevice).
@@ -412,15 +424,15 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     read_ahead      workers go on into the next epoch while this one is finished (one DataLoader iteration
                     across epochs); False: each epoch its own iteration, nothing read before it is asked
                     for (what counting one epoch's requests or bytes needs).
+    order           None: today's; "global" or GlobalOrder(partitions=P): one flat sequence whatever the instance and
+                    worker counts (drop/pad; N divides P, default 64): datasets/loader/global_order.py.
     """
     if instance is None or isinstance(instance, tuple):
         instance = detect_instance(*(instance or ()))
     train = (split == "train") if train is None else train
     policy = policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
-    shuffle = train if shuffle is None else shuffle
-    drop_last = train if drop_last is None else drop_last
-    location = normalization_location(normalization)
-    dtype = float_dtype(dtype)
+    shuffle, drop_last = (train if shuffle is None else shuffle), (train if drop_last is None else drop_last)
+    location, dtype = normalization_location(normalization), float_dtype(dtype)
     device_decode = device_decode_asked(jpeg_decode, location)
     resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
                               use_repartition, label_offset)
@@ -433,11 +445,12 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
         check_device_pipeline(pipeline)  # what the device cannot run is refused now, not at the first batch
     say_pipeline_notes(resolved.description, pipeline, notes)
     check_options(on_error, policy, batch_size)
-    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch,
-                           shuffle=shuffle, drop_last=drop_last, use_repartition=use_repartition)
+    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch, shuffle=shuffle,
+                           drop_last=drop_last, use_repartition=use_repartition, order=train_order(order, policy))
     boxes = use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps  # train
+    shuffle_buffer = shuffle_buffer if shuffle and planner.order is None else 0
     read_loop = ReadLoop(ReadContext(resolved, planner.columns, verify, boxes, seed), pipeline, batch_size,
-                         instance.index, on_error=on_error, shuffle_buffer=shuffle_buffer if shuffle else 0,
+                         instance.index, on_error=on_error, shuffle_buffer=shuffle_buffer,
                          drop_last=drop_last, normalization=location, dtype=dtype, mean=mean, std=std,
                          channels_last=channels_last, batch_transform=batch_transform, torch_random=torch_random,
                          device_decode=device_decode)

@@ -14,7 +14,8 @@ slot write; what is per batch (generators, emits) stays out of the per-sample lo
 
 from __future__ import annotations
 
-from typing import Optional
+import random
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -33,6 +34,18 @@ ON_ERROR = ("skip", "fail")
 # Substitutes for skipped samples are drawn from the first samples a worker read well; keeping
 # only this many bounds the worker's memory over an epoch (one int per sample read would not).
 GOOD_KEPT = 4096
+
+
+class FlatTag(NamedTuple):
+    """order="global": a worker's batches are augmented by their flat batch number, not by (instance, worker)."""
+
+    seed: int
+    epoch: int
+    batch_ids: object  # the worker's batches' flat numbers, in its order
+
+    def name(self, batch: int) -> str:
+        flat = int(self.batch_ids[batch]) if batch < len(self.batch_ids) else f"x{batch}"  # x: past the plan
+        return f"{self.seed}/{self.epoch}/flat{flat}"
 
 
 class SampleError(Error, RuntimeError):
@@ -64,12 +77,17 @@ class ReadLoop:
         cache = self.source.cache
         return cache.take_events() if cache is not None else {}
 
-    def batches(self, items, plan, epoch, workers, segment, start, report, shared, ring, byte_ring=None):
+    def batches(self, items, plan, epoch, workers, segment, start, report, shared, ring, byte_ring=None,
+                batch_ids=None):
         """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
         shuffle buffer's order (0: none), computed on indices (resume.buffer_order), each batch
-        augmented with its own generator, so a resumed worker yields what the uninterrupted one would have."""
+        augmented with its own generator, so a resumed worker yields what the uninterrupted one would have.
+        `batch_ids` (order="global"): each of the worker's batches' flat batch number, which then seeds
+        its augmentation, so that a flat batch is augmented alike whatever the instance and worker counts."""
         logical, worker = workers
         tag = (self.context.seed, epoch, segment, self.instance_index, logical)
+        if batch_ids is not None:
+            tag = FlatTag(self.context.seed, epoch, batch_ids)
         size, first_batch, position = self.shuffle_buffer, int(start[0]), int(start[1])
         if position == 0:
             raw = self._raw_samples(items)
@@ -118,6 +136,11 @@ class ReadLoop:
     def _augment_rng(self, tag, batch: int):
         """The generator of one batch's augmentation; a user transform's torch draws are seeded alike,
         so that a resumed worker draws what the uninterrupted one did."""
+        if isinstance(tag, FlatTag):
+            name = tag.name(batch)
+            if self.torch_random is not None:
+                self.torch_random.begin(name)
+            return random.Random(name)
         if self.torch_random is not None:
             self.torch_random.begin("/".join(map(str, (*tag, batch))))
         return augment_rng(*tag, batch)

@@ -35,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 
+from datasets.loader.global_order import FlatLayout, plan_flat
 from datasets.loader.share_plan import InstancePlan, plan_instance
 from datasets.loader.source_kinds import get_source_kind, keys_of
 from datasets.errors import Error
@@ -42,7 +43,7 @@ from datasets.errors import Error
 STATE_VERSION = 1
 LEDGER_VERSION = 1
 # What fixes an epoch's plan and may not change across a resume (the rest may: a new segment).
-FIXED = ("split", "seed", "policy", "shuffle", "drop_last", "repartition")
+FIXED = ("split", "seed", "policy", "shuffle", "drop_last", "repartition", "order")
 
 
 class ResumeError(Error, ValueError):
@@ -185,9 +186,12 @@ class Epoch:
     epoch: int
     policy: str
     drop_last: bool
+    layout: Optional[FlatLayout] = None  # order="global": the flat sequence's (its length is `total`)
 
     def plan(self, positions, segment: Segment, instance: int, sequence=None) -> InstancePlan:
         """Instance `instance`'s plan in a segment dealing `positions` (items of `sequence`, or positions)."""
+        if self.layout is not None:
+            return plan_items(sequence, plan_flat(positions, self.layout, instance, segment.instances))
         return plan_segment(SubOrder(sequence, positions), instance, segment.instances, self.policy,
                             segment.batch_size, self.drop_last)
 
@@ -252,6 +256,15 @@ class Resume:
         return int(progress["next"]), [list(map(int, d)) for d in progress["done"]]
 
 
+def epoch_of(identity: dict, epoch: int) -> Epoch:
+    """The Epoch (planner of delivered positions) of a loader's identity: today's order or the global one."""
+    layout, total, order = None, identity["dataset"]["samples"], identity.get("order")
+    if order is not None:
+        layout = FlatLayout(total, order["partitions"], order["batch_size"], identity["policy"])
+        total = len(layout)
+    return Epoch(total, identity["seed"], epoch, identity["policy"], identity["drop_last"], layout)
+
+
 def fingerprint(source) -> dict:
     """What identifies a source's samples: a sha256 over its kind, sample count and keys (the kind's
     `fingerprint`, datasets/loader/source_kinds/)."""
@@ -294,8 +307,7 @@ def load(states, identity: dict, instance: int, current: Segment) -> Optional[Re
         progress[int(state["instance"])] = state["progress"]
     saved = Segment.from_json({**first["segment_config"], "progress": progress})
     chain = [Segment.from_json(s) for s in first["chain"]]
-    epoch = Epoch(identity["dataset"]["samples"], identity["seed"], int(first["epoch"]), identity["policy"],
-                  identity["drop_last"])
+    epoch = epoch_of(identity, int(first["epoch"]))
     if saved.config() == current.config() and instance in progress:
         current.progress = {instance: progress[instance]}
     elif saved.config() == current.config():
@@ -338,7 +350,7 @@ def identity(planner) -> dict:
     """What a state must match to resume `planner`'s plans (an EpochPlanner): dataset, split, seed, policy..."""
     return {"dataset": fingerprint(planner.source), "split": planner.split, "seed": planner.seed,
             "policy": planner.policy, "shuffle": planner.shuffle, "drop_last": planner.drop_last,
-            "repartition": planner.manifest}
+            "repartition": planner.manifest, "order": planner.order_identity()}
 
 
 def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
@@ -355,12 +367,16 @@ def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
             "keys": keys, "labels": labels, "padded": keys_of(context, plan.padded), "dropped": dropped}
 
 
-def _items(sequence, plan: InstancePlan) -> InstancePlan:
-    """`plan` (in positions) with its items taken from `sequence`."""
+def plan_items(sequence, plan: InstancePlan) -> InstancePlan:
+    """`plan` (in positions) with its items taken from `sequence` (None: the positions themselves)."""
+    if sequence is None:
+        return plan
+
     def at(positions):
         return SubOrder(sequence, positions).take(np.arange(len(positions)))
     return InstancePlan(at(plan.items), plan.batch_size, plan.drop_last, plan.policy, plan.instance_counts,
-                        at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped))
+                        at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided,
+                        plan.batch_ids)
 
 
 def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
@@ -380,16 +396,16 @@ def write_ledger(path, planner, context, live, source_argument, identity_: dict,
         epoch, resume, complete = live["epoch"], live["resume"], live["complete"]
         progress = {"next": live["next"], "done": live["done"]}
     sequence = planner.epoch_sequence(epoch)
-    walker = Epoch(planner.source.total, planner.seed, epoch, planner.policy, planner.drop_last)
+    walker = epoch_of(identity_, epoch)
     entries, number = [], 0
     if resume is not None and resume.chain:
         found, _ = walker.walk(resume.chain)
         for number, old, instance, plan, batches in found:
             batches = [SubOrder(sequence, b).take(np.arange(len(b))) for b in batches]
-            entries.append(_entry(context, number, instance, old, batches, _items(sequence, plan), False))
+            entries.append(_entry(context, number, instance, old, batches, plan_items(sequence, plan), False))
         number += 1
     if resume is not None and resume.positions is not None:
-        plan = _items(sequence, walker.plan(resume.positions, segment, own.index))
+        plan = planner.with_flat_dropped(plan_items(sequence, walker.plan(resume.positions, segment, own.index)), epoch)
     else:  # segment 0: the epoch's own plan
         plan = planner.plan(epoch)
     batches = walker.delivered_batches(plan, number, segment, own.index, progress)

@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 # DEFAULT_POLICY and POLICIES: the loader takes the policies' names and defaults from here.
-from datasets.balance import DEFAULT_POLICY, DROP, POLICIES, UnknownPolicyError, instance_counts  # noqa: F401
+from datasets.balance import DEFAULT_POLICY, DROP, POLICIES, SPREAD, UnknownPolicyError, instance_counts  # noqa: F401
 from datasets.errors import Error
 
 
@@ -69,6 +69,8 @@ class GroupedOrder:
             starts, sizes = starts[order], sizes[order]
         self.starts, self.sizes = starts, sizes
         self.ends = np.cumsum(sizes)
+        # the largest row + 1 (a Mix's items pass one source's size: datasets/loader/mix.py)
+        self.row_limit = int((starts + sizes).max()) if len(starts) else 0
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
@@ -78,7 +80,7 @@ class GroupedOrder:
         group = np.searchsorted(self.ends, positions, side="right")
         rows = self.starts[group] + positions - (self.ends[group] - self.sizes[group])
         # int32 rows: a plan of 1.28M samples is 5 MB in each process that makes it
-        return rows.astype(np.int32) if len(self) < 2**31 else rows
+        return rows.astype(np.int32) if self.row_limit < 2**31 else rows
 
     def __getitem__(self, position: int) -> int:
         return int(self.take([position])[0])
@@ -166,14 +168,45 @@ class InstancePlan:
     padded: list = field(default_factory=list)  # this instance's items that are repeats ("pad")
     policy_dropped: list = field(default_factory=list)  # items no instance reads this epoch ("drop")
     last_batch_dropped: list = field(default_factory=list)  # this instance's partial last batch, with drop_last
+    # False: worker w reads a contiguous run of whole batches; True (the global order,
+    # datasets/loader/global_order.py): the batches w, w + W, ..., so DataLoader's round-robin
+    # hands them out in plan order whatever the worker count
+    strided: bool = False
+    batch_ids: object = None  # the global order: each batch's flat batch number (its augmentation's seed)
 
     @property
     def batches(self) -> int:
         return batches_in(len(self.items), self.batch_size, self.drop_last)
 
     def worker_items(self, worker: int, workers: int) -> list:
+        if self.strided:
+            indices = self._strided_indices(worker, max(workers, 1))
+            return self.items[indices] if isinstance(self.items, np.ndarray) else [self.items[i] for i in indices]
         start, stop = worker_ranges(len(self.items), self.batch_size, workers, self.drop_last)[worker]
         return self.items[start:stop]
+
+    def worker_batch_ids(self, worker: int, workers: int):
+        """The flat batch numbers of worker `worker`'s batches (global order), or None."""
+        if self.batch_ids is None:
+            return None
+        return self.batch_ids[self.strided_batch_numbers(worker, max(workers, 1))]
+
+    def strided_batch_numbers(self, worker: int, workers: int) -> np.ndarray:
+        return np.arange(worker, self.batches, workers, dtype=np.int64)
+
+    def worker_batches(self, workers: int) -> list:
+        """Batches per worker (`workers` 0 counts as 1)."""
+        workers = max(workers, 1)
+        if self.strided:
+            return [len(range(w, self.batches, workers)) for w in range(workers)]
+        return [batches_in(stop - start, self.batch_size, self.drop_last)
+                for start, stop in worker_ranges(len(self.items), self.batch_size, workers, self.drop_last)]
+
+    def _strided_indices(self, worker: int, workers: int) -> np.ndarray:
+        size = self.batch_size
+        batches = self.strided_batch_numbers(worker, workers)
+        indices = (batches[:, None] * size + np.arange(size, dtype=np.int64)).reshape(-1)
+        return indices[indices < len(self.items)]
 
 
 def plan_instance(sequence: Sequence, instance: int, count: int, policy: str, batch_size: int,

@@ -17,6 +17,7 @@
     CIFAR-10 batches    a folder holding cifar-10-batches-py/ (or the batches themselves): the
                         reference harness's --data cifar10, read by datasets.cifar10 (never downloaded).
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
+    Mix(...)            several converted datasets with weights (datasets/loader/mix.py): the mix kind.
 
 A Source's `kind` is a key of datasets.loader.source_kinds.SOURCE_KINDS (the first four above are
 the shard kind, then the folder, cifar10 and synthetic kinds): the loader reads its items through that kind.
@@ -47,7 +48,9 @@ from datasets.index import SAMPLE_INDEX_SUFFIX, parse_metadata, sample_index_nam
 from datasets.reference import ReferenceMetadataError
 from datasets.reference.layout import NOTICE, scan_unadopted
 from datasets.index import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
-from datasets.loader.source_kinds import CIFAR10, FOLDER, SHARDS, SYNTHETIC
+from datasets.loader.mix import Mix, MixError, label_maps, largest_remainder
+from datasets.loader.source_kinds import CIFAR10, FOLDER, MIX, SHARDS, SYNTHETIC
+from datasets.loader.source_kinds.mix import MixParts
 from datasets.loader.index_trust import index_disagreement, index_file_disagreement
 from datasets.preprocess import PreprocessError, parse_stored_steps
 from datasets.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
@@ -101,9 +104,12 @@ class Source:
     columns: Optional[SampleColumns] = None
     shard_format: Optional[object] = None  # datasets.formats.ShardFormat of the shards (None: known by name)
     cache: Optional[object] = None  # datasets.shard_cache.ShardCache the shards are read through (get_data's cache_dir)
+    mix: Optional[MixParts] = None  # a Mix: its sources, counts and label maps (source_kinds/mix.py)
 
     @property
     def total(self) -> int:
+        if self.mix is not None:
+            return self.mix.length
         if self.columns is not None:
             return len(self.columns)
         return sum(len(g) for g in self.groups)
@@ -119,6 +125,8 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
                    label_offset: Optional[int] = None) -> Source:
     if isinstance(source, Source):
         return source
+    if isinstance(source, Mix):
+        return _mixed(source, split, label_offset)
     if isinstance(source, str) and source.lower() in SYNTHETIC_NAMES:
         length = synthetic_length or SYNTHETIC_LENGTH.get(split, 50_000)
         return Source(SYNTHETIC.name, f"synthetic {split}: {length} images {image_size}x{image_size}",
@@ -165,6 +173,46 @@ def resolve_source(source, split: str, instance_count: int = 1, image_size: int 
         f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
         f"({split}/<class>/<image>), nor a folder of .tar shards"
     )
+
+
+def _mixed(mix: Mix, split: str, label_offset: Optional[int]) -> Source:
+    """A Mix's sources resolved (converted datasets or shard lists: the shard kind), its counts per epoch
+    (largest remainder of the weights) and one label space (datasets/loader/mix.py says how)."""
+    parts, names = [], []
+    for number, (part, _) in enumerate(mix.sources):
+        name = str(part) if isinstance(part, (str, os.PathLike)) else f"source {number}"
+        if isinstance(part, Mix):
+            raise SourceError(f"{name}: a Mix inside a Mix; list its sources in the outer one")
+        resolved = resolve_source(part, split, use_repartition=False, label_offset=label_offset)
+        if resolved.columns is None:
+            raise SourceError(f"{name}: a Mix mixes converted datasets and shard lists (a sample index each); this "
+                              f"is {resolved.description}")
+        parts.append(resolved)
+        names.append(str(number))
+    first = parts[0]
+    for name, part in zip(names, parts):
+        for field_name in ("stored_steps", "tensor_layout", "payload"):
+            if getattr(part, field_name) != getattr(first, field_name):
+                raise SourceError(f"{part.description}: its {field_name} {getattr(part, field_name)!r} differs from "
+                                  f"{first.description}'s {getattr(first, field_name)!r}: a Mix reads its sources "
+                                  f"through one pipeline")
+    sizes = [len(part.columns) for part in parts]
+    try:
+        counts = largest_remainder([weight for _, weight in mix.sources], mix.length or sum(sizes))
+        classes, maps = label_maps([part.classes for part in parts], [part.description for part in parts])
+    except MixError as error:
+        raise SourceError(str(error)) from None
+    for part, mapping in zip(parts, maps):
+        if mapping is not None:  # the map, once, in the log (and loader.classes is the union)
+            log.info("mix: %s's labels remapped onto the mix's classes: %s", part.description,
+                     {old: int(new) for old, new in enumerate(mapping.tolist()) if old != new})
+    offsets = np.cumsum([0] + sizes).tolist()
+    parts_ = MixParts(parts, names, [float(w) for _, w in mix.sources], counts, offsets, maps)
+    described = ", ".join(f"{part.description} x{count} ({repeat:.2f} of it)" for part, count, repeat in
+                          zip(parts, counts, parts_.repeats()))
+    return Source(MIX.name, f"mix of {len(parts)} ({split}: {sum(counts)} samples an epoch: {described})", [],
+                  first.payload, classes=classes, stored_steps=first.stored_steps, tensor_layout=first.tensor_layout,
+                  mix=parts_)
 
 
 def _cifar(path: Path, split: str) -> Source:

@@ -21,11 +21,12 @@ from __future__ import annotations
 from datasets.loader.source_kinds.base import Boxed, ReadContext, SourceKind
 from datasets.loader.source_kinds.cifar10 import CIFAR10
 from datasets.loader.source_kinds.folder import FOLDER
+from datasets.loader.source_kinds.mix import MIX
 from datasets.loader.source_kinds.shards import SHARDS
 from datasets.loader.source_kinds.synthetic import SYNTHETIC
 from datasets.errors import Error
 
-SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC, CIFAR10)}
+SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC, CIFAR10, MIX)}
 # Names a kind had before (a Source made by code of that time): the kind they name now.
 FORMER_NAMES = {former: kind for kind in SOURCE_KINDS.values() for former in kind.former_names}
 
@@ -47,5 +48,5 @@ def keys_of(context: ReadContext, items) -> list:
     return [item if isinstance(item, str) else key(context, item) for item in items]
 
 
-__all__ = ["Boxed", "CIFAR10", "FOLDER", "FORMER_NAMES", "ReadContext", "SHARDS", "SOURCE_KINDS", "SYNTHETIC",
+__all__ = ["Boxed", "CIFAR10", "FOLDER", "FORMER_NAMES", "MIX", "ReadContext", "SHARDS", "SOURCE_KINDS", "SYNTHETIC",
            "SourceKind", "UnknownSourceKindError", "get_source_kind", "keys_of"]

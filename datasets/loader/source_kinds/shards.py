@@ -24,6 +24,8 @@ from datasets.loader.shard_reader import (Run, is_url, iter_run, payload_extensi
 from datasets.loader.share_plan import epoch_order
 from datasets.loader.source_kinds.base import Boxed, SourceKind, fingerprint_start
 
+SCATTER_CHUNK = 256  # items read shard by shard, then handed out in order (_scattered_samples)
+
 
 class RowRun:
     """A sequential run of rows of one shard: its location and byte range; `run()` builds the Run
@@ -55,12 +57,56 @@ def _row_runs(columns, rows, locate):
 
 def _raw_samples(context, items):
     source, columns = context.source, context.columns
-    # use_bbox_info: the box from the index when it has the column (no json member to read);
-    # otherwise (old indexes, shards scanned without one) from each sample's json.
-    boxes_indexed = context.use_bbox_info and columns.has_boxes
     cache = source.cache  # the node's shard cache (get_data's cache_dir; datasets/shard_cache/), or None
     if cache is not None:
         cache.plan_rows(columns, items, source.locate)  # what it prefetches (cache_prefetch)
+    elif _scattered(columns, items):
+        yield from _scattered_samples(context, items)
+        return
+    yield from _sequential_samples(context, items)
+
+
+def _scattered(columns, items) -> bool:
+    """Whether most items are runs of one row (a block-shuffled order: order="global")."""
+    rows = np.asarray(items, dtype=np.int64)
+    if len(rows) < 2:
+        return False
+    offset = columns.record_offsets[rows]
+    follows = (columns.shard_ids[rows[1:]] == columns.shard_ids[rows[:-1]]) & \
+        (offset[1:] == offset[:-1] + columns.record_sizes[rows[:-1]])
+    return int(np.count_nonzero(follows)) * 2 < len(rows)
+
+
+def _scattered_samples(context, items):
+    """Items in no shard order (the global order's block shuffle), without the shard cache: each chunk of
+    SCATTER_CHUNK items is read one shard at a time (one call of the format's local path per shard,
+    not per sample: ~8% of a sample's CPU at 224 px) and handed out in item order. Local payloads are
+    views of the mapped shard, so holding a chunk copies nothing; remote shards read as before."""
+    columns = context.columns
+    items = np.asarray(items, dtype=np.int64)
+    for first in range(0, len(items), SCATTER_CHUNK):
+        chunk = items[first:first + SCATTER_CHUNK]
+        order = np.argsort(columns.shard_ids[chunk], kind="stable")
+        rows = chunk[order]
+        shards = columns.shard_ids[rows]
+        bounds = np.r_[0, np.flatnonzero(shards[1:] != shards[:-1]) + 1, len(rows)].tolist()
+        out = [None] * len(chunk)
+        for start, stop in zip(bounds[:-1], bounds[1:]):
+            run = RowRun(columns, rows[start:stop], context.source.locate(columns.shard(rows[start])), 0, 0)
+            samples = _local_row_samples(context, run)
+            if samples is None:
+                samples = _sequential_samples(context, run.rows)
+            for position, sample in zip(order[start:stop].tolist(), samples):
+                out[position] = sample
+        yield from out
+
+
+def _sequential_samples(context, items):
+    source, columns = context.source, context.columns
+    # use_bbox_info: the box from the index when it has the column (no json member to read);
+    # otherwise (old indexes, shards scanned without one) from each sample's json.
+    boxes_indexed = context.use_bbox_info and columns.has_boxes
+    cache = source.cache
     # Items are rows of the columnar index; a run's records are built as it is read, where needed.
     for row_run in _row_runs(columns, items, source.locate):
         rows = row_run.rows
