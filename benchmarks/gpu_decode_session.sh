@@ -44,7 +44,7 @@ environment() {
   nproc; free -g | head -2
   "$PY" -c "import sys, torch, torchvision, PIL, numpy; print(sys.version); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'torchvision', torchvision.__version__, 'PIL', PIL.__version__, 'numpy', numpy.__version__); print(torch.cuda.get_device_name(0))"
   for module in crc32c braceexpand tqdm webdataset; do
-    "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q --no-index --find-links .device-wheels \
+    "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q --no-deps --no-index --find-links .device-wheels \
       --target "$WORK/deps" "$module"
   done
   "$PY" -c "import crc32c, braceexpand; import datasets.loader; print('datasets.loader imports')"
