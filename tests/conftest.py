@@ -71,6 +71,27 @@ def output_hashes(directory: Path) -> dict:
             if p.is_file() and not p.name.startswith(".")}
 
 
+def reseal_index(dataset: Path, split: str) -> None:
+    """Make metadata.json agree with a sample index edited on purpose (a dataset B that differs, not a
+    damaged one): the index's size and hashes and each shard's sample count, sealed again."""
+    import json
+    from collections import Counter
+
+    from datasets.dataset_folder import METADATA_FILE
+    from datasets.index import read_sample_index, write_metadata
+
+    metadata = json.loads((dataset / METADATA_FILE).read_text())
+    entry = metadata["splits"][split]
+    index = dataset / entry["index"]["name"]
+    data = index.read_bytes()
+    entry["index"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), md5=hashlib.md5(data).hexdigest())
+    counts = Counter(record.shard for record in read_sample_index(index))
+    for shard in entry["shards"]:
+        shard["samples"] = counts.get(shard["name"], 0)
+    metadata.pop("metadata_digest", None)
+    write_metadata(dataset, metadata)
+
+
 def flip_byte(path, offset, mask=0xFF) -> None:
     """XOR the byte at `offset` of the file `path` with `mask` (every bit by default), in place."""
     with open(path, "r+b") as handle:

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import run_script, run_scripts
+from conftest import reseal_index, run_script, run_scripts
 from datasets.index import encode_sample_index
 from datasets.index import read_sample_index
 from datasets.tools.same_as import LOSSY_BOUND, same_as
@@ -60,6 +60,7 @@ def test_a_swapped_label_is_named(converted, tmp_path):
     swapped = [r._replace(label=second.label) if r.key == first.key else r._replace(label=first.label)
                if r.key == second.key else r for r in records]
     (img / "samples-train.index.tsv").write_bytes(encode_sample_index(swapped))
+    reseal_index(img, "train")  # B differs on purpose: its metadata agrees with its index
     result = run_script("validate_dataset.py", converted("tfrecord"), "--same-as", img)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.startswith("Datasets differ.")
@@ -74,6 +75,7 @@ def test_missing_extra_and_corrupt_samples_are_each_counted(converted, tmp_path)
     dropped, renamed, damaged = records[0], records[1], records[2]
     changed = [r._replace(key="not-in-a") if r.key == renamed.key else r for r in records if r.key != dropped.key]
     (img / "samples-validation.index.tsv").write_bytes(encode_sample_index(changed))
+    reseal_index(img, "validation")  # B differs on purpose: its metadata agrees with its index
     with open(img / damaged.shard, "r+b") as handle:  # one payload byte: the index's CRC32C no longer matches
         handle.seek(damaged.payload_offset + damaged.payload_size // 2)
         value = handle.read(1)[0]
