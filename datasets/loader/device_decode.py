@@ -136,7 +136,8 @@ class DeviceBatches:
             out.copy_(host_images[:count], non_blocking=True)
         failed, keep = [], None
         if len(rows):
-            data = [buffer[start:end] for start, end in zip(jpegs.offsets[:-1], jpegs.offsets[1:])]
+            offsets = jpegs.offsets  # one call splits the buffer into each JPEG's bytes (views)
+            data = list(buffer[offsets[0]:offsets[-1]].tensor_split((offsets[1:-1] - offsets[0]).tolist()))
             try:
                 decoded = self.decoder.decode(data)
             except Exception:  # find the sample(s) that failed; the others are decoded alone

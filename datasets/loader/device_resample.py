@@ -5,11 +5,15 @@ BILINEAR, box=...)`) is separable: each output row is a weighted sum of input ro
 column a weighted sum of input columns, with the weights of a triangle filter whose support
 widens with the downscale factor (PIL's `precompute_coeffs`). Written as matrices, one image's
 result is `Wy @ image @ Wx.T`; a flip reverses the rows of `Wx`. For a batch, the pixels each
-output reads (the box widened by the filter's support, "the window") are copied into one padded
-tensor, and the whole batch is two `matmul`s: no kernel per output pixel row and no Python per pixel.
+output reads (the box widened by the filter's support, "the window") are gathered into one padded
+tensor, and the whole batch is two `matmul`s.
 
-The weights are built on the device from a few numbers per sample (box, image size, flip), so
-nothing of the size of an image crosses from the host. Arithmetic is float32 without PIL's
+The decode thread shares the interpreter with the training loop, so the batch costs a fixed
+handful of kernel launches, not a few per image: the images are concatenated into one flat buffer
+(one `cat`), and every window row is one row of a sliding-window view of that buffer, picked by one
+`index_select`. Window rows and columns past an image's window read neighbouring pixels, which the
+weights (zero there) ignore. The weights are built on the device from a few numbers per sample
+(box, image size, flip), sent in one copy, so nothing of the size of an image crosses from the host. Arithmetic is float32 without PIL's
 rounding between its two passes, so pixels differ from PIL's by rounding (tests bound it).
 Validation's Resize + CenterCrop is the same operation: the center window of the whole resize
 is the resize of the matching box (`center_crop_box`).
@@ -52,34 +56,49 @@ def _spans(starts: np.ndarray, ends: np.ndarray, firsts: np.ndarray, limits: np.
     return low, np.maximum(high, low + 1)
 
 
-def _weights(starts, ends, firsts, limits, window_starts, length: int, out_size: int, flips, device,
-             dtype) -> torch.Tensor:
+def _weights(bounds: torch.Tensor, flips: torch.Tensor, length: int, out_size: int, dtype) -> torch.Tensor:
     """(B, out_size, length): PIL's bilinear coefficients of each output pixel over the window's
-    input pixels (window_starts[b] + 0 .. length-1), rows reversed where flipped. PIL clamps each
-    pixel's span to the image; `firsts`/`limits` are those bounds (a cut crop's, where clipped)."""
-    as_tensor = lambda values: torch.as_tensor(values, dtype=torch.float64, device=device)[:, None, None]
-    starts, ends, firsts, limits, window_starts = map(as_tensor, (starts, ends, firsts, limits, window_starts))
+    input pixels (window start + 0 .. length-1), rows reversed where flipped. `bounds`: (5, B)
+    float64 on the device, per sample the box's start and end, the first and last+1 pixel PIL
+    clamps each span to (the image, or a cut crop's pixels), and the window's first pixel.
+
+    PIL also bounds each output pixel's span to the pixels within its filter's support; outside
+    it the triangle is zero anyway, so only the clamp to the image remains: a mask per sample.
+    The centres are computed in float64 per output pixel; the (B, out_size, length) part, a
+    handful of in-place passes, in float32, whose error (~1e-5) is far below float16's."""
+    starts, ends, firsts, limits, window_starts = bounds[:, :, None].unbind(0)  # (B, 1) each
     scale = (ends - starts) / out_size
-    widen = torch.clamp(scale, min=1.0)
-    support = SUPPORT * widen
-    outputs = torch.arange(out_size, dtype=torch.float64, device=device)[None, :, None]
-    centers = starts + (outputs + 0.5) * scale
-    # PIL: xmin = max(int(center - support + 0.5), 0) (relative to the cut when clipped: the same bound)
-    low = torch.maximum(torch.trunc(centers - support + 0.5 - firsts) + firsts, firsts)
-    high = torch.minimum(torch.trunc(centers + support + 0.5 - firsts) + firsts, limits)
-    pixels = window_starts + torch.arange(length, dtype=torch.float64, device=device)[None, None, :]
-    weights = torch.clamp(1.0 - ((pixels - centers + 0.5) / widen).abs(), min=0.0)
-    weights = weights * ((pixels >= low) & (pixels < high))
-    weights = weights / weights.sum(dim=2, keepdim=True).clamp(min=1e-12)
-    flips = torch.as_tensor(np.asarray(flips, dtype=bool), device=device)
-    weights = torch.where(flips[:, None, None], weights.flip(1), weights)
+    widen = torch.clamp(scale, min=1.0)  # the triangle's half-width (SUPPORT * widen), in input pixels
+    centers = starts + (torch.arange(out_size, dtype=torch.float64, device=bounds.device) + 0.5) * scale
+    centers = torch.where(flips[:, None], centers.flip(1), centers)  # (B, out_size)
+    pixels = torch.arange(length, dtype=torch.float32, device=bounds.device)  # relative to the window
+    weights = pixels - (centers - 0.5 - window_starts).float()[:, :, None]  # PIL: pixel - center + 0.5
+    weights.abs_().mul_((-1.0 / (SUPPORT * widen)).float()[:, :, None]).add_(1.0).clamp_(min=0.0)
+    absolute = pixels.double() + window_starts  # (B, length)
+    weights.mul_(((absolute >= firsts) & (absolute < limits)).float()[:, None, :])
+    weights.div_(weights.sum(dim=2, keepdim=True).clamp_(min=1e-12))
     return weights.to(dtype)
+
+
+def _row_starts(images: Sequence[torch.Tensor], x_low, y_low, window_height: int, device) -> torch.Tensor:
+    """The flat offset of every window row, (B * window_height * 3,), the images end to end: row y
+    of sample b's window, channel c, starts at its image's offset + (c * H + y_low + y) * W + x_low
+    (rows past the image's last read its last row; the weights ignore them). Channels are the inner
+    axis, so that both matrix products are plain batched ones: (B, rows * 3, columns)."""
+    heights = np.array([image.shape[1] for image in images], dtype=np.int64)
+    widths = np.array([image.shape[2] for image in images], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(3 * heights * widths)[:-1]))
+    per_sample = torch.as_tensor(np.stack([offsets, heights, widths, y_low, x_low]), device=device)
+    offset, height, width, first_row, first_column = per_sample[:, :, None, None].unbind(0)
+    channels = torch.arange(3, device=device)[None, None, :]
+    rows = torch.minimum(first_row + torch.arange(window_height, device=device)[None, :, None], height - 1)
+    return (offset + (channels * height + rows) * width + first_column).view(-1)
 
 
 class BatchResampler:
     """Resamples lists of decoded CHW uint8 images into (B, 3, size, size) uint8 batches on one
-    device. Its staging buffer (the padded windows) grows to the largest batch seen and is then
-    reused, so memory stays flat over an epoch."""
+    device. Its staging buffers (the flat images, the padded windows) grow to the largest batch seen
+    and are then reused, so memory stays flat over an epoch."""
 
     def __init__(self, size: int, device):
         self.size = size
@@ -87,13 +106,31 @@ class BatchResampler:
         # float16 on a GPU (tensor cores): pixels 0..255 are exact in it and the weights keep 11
         # bits, a ~0.1-level error; float32 on the CPU, where half-precision products are slow.
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        self._staging = torch.empty(0, dtype=self.dtype, device=self.device)
+        self._staging = torch.empty(0, dtype=self.dtype, device=self.device)  # the windows, in dtype
+        self._gathered = torch.empty(0, dtype=torch.uint8, device=self.device)  # the windows, as read
+        self._flat = torch.empty(0, dtype=torch.uint8, device=self.device)  # the images, end to end
 
-    def _windows(self, count: int, height: int, width: int) -> torch.Tensor:
-        needed = count * 3 * height * width
-        if self._staging.numel() < needed:
-            self._staging = torch.empty(needed, dtype=self.dtype, device=self.device)
-        return self._staging[:needed].view(count, 3, height, width)
+    def _grown(self, name: str, needed: int) -> torch.Tensor:
+        buffer = getattr(self, name)
+        if buffer.numel() < needed:
+            buffer = torch.empty(needed, dtype=buffer.dtype, device=self.device)
+            setattr(self, name, buffer)
+        return buffer[:needed]
+
+    def _windows(self, images, x_low, y_low, window_height: int, window_width: int) -> torch.Tensor:
+        """(B, window_height * 3, window_width) in dtype: each sample's window, top-left aligned,
+        row by row, the three channels of a row one after the other."""
+        count = len(images)
+        starts = _row_starts(images, x_low, y_low, window_height, self.device)
+        total = sum(image.numel() for image in images)
+        flat = self._grown("_flat", total + window_width)  # the tail: the last rows may read past the end
+        torch.cat([image.reshape(-1) for image in images], out=flat[:total])
+        flat[total:].zero_()
+        sliding = flat.as_strided((total + 1, window_width), (1, 1))  # row p: flat[p : p + window_width]
+        gathered = self._grown("_gathered", starts.numel() * window_width).view(-1, window_width)
+        torch.index_select(sliding, 0, starts, out=gathered)
+        windows = self._grown("_staging", gathered.numel()).view(count, window_height * 3, window_width)
+        return windows.copy_(gathered.view(count, window_height * 3, window_width))
 
     def __call__(self, images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, clip: bool = False,
                  out: torch.Tensor = None) -> torch.Tensor:
@@ -117,17 +154,16 @@ class BatchResampler:
         x_low, x_high = _spans(boxes[:, 0], boxes[:, 2], x_first, widths, self.size)
         y_low, y_high = _spans(boxes[:, 1], boxes[:, 3], y_first, heights, self.size)
         window_width, window_height = int((x_high - x_low).max()), int((y_high - y_low).max())
-        windows = self._windows(count, window_height, window_width)
-        windows.zero_()
-        for index, image in enumerate(images):  # one strided copy (and uint8 -> float) per image
-            x0, x1, y0, y1 = int(x_low[index]), int(x_high[index]), int(y_low[index]), int(y_high[index])
-            windows[index, :, :y1 - y0, :x1 - x0].copy_(image[:, y0:y1, x0:x1])
-        columns = _weights(boxes[:, 0], boxes[:, 2], x_first, widths, x_low, window_width, self.size, flips,
-                           self.device, self.dtype)
-        rows = _weights(boxes[:, 1], boxes[:, 3], y_first, heights, y_low, window_height, self.size,
-                        np.zeros(count, bool), self.device, self.dtype)
-        across = torch.matmul(windows, columns.transpose(1, 2).unsqueeze(1))  # (B, 3, window_height, size)
-        result = torch.matmul(rows.unsqueeze(1), across)  # (B, 3, size, size)
+        windows = self._windows(images, x_low, y_low, window_height, window_width)
+        bounds = torch.as_tensor(np.stack([  # columns, then rows: one copy to the device
+            np.stack([boxes[:, 0], boxes[:, 2], x_first, widths, x_low]),
+            np.stack([boxes[:, 1], boxes[:, 3], y_first, heights, y_low])]), dtype=torch.float64, device=self.device)
+        flips = torch.as_tensor(np.asarray(flips, dtype=bool), device=self.device)
+        columns = _weights(bounds[0], flips, window_width, self.size, self.dtype)
+        rows = _weights(bounds[1], torch.zeros_like(flips), window_height, self.size, self.dtype)
+        across = torch.bmm(windows, columns.transpose(1, 2))  # (B, window_height * 3, size)
+        result = torch.bmm(rows, across.view(count, window_height, 3 * self.size))  # (B, size, 3 * size)
+        result = result.view(count, self.size, 3, self.size).permute(0, 2, 1, 3)  # (B, 3, size, size)
         out.copy_(result.float().add_(0.5).clamp_(0, 255).to(torch.uint8))
         return out
 
