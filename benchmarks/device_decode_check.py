@@ -12,6 +12,11 @@
    and the device's used memory (torch.cuda.mem_get_info, which includes nvJPEG's own pools) after
    the first 100 batches and at the end. Growth past the first 100 is what would leak.
 3. Time: the decode thread's milliseconds per batch (decode + crop/resize, synchronised).
+4. Parts (`--parts-only --jpegs DIR`, a folder of JPEG files such as photo_crops_dataset.py's train/): one batch
+   of them, its nvJPEG decode and its crop/resize timed apart, the device's milliseconds (CUDA
+   events) and the calling thread's CPU milliseconds (what it takes from the training loop's
+   interpreter), the median of `--repeats`. `--resampler-from FILE` times a second
+   device_resample.py (an earlier commit's) on the same batch and boxes.
 
 Without CUDA it runs the CPU stand-in (steps 1 and 3 only, few batches): what CI's tests check.
 Exit 1 when a bound is broken, 2 on a usage problem.
@@ -34,6 +39,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from datasets.loader import get_data  # noqa: E402
+from datasets.loader.device_decode import JpegDecoder  # noqa: E402
+from datasets.loader.device_resample import BatchResampler, crop_box  # noqa: E402
+from datasets.loader.jpeg_header import read_header  # noqa: E402
+from datasets.loader.pipeline import random_resized_crop_box  # noqa: E402
 
 PIXEL_BOUND = 2.0
 
@@ -89,6 +98,57 @@ def memory(data, args) -> dict:
             "decode_ms_per_batch_p50": statistics.median(loader.device_decode_ms) if loader.device_decode_ms else None}
 
 
+def timed(function, repeats: int, device: torch.device) -> dict:
+    """The median device and calling-thread CPU milliseconds of `function()` over `repeats` calls
+    (on the CPU the device's are the wall time)."""
+    cuda = device.type == "cuda"
+    device_ms, cpu_ms = [], []
+    for _ in range(repeats + 1):  # the first call warms up (nvJPEG's buffers, the staging buffers)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        function()
+        cpu_ms.append(1e3 * (time.thread_time() - cpu))
+        if cuda:
+            end.record()
+            torch.cuda.synchronize()
+            device_ms.append(start.elapsed_time(end))
+        else:
+            device_ms.append(1e3 * (time.perf_counter() - wall))
+    return {"device_ms": statistics.median(device_ms[1:]), "cpu_ms": statistics.median(cpu_ms[1:])}
+
+
+def parts(args, device: torch.device) -> dict:
+    """One batch of `--jpegs` files: the decode and the crop/resize, timed apart."""
+    import importlib.util
+    import random
+
+    files = sorted(path for path in Path(args.jpegs).rglob("*") if path.suffix.lower() in (".jpeg", ".jpg"))
+    jpegs = [torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8) for path in files[:args.batch_size]]
+    rng, boxes = random.Random(0), []
+    for jpeg in jpegs:
+        header = read_header(jpeg.numpy().tobytes())
+        boxes.append(crop_box(*random_resized_crop_box(header.width, header.height, (0.08, 1.0), (3 / 4, 4 / 3), rng)))
+    boxes, flips = np.array(boxes), np.arange(len(jpegs)) % 2 == 1
+    decoder = JpegDecoder(device)
+    decoded = decoder.decode(jpegs)
+    result = {"images": len(jpegs), "mean_bytes": float(np.mean([j.numel() for j in jpegs])),
+              "decode": timed(lambda: decoder.decode(jpegs), args.repeats, device)}
+    resampler = BatchResampler(224, device)
+    result["resample"] = timed(lambda: resampler(decoded, boxes, flips), args.repeats, device)
+    if args.resampler_from:
+        spec = importlib.util.spec_from_file_location("earlier_resample", args.resampler_from)
+        earlier = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(earlier)
+        other = earlier.BatchResampler(224, device)
+        result["resample_earlier"] = timed(lambda: other(decoded, boxes, flips), args.repeats, device)
+        difference = (other(decoded, boxes, flips).int() - resampler(decoded, boxes, flips).int()).abs()
+        result["earlier_max_difference"] = int(difference.max())
+    return result
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True)
@@ -96,12 +156,24 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batches", type=int, default=8, help="batches per split compared")
     parser.add_argument("--memory-steps", type=int, default=1000)
+    parser.add_argument("--jpegs", type=Path, default=None, help="a folder of JPEG files for the parts' timings")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--resampler-from", type=Path, default=None, help="an earlier device_resample.py to time too")
+    parser.add_argument("--parts-only", action="store_true", help="only the parts' timings (needs --jpegs)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.parts_only and not args.jpegs:
+        parser.error("--parts-only needs --jpegs")
     if args.memory_steps <= 100:
         parser.error("--memory-steps must be more than 100")
-    result = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (stand-in decoder)",
-              "pixels": [compare(args.data, split, args) for split in ("train", "validation")]}
+    result = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (stand-in decoder)"}
+    if args.parts_only:
+        result["parts"] = parts(args, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+        print(json.dumps(result, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return 0
+    result["pixels"] = [compare(args.data, split, args) for split in ("train", "validation")]
     if torch.cuda.is_available():
         result["memory"] = memory(args.data, args)
     print(f"jpeg_decode='device' on {result['device']}; {args.data}")

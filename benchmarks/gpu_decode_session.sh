@@ -7,9 +7,12 @@
 # Needs, in the checkout (carried to the host; `bash benchmarks/gpu_decode_session.sh prepare` on a
 # machine with a registry makes both): .device-photos/ (the photos of ../shared/photos/large) and
 # .device-wheels/ (the small pure or manylinux wheels the loader needs beyond torch, torchvision,
-# numpy and Pillow). A failed step is logged and the next one runs.
+# numpy and Pillow). A failed step is logged and the next one runs. EARLIER=COMMIT (at prepare) also
+# carries that commit's datasets/, examples/ and benchmarks/, so that `parts` and `resnet50_earlier`
+# measure it beside this checkout in the same run.
 set -u
 cd "$(dirname "$0")/.."
+ROOT=$PWD
 OUT=${OUT:-/tmp/gpu-decode-out}
 WORK=${WORK:-/tmp/gpu-decode-work}
 PY=${PY:-python3}
@@ -37,6 +40,13 @@ prepare() {  # on a machine with a registry, before the run: what the GPU host c
       -d .device-wheels crc32c==2.9.post0
   done
   pip download -q --no-deps -d .device-wheels braceexpand==0.1.7 tqdm==4.70.1 webdataset==1.0.2
+  rm -f .device-wheels/earlier.tar.gz
+  if [ -n "${EARLIER:-}" ]; then git archive "$EARLIER" datasets examples benchmarks | gzip > .device-wheels/earlier.tar.gz; fi
+}
+
+earlier_tree() {  # the carried earlier commit, unpacked once
+  [ -f .device-wheels/earlier.tar.gz ] || { echo "no earlier commit carried (EARLIER= at prepare)"; return 1; }
+  [ -d "$WORK/earlier" ] || { mkdir -p "$WORK/earlier" && tar -xzf .device-wheels/earlier.tar.gz -C "$WORK/earlier"; }
 }
 
 environment() {
@@ -74,6 +84,13 @@ check() {
     --memory-steps "${MEMORY_STEPS:-1000}" --json "$OUT/device_decode_check.json"
 }
 
+parts() {  # the decode and the crop/resize of one batch timed apart, and the earlier commit's resize
+  local earlier=()
+  earlier_tree && earlier=(--resampler-from "$WORK/earlier/datasets/loader/device_resample.py")
+  "$PY" benchmarks/device_decode_check.py --data "$WORK/img" --parts-only --jpegs "$WORK/source/train" \
+    --batch-size 256 --repeats 20 "${earlier[@]}" --json "$OUT/parts.json"
+}
+
 wait_rows() {  # wait_rows NAME ARGS...: one train_data_wait.py run, its JSON and step logs kept
   local name=$1; shift
   "$PY" benchmarks/train_data_wait.py --data "$WORK/img" --batch-size 256 --steps "$STEPS" --warmup 20 --amp \
@@ -81,11 +98,18 @@ wait_rows() {  # wait_rows NAME ARGS...: one train_data_wait.py run, its JSON an
 }
 
 resnet50_device() { wait_rows resnet50_device --arch resnet50 --own-rate --decode device --workers 4; }
+resnet50_earlier() {  # the ResNet-50 device row with the earlier commit's loader, in the same run
+  earlier_tree || return 1
+  (cd "$WORK/earlier" && PYTHONPATH="$WORK/deps:$ROOT/native/jpeg_crop:$WORK/earlier" \
+    "$PY" benchmarks/train_data_wait.py --data "$WORK/img" --batch-size 256 --steps "$STEPS" --warmup 20 --amp \
+    --channels-last --keep-logs "$OUT/steps-earlier" --json "$OUT/resnet50_earlier.json" --arch resnet50 \
+    --decode device --workers 4)
+}
 resnet50_host() { wait_rows resnet50_host --arch resnet50 --decode host --workers 15; }
 resnet18() { wait_rows resnet18 --arch resnet18 --own-rate --decode device,host --workers 6; }
 
 if [ "${1:-}" = prepare ]; then prepare; exit; fi
-for name in "${@:-environment native dataset check resnet50_device resnet18 resnet50_host device_decode_tests}"; do
+for name in "${@:-environment native dataset parts resnet50_device resnet50_earlier resnet18 check resnet50_host device_decode_tests}"; do
   for one in $name; do step "$one" "$one"; done
 done
 echo "done $(date +%T)" | tee -a "$OUT/steps.log"
