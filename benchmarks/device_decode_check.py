@@ -138,6 +138,17 @@ def parts(args, device: torch.device) -> dict:
               "decode": timed(lambda: decoder.decode(jpegs), args.repeats, device)}
     resampler = BatchResampler(224, device)
     result["resample"] = timed(lambda: resampler(decoded, boxes, flips), args.repeats, device)
+    if args.profile:  # where the resize's device time goes, kernel by kernel
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        with profile(activities=activities) as profiler:
+            for _ in range(5):
+                resampler(decoded, boxes, flips)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        sort = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+        print(profiler.key_averages().table(sort_by=sort, row_limit=25), flush=True)
     if args.resampler_from:
         spec = importlib.util.spec_from_file_location("earlier_resample", args.resampler_from)
         earlier = importlib.util.module_from_spec(spec)
@@ -160,6 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--resampler-from", type=Path, default=None, help="an earlier device_resample.py to time too")
     parser.add_argument("--parts-only", action="store_true", help="only the parts' timings (needs --jpegs)")
+    parser.add_argument("--profile", action="store_true", help="with --parts-only: the resize's kernels, profiled")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.parts_only and not args.jpegs:

@@ -88,7 +88,7 @@ parts() {  # the decode and the crop/resize of one batch timed apart, and the ea
   local earlier=()
   earlier_tree && earlier=(--resampler-from "$WORK/earlier/datasets/loader/device_resample.py")
   "$PY" benchmarks/device_decode_check.py --data "$WORK/img" --parts-only --jpegs "$WORK/source/train" \
-    --batch-size 256 --repeats 20 "${earlier[@]}" --json "$OUT/parts.json"
+    --batch-size 256 --repeats 20 "${earlier[@]}" ${PROFILE:+--profile} --json "$OUT/parts.json"
 }
 
 wait_rows() {  # wait_rows NAME ARGS...: one train_data_wait.py run, its JSON and step logs kept

@@ -56,28 +56,33 @@ def _spans(starts: np.ndarray, ends: np.ndarray, firsts: np.ndarray, limits: np.
     return low, np.maximum(high, low + 1)
 
 
-def _weights(bounds: torch.Tensor, flips: torch.Tensor, length: int, out_size: int, dtype) -> torch.Tensor:
+def _weights(bounds: torch.Tensor, flips: torch.Tensor, taps: int, length: int, out_size: int,
+             dtype) -> torch.Tensor:
     """(B, out_size, length): PIL's bilinear coefficients of each output pixel over the window's
     input pixels (window start + 0 .. length-1), rows reversed where flipped. `bounds`: (5, B)
     float64 on the device, per sample the box's start and end, the first and last+1 pixel PIL
-    clamps each span to (the image, or a cut crop's pixels), and the window's first pixel.
+    clamps each span to (the image, or a cut crop's pixels), and the window's first pixel; `taps`:
+    at least the most input pixels one output pixel reads (2 * support + 2).
 
-    PIL also bounds each output pixel's span to the pixels within its filter's support; outside
-    it the triangle is zero anyway, so only the clamp to the image remains: a mask per sample.
-    The centres are computed in float64 per output pixel; the (B, out_size, length) part, a
-    handful of in-place passes, in float32, whose error (~1e-5) is far below float16's."""
-    starts, ends, firsts, limits, window_starts = bounds[:, :, None].unbind(0)  # (B, 1) each
+    Each output pixel's `taps` coefficients are computed in float64 (PIL's arithmetic) from its
+    first pixel, PIL's `xmin`; past PIL's `xmax` the triangle is zero anyway. They are then
+    scattered into the dense rows the matrix product needs: a few small kernels and one pass over
+    the dense matrix, not a dozen. Taps that fall outside the window (zero weights) go to a spare
+    last column, which the returned view leaves out."""
+    starts, ends, firsts, limits, window_starts = bounds[:, :, None, None].unbind(0)  # (B, 1, 1) each
     scale = (ends - starts) / out_size
-    widen = torch.clamp(scale, min=1.0)  # the triangle's half-width (SUPPORT * widen), in input pixels
-    centers = starts + (torch.arange(out_size, dtype=torch.float64, device=bounds.device) + 0.5) * scale
-    centers = torch.where(flips[:, None], centers.flip(1), centers)  # (B, out_size)
-    pixels = torch.arange(length, dtype=torch.float32, device=bounds.device)  # relative to the window
-    weights = pixels - (centers - 0.5 - window_starts).float()[:, :, None]  # PIL: pixel - center + 0.5
-    weights.abs_().mul_((-1.0 / (SUPPORT * widen)).float()[:, :, None]).add_(1.0).clamp_(min=0.0)
-    absolute = pixels.double() + window_starts  # (B, length)
-    weights.mul_(((absolute >= firsts) & (absolute < limits)).float()[:, None, :])
-    weights.div_(weights.sum(dim=2, keepdim=True).clamp_(min=1e-12))
-    return weights.to(dtype)
+    widen = torch.clamp(scale, min=1.0)
+    outputs = torch.arange(out_size, dtype=torch.float64, device=bounds.device)[None, :, None]
+    centers = starts + (outputs + 0.5) * scale  # (B, out_size, 1)
+    centers = torch.where(flips[:, None, None], centers.flip(1), centers)
+    first = torch.maximum(torch.floor(centers - SUPPORT * widen + 0.5), firsts)  # PIL's xmin
+    pixels = first + torch.arange(taps, dtype=torch.float64, device=bounds.device)  # (B, out_size, taps)
+    weights = torch.clamp(1.0 - ((pixels - centers + 0.5) / widen).abs(), min=0.0) * (pixels < limits)
+    weights = weights / weights.sum(dim=2, keepdim=True).clamp(min=1e-12)
+    columns = (pixels - window_starts).long()
+    columns = torch.where((weights > 0) & (columns >= 0) & (columns < length), columns, length)
+    dense = torch.zeros((len(weights), out_size, length + 1), dtype=dtype, device=bounds.device)
+    return dense.scatter_(2, columns, weights.to(dtype))[:, :, :length]
 
 
 def _row_starts(images: Sequence[torch.Tensor], x_low, y_low, window_height: int, device) -> torch.Tensor:
@@ -97,7 +102,7 @@ def _row_starts(images: Sequence[torch.Tensor], x_low, y_low, window_height: int
 
 class BatchResampler:
     """Resamples lists of decoded CHW uint8 images into (B, 3, size, size) uint8 batches on one
-    device. Its staging buffers (the flat images, the padded windows) grow to the largest batch seen
+    device. Its staging buffers (the images end to end, the padded windows) grow to the largest batch seen
     and are then reused, so memory stays flat over an epoch."""
 
     def __init__(self, size: int, device):
@@ -106,9 +111,9 @@ class BatchResampler:
         # float16 on a GPU (tensor cores): pixels 0..255 are exact in it and the weights keep 11
         # bits, a ~0.1-level error; float32 on the CPU, where half-precision products are slow.
         self.dtype = torch.float16 if self.device.type == "cuda" else torch.float32
-        self._staging = torch.empty(0, dtype=self.dtype, device=self.device)  # the windows, in dtype
-        self._gathered = torch.empty(0, dtype=torch.uint8, device=self.device)  # the windows, as read
-        self._flat = torch.empty(0, dtype=torch.uint8, device=self.device)  # the images, end to end
+        self._staging = torch.empty(0, dtype=self.dtype, device=self.device)  # the windows
+        self._bytes = torch.empty(0, dtype=torch.uint8, device=self.device)  # the images, end to end
+        self._flat = torch.empty(0, dtype=self.dtype, device=self.device)  # the same, in dtype
 
     def _grown(self, name: str, needed: int) -> torch.Tensor:
         buffer = getattr(self, name)
@@ -123,14 +128,15 @@ class BatchResampler:
         count = len(images)
         starts = _row_starts(images, x_low, y_low, window_height, self.device)
         total = sum(image.numel() for image in images)
+        pixels = self._grown("_bytes", total)
+        torch.cat([image.reshape(-1) for image in images], out=pixels)  # one kernel where dtypes agree
         flat = self._grown("_flat", total + window_width)  # the tail: the last rows may read past the end
-        torch.cat([image.reshape(-1) for image in images], out=flat[:total])
+        flat[:total].copy_(pixels)  # converted once, not once per padded window
         flat[total:].zero_()
         sliding = flat.as_strided((total + 1, window_width), (1, 1))  # row p: flat[p : p + window_width]
-        gathered = self._grown("_gathered", starts.numel() * window_width).view(-1, window_width)
-        torch.index_select(sliding, 0, starts, out=gathered)
-        windows = self._grown("_staging", gathered.numel()).view(count, window_height * 3, window_width)
-        return windows.copy_(gathered.view(count, window_height * 3, window_width))
+        windows = self._grown("_staging", starts.numel() * window_width).view(-1, window_width)
+        torch.index_select(sliding, 0, starts, out=windows)
+        return windows.view(count, window_height * 3, window_width)
 
     def __call__(self, images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, clip: bool = False,
                  out: torch.Tensor = None) -> torch.Tensor:
@@ -159,12 +165,13 @@ class BatchResampler:
             np.stack([boxes[:, 0], boxes[:, 2], x_first, widths, x_low]),
             np.stack([boxes[:, 1], boxes[:, 3], y_first, heights, y_low])]), dtype=torch.float64, device=self.device)
         flips = torch.as_tensor(np.asarray(flips, dtype=bool), device=self.device)
-        columns = _weights(bounds[0], flips, window_width, self.size, self.dtype)
-        rows = _weights(bounds[1], torch.zeros_like(flips), window_height, self.size, self.dtype)
+        taps = 2 + int(np.ceil(2 * SUPPORT * max(1.0, ((boxes[:, 2:] - boxes[:, :2]) / self.size).max())))
+        columns = _weights(bounds[0], flips, taps, window_width, self.size, self.dtype)
+        rows = _weights(bounds[1], torch.zeros_like(flips), taps, window_height, self.size, self.dtype)
         across = torch.bmm(windows, columns.transpose(1, 2))  # (B, window_height * 3, size)
         result = torch.bmm(rows, across.view(count, window_height, 3 * self.size))  # (B, size, 3 * size)
         result = result.view(count, self.size, 3, self.size).permute(0, 2, 1, 3)  # (B, 3, size, size)
-        out.copy_(result.float().add_(0.5).clamp_(0, 255).to(torch.uint8))
+        out.copy_(result.add_(0.5).clamp_(0, 255))  # x + 0.5 is exact in float16 for 0..256; copy_ truncates
         return out
 
 
