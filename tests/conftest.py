@@ -22,7 +22,8 @@ SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
 
 def _script_command(script, args, env):
     command = [PYTHON, *( [script] if script == "-m" else [str(REPO / script)] ), *map(str, args)]
-    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    # the checkout first; what the caller's PYTHONPATH adds (a GPU host's carried wheels) after it
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
     full_env.update(env or {})
     return command, full_env
 
