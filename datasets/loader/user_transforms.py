@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from datasets.loader.options import UserTransform
 from datasets.loader.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
 from datasets.preprocess import RandomHorizontalFlip as FlipStep, RandomResizedCrop as CropStep
 from datasets.errors import Error
@@ -273,21 +274,21 @@ def _describe(out) -> str:
     return type(out).__name__
 
 
-def build_pipeline(transform, batch_transform, train: bool, image_size: Optional[int], resize_size: Optional[int],
-                   stored, scale, ratio, use_draft: bool, decode_path, output_sized: bool = False):
-    """(pipeline, warnings, TorchRandom or None, BatchTransform or None) for get_data: the loader's own
-    recipe when `transform` is None, else T split into its fused prefix and the rest (a
-    `TransformedPipeline`). `output_sized`: the source's arrays are made at the output size (synthetic)."""
-    random = TorchRandom() if transform is not None or batch_transform is not None else None
+def build_pipeline(transform, batch_transform, train: bool, stored, decode_path, output_sized: bool = False):
+    """(pipeline, warnings, TorchRandom or None, BatchTransform or None) for get_data. `transform`: a
+    TrainCrop or ValidationCrop (datasets/loader/options.py: the loader's own recipe) or a UserTransform
+    (T split into its fused prefix and the rest, a `TransformedPipeline`). `output_sized`: the source's
+    arrays are made at the output size (synthetic)."""
+    user = isinstance(transform, UserTransform)
+    random = TorchRandom() if user or batch_transform is not None else None
     batch = BatchTransform(batch_transform, random) if batch_transform is not None else None
-    if transform is None:
-        size = image_size or 224
-        resize = resize_size or int(round(size * 256 / 224))
-        pipeline, notes = ImagePipeline.build(train, size, resize, stored, scale, ratio, use_draft, decode_path,
+    if not user:
+        pipeline, notes = ImagePipeline.build(transform.train, transform.image_size, transform.resize(), stored,
+                                              transform.scale, transform.ratio, transform.use_draft, decode_path,
                                               wanted=() if output_sized else None)
         return pipeline, notes, random, batch
-    return (*build_user_pipeline(transform, train, image_size, resize_size, stored, use_draft, decode_path, random),
-            random, batch)
+    return (*build_user_pipeline(transform.transform, train, transform.image_size, transform.resize_size, stored,
+                                 transform.use_draft, decode_path, random), random, batch)
 
 
 def build_user_pipeline(transform, train, image_size, resize_size, stored, use_draft, decode_path, random):
