@@ -453,8 +453,8 @@ def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, 
         check_device_pipeline(pipeline)  # what the device cannot run is refused now, not at the first batch
     say_pipeline_notes(resolved.description, pipeline, notes)
     check_options(on_error, policy, batch_size)
-    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch, shuffle=shuffle,
-                           drop_last=drop_last, use_repartition=source.use_repartition,
+    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch,
+                           shuffle=shuffle, drop_last=drop_last, use_repartition=source.use_repartition,
                            order=train_order(order.sequence, policy))
     boxes = source.use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps
     shuffle_buffer = order.shuffle_buffer if shuffle and planner.order is None else 0

@@ -196,7 +196,8 @@ def _applied(group: str, current, values: dict, train: bool):
     """`current` (a group's object) with the earlier keywords' `values` as its fields."""
     if group == "transform":
         values = {k: v for k, v in values.items() if not (k in NONE_IS_DEFAULT and v is None)}
-        names = {f.name for f in dataclasses.fields(current)}  # a keyword the recipe has no use for is ignored, as it was
+        # a keyword the recipe has no use for (scale for validation) is ignored, as it was
+        names = {f.name for f in dataclasses.fields(current)}
         return dataclasses.replace(current, **{k: v for k, v in values.items() if k in names})
     if group == "cache":
         if current is None:
