@@ -5,9 +5,9 @@ Per sample, T:
     [+ `v2.RandomHorizontalFlip`] (train), or `v2.Resize(R)` + `v2.CenterCrop(S)` (validation);
     bilinear, antialiased, square S. The box and the flip are drawn by T's own objects
     (`make_params`, `torch.rand`) from torch's generator, in torchvision's order, and the crop is
-    resampled as torchvision does (crop, then resize), so with `use_draft=False` the pixels equal
-    T's on a PIL decode (tests/test_user_transforms.py). With DCT scaling (`use_draft=True`, the
-    default) the box is the same and crops at least twice the output size are decoded at 1/2 to
+    resampled as torchvision does (crop, then resize), so with `UserTransform(T, use_draft=False)`
+    (datasets/loader/options.py) the pixels equal T's on a PIL decode (tests/test_user_transforms.py).
+    With DCT scaling (`use_draft=True`, the default) the box is the same and crops at least twice the output size are decoded at 1/2 to
     1/8 scale, as the loader's own recipe is (docs/crop-decode.md).
   * The rest of T runs on the uint8 CHW `tv_tensors.Image` the prefix wrote into the batch slot.
   * A T without such a prefix runs on the whole decoded image (uint8 CHW `tv_tensors.Image`).
