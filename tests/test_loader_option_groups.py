@@ -151,3 +151,10 @@ def test_a_user_transform_takes_its_settings_in_user_transform(img):
     new = get_data(img, "train", 4, 0, transform=UserTransform(transform, use_draft=False), **TRAIN)
     assert new.dataset.pipeline.base == old.dataset.pipeline.base
     assert digests(new) == digests(old)
+
+
+def test_a_ledger_names_the_location_a_data_source_holds(img, tmp_path):
+    loader = get_data(DataSource(img, verify=False), "validation", 4, 0, instance=SINGLE,
+                      transform=ValidationCrop(image_size=32))
+    list(loader)
+    assert loader.write_ledger(tmp_path / "ledger.json")["source"] == str(img)

@@ -422,12 +422,13 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     groups = {"source": DataSource.of(source), "transform": transform_setting(transform, train),
               "normalization": Normalization.of(normalization), "cache": Cache.of(cache), "order": Order.of(order)}
     if earlier:
-        groups = with_keywords(groups, earlier, train)
+        groups = with_keywords(groups, earlier)
     dataset = build_stream(groups, split, batch_size, instance, seed, epoch, train, on_error, jpeg_decode,
                            batch_transform)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor, read_ahead=read_ahead)
-    loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None
+    location = groups["source"].location  # named in ledgers
+    loader.source_argument = str(location) if isinstance(location, (str, os.PathLike)) else None
     announce(loader, loader.planner.source, loader.dataset.pipeline)
     return loader
 

@@ -172,7 +172,7 @@ KEYWORDS = {
 NONE_IS_DEFAULT = {"image_size", "resize_size"}  # the earlier get_data read None as "the default" there
 
 
-def with_keywords(groups: dict, keywords: dict, train: bool) -> dict:
+def with_keywords(groups: dict, keywords: dict) -> dict:
     """`groups` ({"source": DataSource, "transform": ..., "normalization": Normalization, "cache": Cache or
     None, "order": Order}) with the earlier keywords applied; one DeprecationWarning per group naming its
     new form. TypeError for a keyword get_data never had, as Python gives."""
@@ -185,14 +185,14 @@ def with_keywords(groups: dict, keywords: dict, train: bool) -> dict:
         fields.setdefault(group, {})[field] = value
     groups = dict(groups)
     for group, values in fields.items():
-        groups[group] = _applied(group, groups[group], values, train)
+        groups[group] = _applied(group, groups[group], values)
         old = ", ".join(f"{name}=" for name, (g, _) in KEYWORDS.items() if g == group and name in keywords)
         warnings.warn(f"get_data({old}) is deprecated and goes in the next release: use {_new_form(group, groups)}",
                       DeprecationWarning, stacklevel=3)
     return groups
 
 
-def _applied(group: str, current, values: dict, train: bool):
+def _applied(group: str, current, values: dict):
     """`current` (a group's object) with the earlier keywords' `values` as its fields."""
     if group == "transform":
         values = {k: v for k, v in values.items() if not (k in NONE_IS_DEFAULT and v is None)}
