@@ -38,7 +38,7 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from datasets.loader import get_data  # noqa: E402
+from datasets.loader import TrainCrop, ValidationCrop, get_data  # noqa: E402
 from datasets.loader.device_decode import JpegDecoder  # noqa: E402
 from datasets.loader.device_resample import BatchResampler, crop_box  # noqa: E402
 from datasets.loader.jpeg_header import read_header  # noqa: E402
@@ -59,7 +59,8 @@ def compare(data, split: str, args) -> dict:
     common = dict(batch_size=args.batch_size, workers=args.workers, normalization="device", seed=0,
                   with_keys=True, instance=(0, 1), read_ahead=False)
     device = get_data(data, split, jpeg_decode="device", **common)
-    full = get_data(data, split, use_draft=False, **common)
+    full_scale = (TrainCrop if split == "train" else ValidationCrop)(use_draft=False)
+    full = get_data(data, split, transform=full_scale, **common)
     draft = get_data(data, split, **common)
     differences, against_draft = [], []
     for got, want, scaled in zip(batches(device, args.batches), batches(full, args.batches),

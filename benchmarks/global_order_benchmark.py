@@ -33,7 +33,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from http_range_server import RangeHandler  # noqa: E402
 
 from datasets.ledger import read_ledgers, verify  # noqa: E402
-from datasets.loader import GlobalOrder, get_data  # noqa: E402
+from datasets.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
 from datasets.loader.sources import resolve_source  # noqa: E402
 
 
@@ -67,8 +67,8 @@ def read_epoch(base_url, instances, order, batch_size, ledgers: Path, name: str,
         before = CountingHandler.shard_requests, CountingHandler.bytes_served
         with tempfile.TemporaryDirectory() as cache_dir:  # each instance a node with its own cache
             loader = get_data(base_url, "train", batch_size, 0, normalization="device", instance=(index, instances),
-                              image_size=64, order=order, read_ahead=False, seed=0, epoch=1,
-                              cache_dir=cache_dir if cache else None)
+                              transform=TrainCrop(image_size=64), order=order, read_ahead=False, seed=0, epoch=1,
+                              cache=cache_dir if cache else None)
             samples = sum(len(labels) for _, labels in loader)
         loader.write_ledger(ledgers / f"{name}-{index}.json")
         rows.append({"order": name, "instance": index, "samples": samples,

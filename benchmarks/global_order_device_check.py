@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from datasets.loader import GlobalOrder, get_data  # noqa: E402
+from datasets.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
 
 
 def flat(source, instances, workers, decode, partitions, batch_size) -> list:
@@ -32,7 +32,7 @@ def flat(source, instances, workers, decode, partitions, batch_size) -> list:
     for index in range(instances):
         loader = get_data(source, "train", batch_size, workers, normalization="device", with_keys=True,
                           instance=(index, instances), seed=3, epoch=1, order=GlobalOrder(partitions=partitions),
-                          jpeg_decode=decode, image_size=128)
+                          jpeg_decode=decode, transform=TrainCrop(image_size=128))
         per_rank.append([(list(keys), images.clone()) for images, _, keys in loader])
     return [per_rank[rank][step] for step in range(len(per_rank[0])) for rank in range(instances)]
 

@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from datasets.loader import get_data
+from datasets.loader import DataSource, TrainCrop, get_data
 
 SAMPLES = 1_331_167
 BATCH = 256
@@ -41,8 +41,8 @@ def main():
     args = parser.parse_args()
 
     def loader(index, count, size=8):
-        return get_data("synthetic", "train", BATCH, 0, normalization="device", synthetic_length=SAMPLES,
-                        image_size=size, instance=(index, count), seed=0, epoch=5)
+        return get_data(DataSource("synthetic", synthetic_length=SAMPLES), "train", BATCH, 0, normalization="device",
+                        transform=TrainCrop(image_size=size), instance=(index, count), seed=0, epoch=5)
 
     first = loader(0, args.instances)
     iterator = iter(first)

@@ -13,6 +13,8 @@ float32 they agree to the last bit on the same hardware (and within 1e-6 anywher
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -37,6 +39,42 @@ def float_dtype(dtype) -> torch.dtype:
         return DTYPES[str(dtype).lower()]
     except KeyError:
         raise ValueError(f"unknown float type {dtype!r}; expected float32 or float16") from None
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """get_data's `normalization`: where it happens and what comes out. The strings "host", "device"
+    and "ipu" stand for `Normalization(that)` with the other fields at their defaults.
+
+    location       "host" (float batches from the workers) or "device"/"ipu" (uint8 NCHW batches for
+                   `NormalizeOnDevice`), see the module docstring.
+    dtype          host batches: "float32" or "float16" (a torch.dtype too).
+    mean, std      per channel, on the 0..1 scale (ImageNet's by default).
+    channels_last  the batch's memory is NHWC (torch.channels_last strides), its shape still NCHW.
+    """
+
+    location: str = "host"
+    dtype: object = "float32"
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+    channels_last: bool = False
+
+    def __post_init__(self):
+        normalization_location(self.location)  # one clear error now, not in a worker
+        float_dtype(self.dtype)
+
+    @classmethod
+    def of(cls, value) -> "Normalization":
+        """A Normalization from get_data's argument: one, or a location's name."""
+        return value if isinstance(value, cls) else cls(value)
+
+    @property
+    def on_host(self) -> bool:
+        return normalization_location(self.location) == "host"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return float_dtype(self.dtype)
 
 
 def scale_and_bias(mean=IMAGENET_MEAN, std=IMAGENET_STD):

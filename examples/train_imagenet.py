@@ -72,7 +72,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 from datasets.hostbench.timing import CpuMeter  # noqa: E402
 from datasets.launcher import LauncherError, detect_instance  # noqa: E402
-from datasets.loader import get_data  # noqa: E402
+from datasets.loader import Normalization, TrainCrop, ValidationCrop, get_data  # noqa: E402
 from datasets.loader.sources import SourceError  # noqa: E402
 from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
 from datasets.normalization import NormalizeOnDevice  # noqa: E402
@@ -162,17 +162,17 @@ def setup_distributed():
 
 
 def make_loaders(args, instance):
-    common = dict(batch_size=args.batch_size, workers=args.workers, normalization=args.normalization,
-                  seed=args.seed, instance=instance, channels_last=args.channels_last,
-                  pin_memory=torch.cuda.is_available(), with_keys=True,
+    common = dict(batch_size=args.batch_size, workers=args.workers,
+                  normalization=Normalization(args.normalization, channels_last=args.channels_last),
+                  seed=args.seed, instance=instance, pin_memory=torch.cuda.is_available(), with_keys=True,
                   jpeg_decode="device" if args.decode == "device" else None)
-    transform = strong_augmentation(args.image_size) if args.strong_aug else None
-    image_size = None if transform is not None else args.image_size
-    train = get_data(args.data, "train", transform=transform, image_size=image_size, **common)
+    transform = strong_augmentation(args.image_size) if args.strong_aug else TrainCrop(image_size=args.image_size)
+    train = get_data(args.data, "train", transform=transform, **common)
     if args.strong_aug:  # MixUp/CutMix need the class count, which the loader read from the dataset
-        train = get_data(args.data, "train", transform=transform, image_size=image_size,
-                         batch_transform=mixup_cutmix(len(train.classes)), **common)
-    val = None if args.no_val else get_data(args.data, "validation", image_size=args.image_size, **common)
+        train = get_data(args.data, "train", transform=transform, batch_transform=mixup_cutmix(len(train.classes)),
+                         **common)
+    val = None if args.no_val else get_data(args.data, "validation",
+                                            transform=ValidationCrop(image_size=args.image_size), **common)
     return train, val
 
 

@@ -15,7 +15,7 @@ from reference_layout import folder_dirhash, list_images, write_reference_datase
 from datasets.formats import format_names
 from datasets.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
 import datasets.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
-from datasets.loader import get_data
+from datasets.loader import DataSource, TrainCrop, get_data
 from datasets.index import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
 
 CSV = "imagenet_2012_bounding_boxes.csv"
@@ -98,8 +98,8 @@ def json_members(dataset, split="train"):
 def crops(dataset, use_bbox_info=True, workers=0):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loader = get_data(str(dataset), "train", batch_size=4, workers=workers, with_keys=True, image_size=32,
-                          seed=3, on_error="fail", use_bbox_info=use_bbox_info)
+        loader = get_data(DataSource(str(dataset), use_bbox_info=use_bbox_info), "train", batch_size=4, workers=workers,
+                          with_keys=True, transform=TrainCrop(image_size=32), seed=3, on_error="fail")
         return {key: image for batch in loader for key, image in zip(batch.keys, batch.images)}
 
 

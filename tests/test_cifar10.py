@@ -47,10 +47,11 @@ def test_cifar_shaped_batches_load_as_hwc_images_with_labels_and_names(cifar):
 
 
 def test_the_loader_reads_cifar_batches(cifar):
-    from datasets.loader import get_data
+    from datasets.loader import ValidationCrop, get_data
 
     root, batches = cifar
-    loader = get_data(str(root), "validation", batch_size=4, image_size=32, normalization="device", with_keys=True)
+    loader = get_data(str(root), "validation", batch_size=4, transform=ValidationCrop(image_size=32),
+                      normalization="device", with_keys=True)
     seen = {}
     for images, labels, keys in loader:
         assert tuple(images.shape) == (4, 3, 32, 32)

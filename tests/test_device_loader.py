@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from datasets.ledger import main as ledger_main
-from datasets.loader import get_data
+from datasets.loader import Normalization, Order, TrainCrop, UserTransform, ValidationCrop, get_data
 from datasets.loader.image_loader import SampleError
 from datasets.torchvision_cpu import transforms_v2 as v2
 
@@ -26,10 +26,18 @@ SIZE = 32  # small outputs: the CPU stand-in's matrix products stay cheap
 BOUND = 2.0
 
 
-def load(source, split, jpeg_decode=None, workers=0, batch=4, **options):
-    return get_data(source, split, batch, workers, normalization="device", with_keys=True, seed=3, epoch=1,
-                    instance=options.pop("instance", (0, 1)), image_size=SIZE, jpeg_decode=jpeg_decode,
-                    shuffle_buffer=5, **options)
+def load(source, split, jpeg_decode=None, workers=0, batch=4, use_draft=True, shuffle=None, channels_last=False,
+         transform=None, **options):
+    """The loader at SIZE px (the split's recipe, or `transform` with its settings), device normalisation."""
+    if transform is not None:
+        transform = UserTransform(transform, image_size=SIZE, use_draft=use_draft)
+    elif options.get("train", split == "train"):
+        transform = TrainCrop(image_size=SIZE, use_draft=use_draft)
+    else:
+        transform = ValidationCrop(image_size=SIZE, use_draft=use_draft)
+    return get_data(source, split, batch, workers, normalization=Normalization("device", channels_last=channels_last),
+                    with_keys=True, seed=3, epoch=1, instance=options.pop("instance", (0, 1)), transform=transform,
+                    jpeg_decode=jpeg_decode, order=Order(shuffle=shuffle, shuffle_buffer=5), **options)
 
 
 def mean_differences(device_batch, host_batch) -> np.ndarray:
@@ -63,7 +71,7 @@ def test_a_flip_or_box_drawn_differently_would_show(img):
     """The bound can fail: the device batch against the host batch of another seed."""
     device = next(iter(load(img, "train", "device")))
     other = get_data(img, "train", 4, 0, normalization="device", with_keys=True, seed=4, epoch=1, instance=(0, 1),
-                     image_size=SIZE, use_draft=False, shuffle_buffer=5)
+                     transform=TrainCrop(image_size=SIZE, use_draft=False), order=Order(shuffle_buffer=5))
     assert mean_differences(device, next(iter(other))).max() > BOUND
 
 

@@ -31,7 +31,7 @@ from conftest import run_script
 from datasets.formats import FORMATS, get_format
 from datasets.index import encode_sample_index, read_metadata
 from datasets.index import read_sample_index
-from datasets.loader import get_data
+from datasets.loader import DataSource, Order, get_data
 from datasets.loader.image_loader import SampleError
 from datasets.formats.shard_check import ERROR
 from datasets.validate.validator import validate
@@ -112,7 +112,7 @@ def test_read_back_every_sample_once_with_its_label(converted, fmt):
     for split, count in SPLITS.items():
         labels = {r.key: r.label for r in records(target, split)}
         loader = get_data(str(target), split, 4, 0, instance=(0, 1), on_error="fail", normalization="device",
-                          with_keys=True, policy="spread")
+                          with_keys=True, order=Order(policy="spread"))
         read = [(key, int(label)) for _, batch_labels, keys in loader for key, label in zip(keys, batch_labels)]
         assert len(read) == len(labels) == count
         assert dict(read) == labels and len(set(k for k, _ in read)) == count
@@ -245,8 +245,8 @@ def test_flipped_payload_byte_loader_skip_reports_it_and_train_batches_stay_equa
 
 def test_flipped_payload_byte_loader_verify_false_delivers_it(flipped):
     target, bad = flipped
-    loader = get_data(str(target), "train", 4, 0, instance=(0, 1), on_error="fail", normalization="device",
-                      with_keys=True, verify=False)
+    loader = get_data(DataSource(str(target), verify=False), "train", 4, 0, instance=(0, 1), on_error="fail",
+                      normalization="device", with_keys=True)
     assert bad.key in [key for batch in loader for key in batch.keys]
     assert not loader.report.skipped
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import PYTHON, REPO
 from datasets.balance import instance_counts
 from datasets.ledger import main as ledger_main
-from datasets.loader import GlobalOrder, get_data
+from datasets.loader import DataSource, GlobalOrder, TrainCrop, get_data
 from datasets.loader.global_order import FlatLayout, check_layout, deal_batches, flat_sequence, plan_flat
 from datasets.loader.share_plan import PlanError
 
@@ -97,7 +97,8 @@ def test_instance_counts_that_do_not_divide_p_or_too_few_samples_are_refused():
     with pytest.raises(PlanError, match="cannot fill 64 partitions"):
         check_layout(FlatLayout(40, 64, 8, "pad"), 1)
     with pytest.raises(PlanError, match="unknown order"):
-        get_data("synthetic", "train", 3, 0, order="random", synthetic_length=64, image_size=8)
+        get_data(DataSource("synthetic", synthetic_length=64), "train", 3, 0, order="random",
+                 transform=TrainCrop(image_size=8))
 
 
 # ------------------------------------------------------------------------------------------ the loader
@@ -140,7 +141,7 @@ def test_a_flat_batch_is_augmented_alike_at_any_scale(img):
 
     def flat_images(instances, workers):
         per_rank = [[(list(keys), images.clone()) for images, _, keys in make(img, (i, instances), workers,
-                                                                             image_size=32)]
+                                                                             transform=TrainCrop(image_size=32))]
                     for i in range(instances)]
         return [per_rank[rank][step] for step in range(len(per_rank[0])) for rank in range(instances)]
 

@@ -58,10 +58,10 @@ def _edit_index(dataset, split, edit, reseal=False):
 
 
 def _first_batch_keys(dataset, split="train", **options):
-    from datasets.loader import get_data
+    from datasets.loader import Order, get_data
 
-    loader = get_data(str(dataset), split, batch_size=64, workers=0, with_keys=True, shuffle=False,
-                      drop_last=False, **options)
+    loader = get_data(str(dataset), split, batch_size=64, workers=0, with_keys=True,
+                      order=Order(shuffle=False, drop_last=False), **options)
     return [key for batch in loader for key in batch.keys]
 
 

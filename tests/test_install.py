@@ -84,7 +84,8 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     run([bin_dir / "create-webdataset", "--source", "cmp/source", "--target", "cmp/img", "--workers", 1,
          "--no-progress", "--samples-per-shard", 4], work)
     assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
-    load = ("from datasets.loader import get_data; loader = get_data('cmp/img', 'train', batch_size=4, image_size=64); "
+    load = ("from datasets.loader import TrainCrop, get_data; "
+            "loader = get_data('cmp/img', 'train', batch_size=4, transform=TrainCrop(image_size=64)); "
             "images, labels = next(iter(loader)); print(tuple(images.shape), len(labels))")
     loaded = run([python, "-c", load], work)
     assert loaded.stdout.split("\n")[0] == "(4, 3, 64, 64) 4"
@@ -124,8 +125,9 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
 
     run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
          "--val-per-class", 1, "--layout", "folder", "--workers", 1], tmp_path)
-    load = ("from datasets.loader import get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
-            "[next(iter(get_data('source', 'train', batch_size=2, image_size=32))) for _ in range(2)]")
+    load = ("from datasets.loader import TrainCrop, get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
+            "[next(iter(get_data('source', 'train', batch_size=2, transform=TrainCrop(image_size=32)))) "
+            "for _ in range(2)]")
     loaded = run([python, "-c", load], tmp_path)
     assert loaded.stdout.split() == ["pil"]
     notes = [line for line in loaded.stderr.splitlines() if PIL_NOTE in line]

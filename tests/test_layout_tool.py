@@ -106,3 +106,23 @@ def test_long_functions_in_the_scripts_and_examples_and_a_long_doc_are_reported(
     (tmp_path / "create_webdataset.py").write_text("def main():\n    return 0\n")
     (tmp_path / "examples" / "train.py").write_text("")
     assert layout.main(["--root", str(root)]) == 0
+
+
+def test_get_data_over_its_parameter_goal_and_a_wide_class_init_are_reported(tmp_path):
+    wide = ", ".join(f"p{i}" for i in range(19))
+    root = _package(tmp_path, {
+        "loader/__init__.py": "",
+        "loader/image_loader.py": f"def get_data(source, {wide}, **earlier):\n    pass\n"
+                                  "class Small:\n    def __init__(self, " + ", ".join(f"a{i}" for i in range(12)) +
+                                  "):\n        pass\n",
+        "loader/read_loop.py": "class ReadLoop:\n    def __init__(self, a, b, *, " +
+                               ", ".join(f"k{i}" for i in range(10)) + ", **rest):\n        pass\n",
+    })
+    result = layout.survey(root)
+    assert result["wide_signatures"] == ["loader/image_loader.py: get_data: 21 parameters (goal 20)",
+                                         "loader/read_loop.py: ReadLoop.__init__: 13 parameters (goal 12)"]
+    assert layout.main(["--root", str(root)]) == 1
+    (root / "loader/image_loader.py").write_text("def load(source):\n    pass\n")  # the goal's function gone
+    (root / "loader/read_loop.py").write_text("")
+    assert layout.survey(root)["wide_signatures"] == [
+        "loader/image_loader.py: get_data: not found (PARAMETER_GOALS names it)"]

@@ -22,6 +22,7 @@ from PIL import Image
 from conftest import run_script
 from datasets.index import read_sample_index
 from datasets.launcher import Instance
+from datasets.loader import DataSource, Normalization, Order, TrainCrop, ValidationCrop
 from datasets.loader.image_loader import SampleError, get_data
 from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
 from datasets.formats.npy import decode_npy
@@ -76,7 +77,7 @@ def test_validation_pixels_equal_torchvision(img, sample_source):
     payloads = stored_payloads(img, "validation", "jpg")
     for source in (img, sample_source):
         loader = get_data(source, "validation", 5, 0, normalization="device", instance=SINGLE, with_keys=True,
-                          use_draft=False)
+                          transform=ValidationCrop(use_draft=False))
         images, labels, keys = read_all(loader)
         assert images.dtype == torch.uint8 and images.shape == (12, 3, 224, 224)
         for image, key in zip(images, keys):
@@ -97,7 +98,7 @@ def test_host_and_device_normalisation_agree(img):
     assert (on_device - host_images).abs().max().item() <= 1e-6
     reference = transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)(raw.float() / 255)
     assert (reference - host_images).abs().max().item() <= 1e-5
-    half, _, _ = read_all(get_data(img, "validation", 4, 0, normalization="host", dtype="float16",
+    half, _, _ = read_all(get_data(img, "validation", 4, 0, normalization=Normalization("host", "float16"),
                                    instance=SINGLE, with_keys=True))
     assert half.dtype == torch.float16
     assert torch.equal(half, NormalizeOnDevice(torch.nn.Identity(), dtype=torch.float16)(raw))
@@ -123,7 +124,7 @@ def test_stored_steps_are_skipped(tensor):
 
 def test_stored_step_that_runtime_upsamples_is_a_warning(tensor):
     with pytest.warns(UserWarning, match=r"short side of 256 px: the runtime RandomResizedCrop\(288\) upsamples"):
-        get_data(tensor, "train", 4, 0, instance=SINGLE, image_size=288)
+        get_data(tensor, "train", 4, 0, instance=SINGLE, transform=TrainCrop(image_size=288))
     steps = parse_stored_steps(["Resize(128)"])
     remaining, notes = plan_steps(False, 224, 256, steps)
     assert [s.name for s in remaining] == ["Resize", "CenterCrop"] and "upsamples" in notes[0]
@@ -192,7 +193,7 @@ def test_simulated_instances_train_equal_batches(converted, fmt, count, workers,
     read, batches, padded, last_batches, policy_dropped = Counter(), set(), Counter(), Counter(), []
     for index in range(count):
         loader = get_data(dataset, "train", 3, workers, instance=Instance(index, count, "explicit"), with_keys=True,
-                          normalization="device", policy=policy, epoch=1)
+                          normalization="device", order=Order(policy=policy), epoch=1)
         n = 0
         for batch in loader:
             n += 1
@@ -310,7 +311,7 @@ def test_foreign_shards_without_index_are_scanned(img, tmp_path):
 
 
 def test_synthetic_source(tmp_path):
-    loader = get_data("synthetic", "train", 8, 2, instance=Instance(1, 3, "explicit"), synthetic_length=100,
+    loader = get_data(DataSource("synthetic", synthetic_length=100), "train", 8, 2, instance=Instance(1, 3, "explicit"),
                       normalization="host")
     batches = list(loader)
     assert len(batches) == len(loader) == 33 // 8
@@ -323,7 +324,7 @@ def test_bad_arguments_are_clear(img):
     with pytest.raises(ValueError, match="on_error"):
         get_data(img, "train", 4, on_error="ignore", instance=SINGLE)
     with pytest.raises(ValueError, match="unknown policy 'even'"):
-        get_data(img, "train", 4, policy="even", instance=SINGLE)
+        get_data(img, "train", 4, order=Order(policy="even"), instance=SINGLE)
     with pytest.raises(Exception, match="no such file"):
         get_data(img / "missing", "train", 4, instance=SINGLE)
 
@@ -344,8 +345,9 @@ def test_corrupt_image_is_skipped_and_replaced_in_train(img, tmp_path):
     with open(target / bad.shard, "r+b") as handle:  # destroy the JPEG's start marker: not an image any more
         handle.seek(bad.payload_offset)
         handle.write(b"\0" * 16)
-    # verify=False: the decoder is what finds it (with verification on, its CRC32C does first)
-    loader = get_data(target, "train", 4, 2, instance=SINGLE, with_keys=True, normalization="device", verify=False)
+    # DataSource(verify=False): the decoder is what finds it (with verification on, its CRC32C does first)
+    loader = get_data(DataSource(target, verify=False), "train", 4, 2, instance=SINGLE, with_keys=True,
+                      normalization="device")
     with pytest.warns(UserWarning, match="1 samples skipped"):
         _, _, keys = read_all(loader)
     report = loader.report

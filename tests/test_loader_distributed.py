@@ -25,7 +25,7 @@ CONFIGS = (("validation", "spread"), ("train", "drop"), ("train", "pad"))
 RANK_SCRIPT = """
 import json, sys
 from datasets.launcher import detect_instance
-from datasets.loader import get_data
+from datasets.loader import Order, get_data
 
 out_dir, batch, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3:]  # sources: FORMAT=PATH
 instance = detect_instance()
@@ -33,8 +33,8 @@ result = {}
 runs = [(fmt, source, workers, split, policy) for fmt, source in (s.split("=", 1) for s in sources)
         for workers in (0, 1, 2) for split, policy in (("validation", "spread"), ("train", "drop"), ("train", "pad"))]
 for fmt, source, workers, split, policy in runs:
-    loader = get_data(source, split, batch, workers, normalization="device", with_keys=True, policy=policy,
-                      epoch=2, seed=7, instance=instance)
+    loader = get_data(source, split, batch, workers, normalization="device", with_keys=True,
+                      order=Order(policy=policy), epoch=2, seed=7, instance=instance)
     keys, batches = [], 0
     for images, labels, batch_keys in loader:
         assert images.shape[0] == len(batch_keys) == labels.shape[0]

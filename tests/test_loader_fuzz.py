@@ -25,12 +25,12 @@ KINDS = ("flip", "flip", "truncate", "zero-block", "append", "delete")
 
 def _read(dataset):
     """[(key, label, sha256 of the pixels)], [skip reasons with their shard], [warning texts]."""
-    from datasets.loader import get_data
+    from datasets.loader import ValidationCrop, get_data
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loader = get_data(str(dataset), "validation", 4, 0, normalization="device", image_size=32, with_keys=True,
-                          instance=Instance(0, 1, "fuzz"))
+        loader = get_data(str(dataset), "validation", 4, 0, normalization="device",
+                          transform=ValidationCrop(image_size=32), with_keys=True, instance=Instance(0, 1, "fuzz"))
         samples = []
         for images, labels, keys in loader:
             for image, label, key in zip(images, labels.tolist(), keys):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from datasets.launcher import Instance
+from datasets.loader import ValidationCrop
 from datasets.loader.image_loader import get_data
 from datasets.loader.payloads import PAYLOADS, PayloadKind, get_payload
 from datasets.loader.source_kinds import SOURCE_KINDS, SourceKind, UnknownSourceKindError
@@ -40,7 +41,8 @@ def _toy_source(count):
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_registered_source_kind_and_payload_kind_load_through_get_data(toy_kinds, workers):
     loader = get_data(_toy_source(7), "validation", batch_size=3, workers=workers, instance=SINGLE,
-                      normalization="device", image_size=SIZE, resize_size=SIZE, on_error="fail", with_keys=True)
+                      normalization="device", transform=ValidationCrop(image_size=SIZE, resize_size=SIZE),
+                      on_error="fail", with_keys=True)
     batches = list(loader)
     keys = [key for batch in batches for key in batch.keys]
     assert keys == [f"toy-{n}" for n in range(7)]
@@ -73,8 +75,8 @@ def test_an_unregistered_source_kind_is_named():
 def test_an_unregistered_payload_kind_is_a_bad_sample(monkeypatch):
     """A source kind naming a payload kind nobody registered: each sample skipped with the reason."""
     monkeypatch.setitem(SOURCE_KINDS, "toy", SourceKind("toy", _toy_samples))
-    loader = get_data(_toy_source(2), "validation", batch_size=2, instance=SINGLE, image_size=SIZE,
-                      resize_size=SIZE)
+    loader = get_data(_toy_source(2), "validation", batch_size=2, instance=SINGLE,
+                      transform=ValidationCrop(image_size=SIZE, resize_size=SIZE))
     with pytest.raises(Exception, match="every sample"):
         list(loader)
     assert [s.reason for s in loader.report.skipped] == [

@@ -17,15 +17,15 @@ import pytest
 
 from conftest import PYTHON, REPO, run_script
 from datasets.ledger import main as ledger_main
-from datasets.loader import get_data
+from datasets.loader import DataSource, Order, TrainCrop, get_data
 from datasets.loader.resume import ResumeError, buffer_order, shuffled
 
 SEED = 7
 
 
-def make(source, split, batch, workers, instance=(0, 1), epoch=3, **options):
+def make(source, split, batch, workers, instance=(0, 1), epoch=3, policy=None, **options):
     return get_data(source, split, batch, workers, normalization="device", with_keys=True, seed=SEED, epoch=epoch,
-                    instance=instance, shuffle_buffer=5, **options)
+                    instance=instance, order=Order(policy=policy, shuffle_buffer=5), **options)
 
 
 def batches(loader):
@@ -158,7 +158,7 @@ def test_a_state_of_another_dataset_or_seed_is_refused(img, converted):
     with pytest.raises(ResumeError, match="seed 7, this loader seed 8"):
         get_data(img, "train", 3, 0, seed=8, instance=(0, 1)).load_state_dict(state)
     with pytest.raises(ResumeError, match="another dataset"):
-        make("synthetic", "train", 3, 0, synthetic_length=36).load_state_dict(state)
+        make(DataSource("synthetic", synthetic_length=36), "train", 3, 0).load_state_dict(state)
     with pytest.raises(ResumeError, match="policy 'drop', this loader policy 'pad'"):
         make(img, "train", 3, 0, policy="pad").load_state_dict(state)
     with pytest.raises(ResumeError, match="version"):
@@ -166,7 +166,8 @@ def test_a_state_of_another_dataset_or_seed_is_refused(img, converted):
 
 
 def test_state_is_small_and_json():
-    loader = make("synthetic", "train", 256, 0, synthetic_length=1_331_167, image_size=8)
+    loader = make(DataSource("synthetic", synthetic_length=1_331_167), "train", 256, 0,
+                  transform=TrainCrop(image_size=8))
     _, state = stop_after(loader, 2)
     text = json.dumps(state)
     assert len(text) < 2048 and state["version"] == 1 and state["progress"]["done"] == [[2, 512]]
@@ -175,7 +176,7 @@ def test_state_is_small_and_json():
 KILLED = """
 import json, os, sys, time
 from datasets.launcher import detect_instance
-from datasets.loader import get_data
+from datasets.loader import Order, get_data
 source, out = sys.argv[1], sys.argv[2]
 instance = detect_instance()
 held = []
@@ -185,7 +186,7 @@ def save(name, value):
     os.replace(f"{out}/{name}.tmp", f"{out}/{name}")
 for split, batch, stop in (("validation", 2, 1 + instance.index), ("train", 3, 2 + instance.index)):
     loader = get_data(source, split, batch, 1, normalization="device", with_keys=True, seed=7, epoch=3,
-                      instance=instance, shuffle_buffer=5)
+                      instance=instance, order=Order(shuffle_buffer=5))
     iterator, keys = iter(loader), []
     for _ in range(stop):
         keys += next(iterator)[2]
@@ -199,13 +200,13 @@ time.sleep(600)
 RESUMED = """
 import glob, json, sys
 from datasets.launcher import detect_instance
-from datasets.loader import get_data
+from datasets.loader import Order, get_data
 source, states, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 instance = detect_instance()
 result = {}
 for split, batch in (("validation", 2), ("train", 3)):
     loader = get_data(source, split, batch, workers, normalization="device", with_keys=True, seed=7,
-                      instance=instance, shuffle_buffer=5)
+                      instance=instance, order=Order(shuffle_buffer=5))
     loader.load_state_dict([json.load(open(p)) for p in sorted(glob.glob(f"{states}/state-{split}-*.json"))])
     keys = [k for _, _, batch_keys in loader for k in batch_keys]
     report = loader.report

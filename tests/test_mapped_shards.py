@@ -142,10 +142,11 @@ def test_a_worker_keeps_no_pages_of_a_train_split_read_once(many_shards):
     after each of the main process's first 6 batches (the worker is up to 5 ahead, still in epoch 1:
     the next epoch finds its maps kept, so they pay and keep their pages). Before, every page read
     stayed (~17 MB of the 18.4 by then, up to 512 MiB); now payloads' pages go as they are decoded."""
-    from datasets.loader import get_data
+    from datasets.loader import Order, TrainCrop, get_data
 
     shard_bytes = sum(p.stat().st_size for p in many_shards.glob("train-*.tar"))
-    loader = get_data(str(many_shards), "train", batch_size=8, workers=1, image_size=32, shuffle_buffer=8)
+    loader = get_data(str(many_shards), "train", batch_size=8, workers=1, transform=TrainCrop(image_size=32),
+                      order=Order(shuffle_buffer=8))
     try:
         batches, resident = iter(loader), []
         for _ in range(6):

@@ -190,10 +190,18 @@ def test_our_img_output_carries_the_reference_checksum_bbox_and_no_side_file_nam
 # ------------------------------------------------------------------ the loader
 
 
+def at_32_px(split: str):
+    """The split's recipe at 32 px (small images: quick tests)."""
+    from datasets.loader import TrainCrop, ValidationCrop
+
+    return TrainCrop(image_size=32) if split == "train" else ValidationCrop(image_size=32)
+
+
 def loaded_keys(source, split, workers=0, **options):
     from datasets.loader import get_data
 
-    loader = get_data(str(source), split, batch_size=5, workers=workers, with_keys=True, image_size=32, **options)
+    loader = get_data(str(source), split, batch_size=5, workers=workers, with_keys=True, transform=at_32_px(split),
+                      **options)
     keys = [key for batch in loader for key in batch.keys]
     return keys, loader.report
 
@@ -337,7 +345,7 @@ def test_distributed_webdataset_adopts_a_reference_dataset_then_repartitions_it(
     keys = []
     for instance in (0, 1):
         loader = get_data(str(dataset), "validation", batch_size=4, instance=(instance, 2), with_keys=True,
-                          image_size=32)
+                          transform=at_32_px("validation"))
         keys += [key for batch in loader for key in batch.keys]
         assert loader.report.repartition is not None  # read through the repartition
     assert sorted(keys, key=int) == [str(n) for n in range(12)]
@@ -431,7 +439,7 @@ def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(convert
     (dataset / "metadata.json").write_text(json.dumps(metadata))
     result = run_script("validate_dataset.py", dataset)
     assert result.returncode == 0, result.stdout + result.stderr
-    loader = get_data(str(dataset), "validation", batch_size=4, with_keys=True, image_size=32)
+    loader = get_data(str(dataset), "validation", batch_size=4, with_keys=True, transform=at_32_px("validation"))
     assert len({key for batch in loader for key in batch.keys}) == 12
 
 
@@ -495,7 +503,7 @@ def test_the_converter_stores_the_union_of_each_train_images_boxes(sample_source
 def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp_path, adopted):
     """Without boxes the option changes nothing; with a box on every sample the crops change
     (which crop is chosen is tested above)."""
-    from datasets.loader import get_data
+    from datasets.loader import DataSource, get_data
 
     stems = [path.stem for path, _ in __import__("reference_layout").list_images(sample_source / "train")]
     with_boxes, without = tmp_path / "boxes", tmp_path / "none"
@@ -507,8 +515,8 @@ def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp
             assert run_script("validate_dataset.py", dataset, "--adopt").returncode == 0
 
     def crops(dataset, use_bbox_info):
-        loader = get_data(str(dataset), "train", batch_size=4, with_keys=True, image_size=32, seed=3,
-                          use_bbox_info=use_bbox_info)
+        loader = get_data(DataSource(str(dataset), use_bbox_info=use_bbox_info), "train", batch_size=4, with_keys=True,
+                          transform=at_32_px("train"), seed=3)
         return {key: image for batch in loader for key, image in zip(batch.keys, batch.images)}
 
     with warnings.catch_warnings():

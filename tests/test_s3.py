@@ -9,7 +9,7 @@ from conftest import run_script, run_scripts
 from datasets import storage
 from datasets.dataset_folder import METADATA_FILE
 from datasets.launcher import Instance
-from datasets.loader import get_data
+from datasets.loader import Order, get_data
 
 SINGLE = Instance(0, 1, "test")
 DATASET_BUCKET = "datasets"
@@ -212,9 +212,9 @@ def test_repartition_upload_validate_and_load(s3_env, repartitioned, s3_bucket):
     for index in range(2):
         instance = Instance(index, 2, "test")
         local = read_all(get_data(str(repartitioned), "train", 3, 0, normalization="device", instance=instance,
-                                  with_keys=True, policy="drop"))
+                                  with_keys=True, order=Order(policy="drop")))
         remote = read_all(get_data(target, "train", 3, 0, normalization="device", instance=instance,
-                                   with_keys=True, policy="drop"))
+                                   with_keys=True, order=Order(policy="drop")))
         assert remote[0] == local[0] and torch.equal(remote[2], local[2])
         assert local[0]
 
@@ -275,7 +275,7 @@ RANK_SCRIPT = """
 import json, sys
 import torch
 from datasets.launcher import detect_instance
-from datasets.loader import get_data
+from datasets.loader import Order, get_data
 
 local, remote, out_dir = sys.argv[1:4]
 instance = detect_instance()
@@ -285,8 +285,8 @@ for workers in (0, 2):
         got = {}
         for name, source in (("local", local), ("s3", remote)):
             keys, labels, checksum = [], [], 0
-            loader = get_data(source, split, 3, workers, normalization="device", with_keys=True, policy=policy,
-                              epoch=1, seed=3, instance=instance)
+            loader = get_data(source, split, 3, workers, normalization="device", with_keys=True,
+                              order=Order(policy=policy), epoch=1, seed=3, instance=instance)
             for images, batch_labels, batch_keys in loader:
                 keys += batch_keys
                 labels += batch_labels.tolist()

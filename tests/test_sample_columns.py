@@ -98,10 +98,10 @@ def _private_bytes(pid) -> int:
 def _epoch_worker_private(dataset, instance):
     """Private memory (bytes) of the one DataLoader worker after two validation epochs (the first
     epoch's plan is made before the fork; the (persistent) worker makes the second's itself)."""
-    from datasets.loader import get_data
+    from datasets.loader import ValidationCrop, get_data
 
-    loader = get_data(str(dataset), "validation", batch_size=4, workers=1, instance=instance, image_size=32,
-                      with_keys=True)
+    loader = get_data(str(dataset), "validation", batch_size=4, workers=1, instance=instance,
+                      transform=ValidationCrop(image_size=32), with_keys=True)
     for epoch in range(2):
         keys = [key for batch in loader for key in batch.keys]
     workers = loader._loader._iterator._workers

@@ -1,4 +1,4 @@
-"""The node-local shard cache (datasets/shard_cache/, get_data(cache_dir=...)) against the real SeaweedFS
+"""The node-local shard cache (datasets/shard_cache/, get_data(cache=...)) against the real SeaweedFS
 (datasets/testing/s3_server.py), with the fault proxy (datasets/testing/fault_proxy.py, test_s3_faults' fixture) in front of it
 counting every GET by key."""
 
@@ -17,7 +17,7 @@ from datasets import storage
 from datasets.index import read_metadata
 from datasets.index import read_sample_index
 from datasets.launcher import Instance
-from datasets.loader import get_data
+from datasets.loader import Cache, get_data
 from datasets.shard_cache import CacheError, ShardCache, parse_size
 from test_s3 import upload_cli
 from test_s3_faults import proxy  # noqa: F401  (the fault proxy in front of the session server, as the fixture)
@@ -78,7 +78,7 @@ def test_cold_epoch_fills_each_shard_once_and_warm_epochs_fetch_nothing(proxy, d
     it, a worker that went on into epoch 1 may fill a shard the other worker had not reached yet in epoch 0
     (reported with epoch 1): the totals are exact, and every epoch's batches."""
     target, local = dataset
-    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache_dir=tmp_path / "cache", read_ahead=read_ahead,
+    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache=tmp_path / "cache", read_ahead=read_ahead,
                       **OPTIONS)
     reference = get_data(str(local), "train", 4, 2, instance=SINGLE, **OPTIONS)
     shards = shard_names(local)
@@ -111,7 +111,7 @@ out = out.replace("RANK", os.environ.get("RANK", ""))  # torchrun: one file per 
 instance = (0, 1) if mode == "whole" else None  # "whole": each process reads the whole split
 # read_ahead=False: a worker reading ahead into the epoch after the last one read may fill a shard and is
 # never asked for its report; without it every fill is in one of the two epochs' reports.
-loader = get_data(target, "train", 4, 2, normalization="device", with_keys=True, cache_dir=cache, instance=instance,
+loader = get_data(target, "train", 4, 2, normalization="device", with_keys=True, cache=cache, instance=instance,
                   read_ahead=False)
 reference = get_data(local, "train", 4, 2, normalization="device", with_keys=True, instance=instance)
 result = []
@@ -172,7 +172,7 @@ def test_a_limit_below_the_dataset_evicts_and_every_epoch_stays_exact(proxy, dat
     target, local = dataset
     sizes = sorted(s["bytes"] for s in read_metadata(local)["splits"]["train"]["shards"])
     limit = sizes[-1] + sizes[-2]  # room for two shards of five
-    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache_dir=tmp_path / "cache", cache_limit=limit,
+    cached = get_data(target, "train", 4, 2, instance=SINGLE, cache=Cache(tmp_path / "cache", limit=limit),
                       read_ahead=read_ahead, **OPTIONS)
     reference = get_data(str(local), "train", 4, 2, instance=SINGLE, **OPTIONS)
     evicted = 0
@@ -197,7 +197,7 @@ def _flip_keeping_mtime(path: Path, offset: int) -> None:
 def test_a_corrupted_or_changed_cached_shard_is_dropped_fetched_again_and_reported(proxy, dataset, tmp_path):
     target, local = dataset
     cache_dir = tmp_path / "cache"
-    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, on_error="fail", **OPTIONS)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache=cache_dir, on_error="fail", **OPTIONS)
     reference = read_epoch(get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS), 0)
     assert same(read_epoch(cached, 0), reference)
     metadata = read_metadata(local)
@@ -227,7 +227,7 @@ def test_a_corrupted_or_changed_cached_shard_is_dropped_fetched_again_and_report
 KILLED_SCRIPT = """
 import sys
 from datasets.loader import get_data
-loader = get_data(sys.argv[1], "validation", 4, 0, normalization="device", instance=(0, 1), cache_dir=sys.argv[2])
+loader = get_data(sys.argv[1], "validation", 4, 0, normalization="device", instance=(0, 1), cache=sys.argv[2])
 for batch in loader:
     pass
 """
@@ -264,7 +264,7 @@ def test_a_fill_killed_midway_leaves_nothing_servable(s3_server, proxy, dataset,
             reader.kill()
     folder = parts[0].parent
     assert not (folder / first).exists() and not (folder / f"{first}.meta").exists()
-    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, on_error="fail", **OPTIONS)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache=cache_dir, on_error="fail", **OPTIONS)
     reference = get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS)
     assert same(read_epoch(cached, 0), read_epoch(reference, 0))
     assert not list(folder.glob("*.part.*"))
@@ -275,13 +275,13 @@ def test_a_reuploaded_dataset_does_not_reuse_the_old_entries(s3_server, proxy, c
     """The same prefix and the same shard names, other bytes (a new checksum): fetched again, never mixed."""
     cache_dir = tmp_path / "cache"
     target = upload(s3_server, converted("img"), f"s3://{s3_bucket}/ds")
-    read_epoch(get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, **OPTIONS), 0)
+    read_epoch(get_data(target, "validation", 4, 0, instance=SINGLE, cache=cache_dir, **OPTIONS), 0)
     old = {p: p.read_bytes() for p in cache_dir.glob("*/*.tar")}
     replacement = converted("tensor")
     assert set(shard_names(replacement, "validation")) == set(shard_names(converted("img"), "validation"))
     upload(s3_server, replacement, target, "--overwrite")
     before = len(proxy.requests)
-    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=cache_dir, **OPTIONS)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache=cache_dir, **OPTIONS)
     reference = get_data(str(replacement), "validation", 4, 0, instance=SINGLE, **OPTIONS)
     assert same(read_epoch(cached, 0), read_epoch(reference, 0))
     assert shard_gets(proxy.requests[before:]) == {name: 1 for name in shard_names(replacement, "validation")}
@@ -305,7 +305,7 @@ def test_a_shard_whose_stored_bytes_differ_from_metadata_is_never_cached(s3_serv
     data[record.payload_offset + record.payload_size - 100] ^= 0x01
     checksum = base64.b64encode(hashlib.sha256(data).digest()).decode()
     s3_server.client().put_object(Bucket=s3_bucket, Key=f"ds/{record.shard}", Body=bytes(data), ChecksumSHA256=checksum)
-    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache", **OPTIONS)
+    cached = get_data(target, "validation", 4, 0, instance=SINGLE, cache=tmp_path / "cache", **OPTIONS)
     for epoch in range(2):
         before = len(proxy.requests)
         with pytest.warns(UserWarning):
@@ -319,10 +319,10 @@ def test_a_shard_whose_stored_bytes_differ_from_metadata_is_never_cached(s3_serv
 
 
 def test_prefetch_fetches_the_next_shards_ahead_once_each(proxy, dataset, tmp_path):
-    """cache_prefetch=2: opening a shard starts the fetch of the next two of the reader's plan; still one GET
+    """Cache(prefetch=2): opening a shard starts the fetch of the next two of the reader's plan; still one GET
     per shard, and the epoch is the local one."""
     target, local = dataset
-    cached = get_data(target, "train", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache", cache_prefetch=2, **OPTIONS)
+    cached = get_data(target, "train", 4, 0, instance=SINGLE, cache=Cache(tmp_path / "cache", prefetch=2), **OPTIONS)
     reference = get_data(str(local), "train", 4, 0, instance=SINGLE, **OPTIONS)
     before = len(proxy.requests)
     assert same(read_epoch(cached, 0), read_epoch(reference, 0))
@@ -333,13 +333,13 @@ def test_prefetch_fetches_the_next_shards_ahead_once_each(proxy, dataset, tmp_pa
 
 def test_local_paths_marked_remote_are_cached(converted, tmp_path):
     local = converted("img")
-    cached = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "cache",
-                      cache_remote_paths=True, **OPTIONS)
+    cached = get_data(str(local), "validation", 4, 0, instance=SINGLE,
+                      cache=Cache(tmp_path / "cache", remote_paths=True), **OPTIONS)
     reference = read_epoch(get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS), 0)
     assert same(read_epoch(cached, 0), reference) and cached.report.cache["fills"] == 2
     assert same(read_epoch(cached, 1), reference) and cached.report.cache["hits"] == 2
     assert sorted(entries(tmp_path / "cache")) == shard_names(local, "validation")
-    unmarked = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache_dir=tmp_path / "other", **OPTIONS)
+    unmarked = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache=tmp_path / "other", **OPTIONS)
     read_epoch(unmarked, 0)
     assert unmarked.report.cache["fills"] == 0 and not entries(tmp_path / "other")
 

@@ -330,7 +330,7 @@ def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(t
     from collections import Counter
 
     from datasets.launcher import Instance
-    from datasets.loader import get_data
+    from datasets.loader import DataSource, get_data
 
     labels = [1 + (7 * n) % 1000 for n in range(1000)]  # TF-slim: 1..1000, each once
     paths = write_tfslim_shards(tmp_path, "validation", labels, shards=3)
@@ -349,14 +349,14 @@ def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(t
     assert sorted(label_of[key] for key in seen) == list(range(1000))
 
     with pytest.warns(UserWarning, match="label offset 0: given explicitly"):
-        loader = get_data(tmp_path, "validation", 500, 0, instance=Instance(0, 1, "explicit"), label_offset=0,
-                          normalization="device")
+        loader = get_data(DataSource(tmp_path, label_offset=0), "validation", 500, 0,
+                          instance=Instance(0, 1, "explicit"), normalization="device")
     assert sorted(label for _, batch_labels in loader for label in batch_labels.tolist()) == list(range(1, 1001))
 
 
 def test_loader_refuses_to_guess_the_label_offset(tmp_path):
     from datasets.launcher import Instance
-    from datasets.loader import get_data
+    from datasets.loader import DataSource, get_data
     from datasets.loader.sources import SourceError
 
     write_tfslim_shards(tmp_path, "train", [1, 2, 3, 4, 5, 6, 7, 8, 9], shards=2)  # 0-based or 1-based?
@@ -364,7 +364,7 @@ def test_loader_refuses_to_guess_the_label_offset(tmp_path):
         get_data(tmp_path, "train", 2, 0, instance=Instance(0, 1, "explicit"))
     (tmp_path / "train-00001-of-00002").unlink()
     with pytest.raises(SourceError, match="1 of 2 train shards are missing: train-00001-of-00002"):
-        get_data(tmp_path, "train", 2, 0, instance=Instance(0, 1, "explicit"), label_offset=1)
+        get_data(DataSource(tmp_path, label_offset=1), "train", 2, 0, instance=Instance(0, 1, "explicit"))
 
 
 def test_loader_reads_a_tfslim_shard_over_http_equal_to_local(tmp_path):

@@ -16,6 +16,7 @@ from PIL import Image
 from datasets.formats import FORMATS
 from datasets.launcher import Instance
 from datasets.loader import jpeg_crop
+from datasets.loader import Order, UserTransform
 from datasets.loader.image_loader import get_data
 from datasets.loader.pipeline import FLIP, RANDOM_RESIZED_CROP, RESIZE
 from datasets.loader.user_transforms import (TorchRandom, TransformError, build_user_pipeline, mixup_cutmix,
@@ -142,7 +143,7 @@ def test_fused_rrc_and_flip_equal_torchvision_through_the_loader(converted, samp
     dataset = converted("img")
     transform = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip()])
     loader = get_data(dataset, "train", 4, 0, normalization="device", instance=SINGLE, with_keys=True,
-                      transform=transform, use_draft=False, shuffle_buffer=1)
+                      transform=UserTransform(transform, use_draft=False), order=Order(shuffle_buffer=1))
     images, _, keys = _all(loader)
     from datasets.formats.tar import iter_tar_samples
     from pathlib import Path
@@ -213,9 +214,11 @@ def test_a_transform_that_does_not_end_on_uint8_at_size_is_refused(converted):
         get_data(dataset, "train", 4, 0, instance=SINGLE, transform=v2.Compose(
             [v2.RandomResizedCrop(32), v2.ToDtype(torch.float32, scale=True)]))
     with pytest.raises(TransformError, match="image_size=64"):
-        get_data(dataset, "train", 4, 0, instance=SINGLE, image_size=64, transform=v2.RandomResizedCrop(32))
+        get_data(dataset, "train", 4, 0, instance=SINGLE,
+                 transform=UserTransform(v2.RandomResizedCrop(32), image_size=64))
     with pytest.raises(TransformError, match=r"uint8 \(3, S, S\)"):
         get_data(dataset, "train", 4, 0, instance=SINGLE, transform=v2.RandAugment())
     with pytest.raises(TransformError, match=r"expects uint8 \(3, 64, 64\)"):
-        get_data(dataset, "train", 4, 0, instance=SINGLE, image_size=64,
-                 transform=v2.Compose([v2.RandAugment(), v2.Resize(40), v2.CenterCrop(40)]))
+        get_data(dataset, "train", 4, 0, instance=SINGLE,
+                 transform=UserTransform(v2.Compose([v2.RandAugment(), v2.Resize(40), v2.CenterCrop(40)]),
+                                         image_size=64))

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from test_jpeg_crop import PHOTOS, _encoded, quirk_payload
-from datasets.loader import jpeg_crop
+from datasets.loader import ValidationCrop, jpeg_crop
 from datasets.loader.pipeline import ImagePipeline, PipelineError
 from datasets.launcher import Instance
 
@@ -204,7 +204,7 @@ def test_the_loader_takes_the_fused_path_with_the_same_pixels(converted, sample_
     monkeypatch.setattr(ImagePipeline, "_center_crop_decoded", counted)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the reference dataset's "made by the reference harness" note
-        for options in ({}, {"image_size": 64}):
+        for options in ({}, {"transform": ValidationCrop(image_size=64)}):
             fused_calls.clear()
             region, keys = _validation_images(source, jpeg_crop.CROP, **options)
             assert fused_calls and all(fused_calls), f"{fmt}: the fused path did not run for every sample"

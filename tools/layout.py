@@ -10,7 +10,8 @@ not self/cls (namedtuple's `_replace`/`_asdict`/`_fields`/`_make` and private na
 are not the package's, `os._exit`, `torch._C`, are exempt; PRIVATE_ALLOWED lists the known rest).
 No module file name twice in the package and the repository root's scripts (role names, registry entries
 and a script's own command in cli/ aside); no function over 80 lines in the root's scripts and examples/;
-docs/crop-decode.md within 150 lines (DOC_LINES). Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
+docs/crop-decode.md within 150 lines (DOC_LINES); get_data within 20 parameters (PARAMETER_GOALS) and no
+class `__init__` over 12 (INIT_PARAMETERS): settings that belong together travel as one object. Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
 
 LAYERS orders the package's top-level modules and subpackages from the bottom up: a module may
 import from its own layer's unit (itself or its subpackage) and from units in lower layers. A
@@ -34,6 +35,10 @@ SOURCE_KINDS_DIR = ("loader", "source_kinds")  # the one place that names source
 ROLE_NAMES = {"__init__", "__main__", "plan", "cli", "report", "run", "base"}
 # Docs with a size goal: {path under the repository: most lines} (issue 34: a method, not a lab log).
 DOC_LINES = {"docs/crop-decode.md": 150}
+# Functions with a parameter goal: {"path under the package: function": most parameters} (issue 34: get_data
+# takes groups, datasets/loader/options.py). Every parameter counts, *args and **kwargs included.
+PARAMETER_GOALS = {"loader/image_loader.py: get_data": 20}
+INIT_PARAMETERS = 12  # a class __init__'s parameters besides self (issue 34)
 SCRIPT_DIRS = ("examples",)  # besides the repository root's scripts: functions held to FUNCTION_LINES too
 REGISTRY_DIRS = {("loader", "source_kinds"), ("loader", "payloads")}  # entries named after their kind
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
@@ -205,6 +210,31 @@ def _chain_root(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
+def parameter_count(node) -> int:
+    """A function's parameters, *args and **kwargs included."""
+    a = node.args
+    return len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def wide_signatures(tree, relative: str) -> list:
+    """"path: function: N parameters (goal G)" of each function over its PARAMETER_GOALS entry and each class
+    __init__ over INIT_PARAMETERS (self not counted)."""
+    found = []
+    for node in tree.body:
+        goal = PARAMETER_GOALS.get(f"{relative}: {getattr(node, 'name', '')}")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and goal is not None:
+            if parameter_count(node) > goal:
+                found.append(f"{relative}: {node.name}: {parameter_count(node)} parameters (goal {goal})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for init in node.body:
+                if isinstance(init, ast.FunctionDef) and init.name == "__init__":
+                    count = parameter_count(init) - 1
+                    if count > INIT_PARAMETERS:
+                        found.append(f"{relative}: {node.name}.__init__: {count} parameters (goal {INIT_PARAMETERS})")
+    return found
+
+
 def same_names(root: Path) -> list:
     """"name.py: path, path" for each module file name used twice in the package and the repository root
     (its scripts), except ROLE_NAMES, a registry's entries (named after their kind) and a top-level script's
@@ -251,7 +281,7 @@ def long_docs(repo: Path) -> list:
 def survey(root: Path) -> dict:
     mods = module_files(root)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
-    big_modules, long_functions, kind_names, private = [], [], [], []
+    big_modules, long_functions, kind_names, private, wide, goals_seen = [], [], [], [], [], set()
     names = source_kind_names(root)
     for module, path in sorted(mods.items()):
         source = path.read_text()
@@ -264,6 +294,11 @@ def survey(root: Path) -> dict:
             kind_names.extend(f"{relative}:{line} {name!r}" for line, name in kind_comparisons(tree, names))
         private.extend(f"{relative}: {access}" for line, access in private_accesses(tree, root.name))
         long_functions.extend(long_functions_in(path, relative))
+        wide.extend(wide_signatures(tree, str(path.relative_to(root))))
+        goals_seen.update(f"{path.relative_to(root)}: {node.name}" for node in tree.body
+                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    wide.extend(f"{goal}: not found (PARAMETER_GOALS names it)" for goal in sorted(set(PARAMETER_GOALS) - goals_seen)
+                if (root / Path(goal.split(":")[0]).parts[0]).exists())  # a goal in a package that has its folder
     upward, unplaced = [], set()
     for module, targets in sorted(graph.items()):
         unit = unit_of(module)
@@ -279,7 +314,7 @@ def survey(root: Path) -> dict:
                 upward.append(f"{module} -> {target}")
     return {"modules": len(mods), "big_modules": big_modules, "long_functions": long_functions,
             "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced),
-            "kind_name_comparisons": kind_names,
+            "kind_name_comparisons": kind_names, "wide_signatures": wide,
             "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)), "same_names": same_names(root),
             "script_long_functions": script_long_functions(root.parent), "long_docs": long_docs(root.parent),
             "private_allowed": sorted(set(private) & set(PRIVATE_ALLOWED))}
@@ -307,6 +342,8 @@ def main(argv=None) -> int:
         (f"functions over {FUNCTION_LINES} lines in the scripts and {', '.join(SCRIPT_DIRS)}/",
          [f"{f['function']}: {f['lines']}" for f in result["script_long_functions"]]),
         ("docs over their size goal", result["long_docs"]),
+        (f"get_data over its parameter goal, class __init__ over {INIT_PARAMETERS} parameters",
+         result["wide_signatures"]),
     ]
     print(f"{result['modules']} modules under {root.name}/")
     for title, rows in checks:

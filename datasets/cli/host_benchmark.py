@@ -125,7 +125,8 @@ def add_loading_arguments(loading) -> None:
                               "up to 10 draws, as the reference harness intends")
     loading.add_argument("--no-verify", action="store_true",
                          help="do not check each sample's CRC32C against the sample index as it is read "
-                              "(get_data(verify=False)); --compare otherwise adds one verify-off row per format")
+                              "(get_data(DataSource(path, verify=False))); --compare otherwise adds one verify-off "
+                              "row per format")
     loading.add_argument("--seed", type=non_negative_int, default=0, help="shuffle and augmentation seed")
     loading.add_argument("--image-size", type=positive_int, default=224, metavar="PX",
                          help="output side of every pipeline (default 224; validation resizes to 256/224 of it "

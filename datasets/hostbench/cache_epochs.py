@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from datasets.hostbench.pipelines import loader_batches
+from datasets.loader.options import Cache
 from datasets.hostbench.timing import combine_instances, measure_batches
 from datasets.hostbench.transports import RequestLog, read_request_log
 
@@ -121,7 +122,7 @@ def _one_round(copies, split, batch_size, workers, instance, cache_dir, cache_li
         per_image = source.bytes_per_image.get(split, 0.0)
         # A fresh folder per round and copy: the cold epoch starts from an empty cache.
         folder = Path(cache_dir) / f"host_benchmark-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{copy.name}"
-        cache_options = {**options, "cache_dir": folder, "cache_limit": cache_limit, "cache_prefetch": cache_prefetch}
+        cache_options = {**options, "cache": Cache(folder, limit=cache_limit, prefetch=cache_prefetch)}
         base = f"{source.name}/epochs"
         for kind, row_id, label, location, extra in (
                 ("local", f"{base}@local", f"{source.label} local files", str(source.path), options),

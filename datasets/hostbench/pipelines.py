@@ -235,20 +235,24 @@ BASELINES = {
 
 
 def loader_batches(source, split, batch_size, workers, normalization, instance, seed=0, rebatch_size=None,
-                   **options):
+                   image_size=None, verify=True, use_bbox_info=False, transform=None, **options):
     """The project's loader (`datasets.loader.get_data`) as an epoch-repeating batch iterable.
 
     The loader is made once, outside the timing (resolving a source reads its metadata and
     sample index); each epoch is `set_epoch(n)` and a fresh iteration (new workers).
     `source` may be a list of shard paths. `rebatch_size` (the reference's
     --dataloader-rebatch-size): workers build batches of that size, which the main process
-    joins into `batch_size` batches (less memory held per worker batch).
+    joins into `batch_size` batches (less memory held per worker batch). A row's `image_size`,
+    `verify` and `use_bbox_info` go into get_data's groups (`row_transform`, DataSource); the other
+    `options` are get_data's own (cache=Cache(...), jpeg_decode, order, read_ahead...).
     """
-    from datasets.loader.image_loader import get_data
+    from datasets.loader import DataSource, get_data
 
     worker_batch = rebatch_size or batch_size
-    loader = get_data(source if isinstance(source, list) else str(source), split, worker_batch, workers,
-                      normalization=normalization, instance=instance, seed=seed, **options)
+    source = DataSource(source if isinstance(source, list) else str(source), verify=verify,
+                        use_bbox_info=use_bbox_info)
+    loader = get_data(source, split, worker_batch, workers, normalization=normalization, instance=instance, seed=seed,
+                      transform=row_transform(split, image_size, transform), **options)
 
     def epoch_loader(epoch):
         loader.set_epoch(epoch)
@@ -257,6 +261,18 @@ def loader_batches(source, split, batch_size, workers, normalization, instance, 
     batches = EpochBatches(epoch_loader, max_epochs=None)
     batches.loader = loader  # its figures after the run (device_decode_ms)
     return batches
+
+
+def row_transform(split: str, image_size, transform=None):
+    """get_data's transform for a row: the split's recipe at `image_size`, or the user `transform` (checked
+    against `image_size` when given); None: the split's recipe at its default size."""
+    from datasets.loader import TrainCrop, UserTransform, ValidationCrop
+
+    if transform is not None:
+        return transform if image_size is None else UserTransform(transform, image_size=image_size)
+    if image_size is None:
+        return None
+    return TrainCrop(image_size=image_size) if split == "train" else ValidationCrop(image_size=image_size)
 
 
 AUGMENTATIONS = {
@@ -269,7 +285,6 @@ AUGMENTATIONS = {
 def augmented_loader_batches(source, split, batch_size, workers, normalization, instance, recipe, seed=0,
                              image_size=IMAGE_SIZE, **options):
     """`loader_batches` with a user transform recipe (AUGMENTATIONS) passed to get_data."""
-    from datasets.loader.image_loader import get_data
     from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation
     from datasets.torchvision_cpu import transforms_v2 as v2
 
@@ -278,8 +293,9 @@ def augmented_loader_batches(source, split, batch_size, workers, normalization, 
     else:
         options["transform"] = strong_augmentation(image_size)
     if recipe == "strong-mix":  # MixUp/CutMix need the class count the dataset records
-        classes = get_data(str(source), split, batch_size, 0, instance=instance, seed=seed, image_size=image_size,
-                           **{k: v for k, v in options.items() if k != "transform"}).classes
+        classes = loader_batches(source, split, batch_size, 0, normalization, instance, seed=seed,
+                                 image_size=image_size, **{k: v for k, v in options.items() if k != "transform"}
+                                 ).loader.classes
         options["batch_transform"] = mixup_cutmix(len(classes) if classes else 1000)
     return loader_batches(source, split, batch_size, workers, normalization, instance, seed=seed, **options)
 

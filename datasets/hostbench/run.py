@@ -17,6 +17,7 @@ from datasets.hostbench.decision import make_recommendation
 from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, BenchmarkError, run_iterations
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
+from datasets.loader.options import Cache
 from datasets.hostbench.discovery import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
@@ -98,8 +99,8 @@ def measure_source(args, instance, collective) -> None:
     if getattr(args, "decode_location", "host") == "device":
         options["jpeg_decode"] = "device"
     if getattr(args, "cache_dir", None):
-        options.update(cache_dir=args.cache_dir, cache_limit=args.cache_limit, cache_prefetch=args.cache_prefetch,
-                       cache_remote_paths=args.cache_remote_paths)
+        options["cache"] = Cache(args.cache_dir, limit=args.cache_limit, prefetch=args.cache_prefetch,
+                                 remote_paths=args.cache_remote_paths)
     batches = loader_batches(source, args.split, args.batch_size, args.dataloader_worker,
                              args.normalization_location, instance, seed=args.seed,
                              image_size=args.image_size,

@@ -16,7 +16,9 @@ if not getattr(_sys.modules.get("datasets"), "IMAGENET_SHARDS", False):
                       f"the ImageNet-shards library ({__file__.rsplit('/loader/', 1)[0]}); put the library first on "
                       f"sys.path (PYTHONPATH) or use an environment without the other one")
 
-__all__ = ["GlobalOrder", "Mix", "get_data"]
+__all__ = ["Cache", "DataSource", "GlobalOrder", "Mix", "Normalization", "Order", "TrainCrop", "UserTransform",
+           "ValidationCrop", "get_data"]
+OPTION_GROUPS = ("Cache", "DataSource", "Normalization", "Order", "TrainCrop", "UserTransform", "ValidationCrop")
 
 
 def __getattr__(name):
@@ -28,6 +30,10 @@ def __getattr__(name):
         from datasets.loader.mix import Mix
 
         return Mix
+    if name in OPTION_GROUPS:  # get_data's option groups (datasets/loader/options.py)
+        from datasets.loader import options
+
+        return getattr(options, name)
     if name == "GlobalOrder":
         from datasets.loader.global_order import GlobalOrder
 

@@ -69,9 +69,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from datasets.formats.mapped_shards import release_payload
 from datasets.launcher import Instance, detect_instance
-from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, float_dtype, normalization_location
+from datasets.normalization import Normalization, normalization_location
 from datasets.loader.epoch_planner import EpochPlanner
 from datasets.loader.global_order import order_setting
+from datasets.loader.options import Cache, DataSource, Order, transform_setting, with_keywords
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
 from datasets.loader import jpeg_crop
 from datasets.loader.batch_ring import BatchRing, RingMessage, labels_tensor
@@ -381,85 +382,88 @@ def device_decode_asked(jpeg_decode, location: str) -> bool:
 
 
 def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
-             normalization: str = "host", dtype="float32", instance=None, seed: int = 0, epoch: int = 0,
-             policy: Optional[str] = None, train: Optional[bool] = None, shuffle: Optional[bool] = None,
-             drop_last: Optional[bool] = None, on_error: str = "skip", image_size: Optional[int] = None,
-             resize_size: Optional[int] = None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), mean=IMAGENET_MEAN,
-             std=IMAGENET_STD, shuffle_buffer: int = 1000, channels_last: bool = False, pin_memory: bool = False,
-             prefetch_factor: Optional[int] = None, synthetic_length: Optional[int] = None,
-             use_repartition: bool = True, use_draft: bool = True, with_keys: bool = False,
-             label_offset: Optional[int] = None, jpeg_decode: Optional[str] = None,
-             use_bbox_info: bool = False, verify: bool = True, cache_dir=None, cache_limit=None,
-             cache_remote_paths: bool = False, cache_prefetch: int = 0, transform=None,
-             batch_transform=None, read_ahead: bool = True, order=None) -> ImageLoader:
-    """Batches of one split for this instance. See the module docstring and README for the rules.
+             transform=None, batch_transform=None, normalization="host", order=None, cache=None,
+             instance=None, seed: int = 0, epoch: int = 0, train: Optional[bool] = None, on_error: str = "skip",
+             jpeg_decode: Optional[str] = None, with_keys: bool = False, pin_memory: bool = False,
+             prefetch_factor: Optional[int] = None, read_ahead: bool = True, **earlier) -> ImageLoader:
+    """Batches of one split for this instance. See the module docstring and README for the rules; the
+    groups (DataSource, TrainCrop, ValidationCrop, UserTransform, Normalization, Cache, Order) and their
+    fields are in datasets/loader/options.py.
 
-    source          converted dataset dir or http(s) base URL; shard paths/URLs (brace patterns ok);
-                    an ImageNet folder (holding train/ and validation/ or val/); "synthetic"; a Mix (loader/mix.py).
+    source          a DataSource, or its location alone: converted dataset dir or http(s) base URL; shard
+                    paths/URLs (brace patterns ok); an ImageNet folder; "synthetic"; a Mix (loader/mix.py).
     split           "train" or "validation" (anything else is read like validation).
-    normalization   "host" (float32, or float16 with dtype="float16") or "device"/"ipu" (uint8 NCHW;
-                    wrap the model in datasets.normalization.NormalizeOnDevice).
+    transform       per sample: None (the split's recipe, TrainCrop() or ValidationCrop()), a recipe with
+                    its own image_size/scale/ratio/resize_size/use_draft, or a torchvision v2 transform (a
+                    leading RandomResizedCrop [+ flip] runs fused in the decoder; UserTransform(T, ...) for
+                    its settings); see datasets/loader/user_transforms.py.
+    batch_transform per batch (MixUp/CutMix).
+    normalization   "host" (float batches), "device"/"ipu" (uint8 NCHW; wrap the model in
+                    datasets.normalization.NormalizeOnDevice), or a Normalization(location, dtype, mean, std,
+                    channels_last).
+    order           None, "shards", "global", GlobalOrder(partitions=P) or an Order(policy, shuffle, drop_last,
+                    shuffle_buffer, sequence): who gets which samples when (datasets/loader/global_order.py).
+    cache           None, a directory, or Cache(directory, limit, remote_paths, prefetch): docs/shard-cache.md.
     instance        a launcher.Instance or (index, count); default: detected from the launcher.
-    policy          "drop" | "pad" | "spread"; default drop for train, spread otherwise.
-    train           pipeline and defaults of training (default: split == "train").
-    shuffle, drop_last  default: as `train`.
+    train           the split's defaults (recipe, policy, shuffle, drop_last) are train's (default: split == "train").
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
-    image_size, resize_size  output side (224, or `transform`'s crop size) and the validation Resize (256/224 of it).
-    transform, batch_transform  torchvision v2 transforms per sample (a leading RandomResizedCrop [+ flip] runs
-                    fused in the decoder) and per batch (MixUp/CutMix); see datasets/loader/user_transforms.py.
-    with_keys       yield Batch(images, labels, keys) instead of (images, labels).
-    use_bbox_info   train: RandomResizedCrop prefers a crop whose overlap with the sample's bounding box
-                    is at least 0.1 of the crop's area, up to 10 draws (the reference harness's option);
-                    samples without a box are cropped as usual. The box comes from the sample index
-                    (its bbox column); for indexes without it (older datasets, reference datasets not
-                    adopted) from each sample's json "bbox", one extra member read a sample.
-    label_offset    TFRecord shards without metadata (TF-slim stores labels 1..1000): subtract this;
-                    default: detected from the labels (a warning says which), an error if they cannot tell.
     jpeg_decode     "crop" (decode only the JPEG region a crop needs), "pil" (whole images); default "crop" where
                     native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. "device": nvJPEG decodes on the
                     accelerator, batches are uint8 there (datasets/loader/device_decode.py).
-    verify          check every indexed payload's CRC32C as it is read (a mismatch is a bad sample,
-                    see on_error); False turns it off.
-    cache_dir, cache_limit, cache_remote_paths, cache_prefetch: the node's shard cache, docs/shard-cache.md.
+    with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     read_ahead      workers go on into the next epoch while this one is finished (one DataLoader iteration
-                    across epochs); False: each epoch its own iteration, nothing read before it is asked
-                    for (what counting one epoch's requests or bytes needs).
-    order           None: today's; "global" or GlobalOrder(partitions=P): one flat sequence whatever the instance and
-                    worker counts (drop/pad; N divides P, default 64): datasets/loader/global_order.py.
+                    across epochs); False: each epoch its own iteration, nothing read before it is asked for.
+    earlier         the keywords of the earlier signature (image_size=, cache_dir=, dtype=, verify=, policy= ...):
+                    mapped onto the groups with a DeprecationWarning naming the new form (options.with_keywords).
     """
     if instance is None or isinstance(instance, tuple):
         instance = detect_instance(*(instance or ()))
     train = (split == "train") if train is None else train
-    policy = policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
-    shuffle, drop_last = (train if shuffle is None else shuffle), (train if drop_last is None else drop_last)
-    location, dtype = normalization_location(normalization), float_dtype(dtype)
-    device_decode = device_decode_asked(jpeg_decode, location)
-    resolved = resolve_source(source, split, instance.count, image_size or 224, synthetic_length, seed,
-                              use_repartition, label_offset)
-    resolved.cache = open_cache(cache_dir, resolved.metadata, resolved.description, cache_limit, cache_remote_paths,
-                                cache_prefetch)
+    groups = {"source": DataSource.of(source), "transform": transform_setting(transform, train),
+              "normalization": Normalization.of(normalization), "cache": Cache.of(cache), "order": Order.of(order)}
+    if earlier:
+        groups = with_keywords(groups, earlier)
+    dataset = build_stream(groups, split, batch_size, instance, seed, epoch, train, on_error, jpeg_decode,
+                           batch_transform)
+    loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
+                         prefetch_factor=prefetch_factor, read_ahead=read_ahead)
+    location = groups["source"].location  # named in ledgers
+    loader.source_argument = str(location) if isinstance(location, (str, os.PathLike)) else None
+    announce(loader, loader.planner.source, loader.dataset.pipeline)
+    return loader
+
+
+def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, seed: int, epoch: int, train: bool,
+                 on_error: str, jpeg_decode, batch_transform) -> ImageStream:
+    """get_data's dataset from its groups (datasets/loader/options.py)."""
+    source, recipe, normalization = groups["source"], groups["transform"], groups["normalization"]
+    cache, order = groups["cache"], groups["order"]
+    policy = order.policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
+    shuffle = train if order.shuffle is None else order.shuffle
+    drop_last = train if order.drop_last is None else order.drop_last
+    device_decode = device_decode_asked(jpeg_decode, normalization_location(normalization.location))
+    resolved = resolve_source(source.location, split, instance.count, recipe.image_size or 224,
+                              source.synthetic_length, seed, source.use_repartition, source.label_offset)
+    if cache is not None:
+        resolved.cache = open_cache(cache.directory, resolved.metadata, resolved.description, cache.limit,
+                                    cache.remote_paths, cache.prefetch)
     pipeline, notes, torch_random, batch_transform = build_pipeline(
-        transform, batch_transform, train, image_size, resize_size, resolved.stored_steps, scale, ratio, use_draft,
-        None if device_decode else jpeg_decode, get_source_kind(resolved.kind).output_sized)
+        recipe, batch_transform, train, resolved.stored_steps, None if device_decode else jpeg_decode,
+        get_source_kind(resolved.kind).output_sized)
     if device_decode:
         check_device_pipeline(pipeline)  # what the device cannot run is refused now, not at the first batch
     say_pipeline_notes(resolved.description, pipeline, notes)
     check_options(on_error, policy, batch_size)
-    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch, shuffle=shuffle,
-                           drop_last=drop_last, use_repartition=use_repartition, order=train_order(order, policy))
-    boxes = use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps  # train
-    shuffle_buffer = shuffle_buffer if shuffle and planner.order is None else 0
-    read_loop = ReadLoop(ReadContext(resolved, planner.columns, verify, boxes, seed), pipeline, batch_size,
-                         instance.index, on_error=on_error, shuffle_buffer=shuffle_buffer,
-                         drop_last=drop_last, normalization=location, dtype=dtype, mean=mean, std=std,
-                         channels_last=channels_last, batch_transform=batch_transform, torch_random=torch_random,
+    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch,
+                           shuffle=shuffle, drop_last=drop_last, use_repartition=source.use_repartition,
+                           order=train_order(order.sequence, policy))
+    boxes = source.use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps
+    shuffle_buffer = order.shuffle_buffer if shuffle and planner.order is None else 0
+    read_loop = ReadLoop(ReadContext(resolved, planner.columns, source.verify, boxes, seed), pipeline, batch_size,
+                         instance.index, on_error=on_error, shuffle_buffer=shuffle_buffer, drop_last=drop_last,
+                         normalization=normalization, batch_transform=batch_transform, torch_random=torch_random,
                          device_decode=device_decode)
-    dataset = ImageStream(planner, read_loop)
-    loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
-                         prefetch_factor=prefetch_factor, read_ahead=read_ahead)
-    loader.source_argument = str(source) if isinstance(source, (str, os.PathLike)) else None
-    announce(loader, resolved, pipeline)
-    return loader
+    return ImageStream(planner, read_loop)
 
 
 def announce(loader: ImageLoader, resolved, pipeline) -> None:
@@ -474,7 +478,7 @@ def announce(loader: ImageLoader, resolved, pipeline) -> None:
 def say_pipeline_notes(description: str, pipeline, notes) -> None:
     """The pipeline's warnings (stored steps it redoes...), and once a process where JPEGs decode whole with PIL."""
     for note in notes:
-        warnings.warn(f"{description}: {note}", stacklevel=3)
+        warnings.warn(f"{description}: {note}", stacklevel=4)  # get_data's caller
     if getattr(pipeline, "decode_path", None) == jpeg_crop.PIL_FULL:
         jpeg_crop.note_unavailable_once()  # one log line per process when _jpeg_crop is not built
 

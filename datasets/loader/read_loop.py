@@ -27,7 +27,7 @@ from datasets.loader.pipeline import ImagePipeline
 from datasets.loader.reports import Skipped
 from datasets.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from datasets.loader.source_kinds import Boxed, ReadContext, get_source_kind
-from datasets.normalization import scale_and_bias
+from datasets.normalization import Normalization, scale_and_bias
 from datasets.errors import Error
 
 ON_ERROR = ("skip", "fail")
@@ -56,15 +56,17 @@ class ReadLoop:
     """A worker's reading of its items into batches (see the module docstring)."""
 
     def __init__(self, context: ReadContext, pipeline: ImagePipeline, batch_size: int, instance_index: int, *,
-                 on_error: str, shuffle_buffer: int, drop_last: bool, normalization: str, dtype, mean, std,
-                 channels_last: bool, batch_transform=None, torch_random=None, device_decode: bool = False):
+                 on_error: str, shuffle_buffer: int, drop_last: bool, normalization: Normalization,
+                 batch_transform=None, torch_random=None, device_decode: bool = False):
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         self.context, self.source, self.kind = context, context.source, get_source_kind(context.source.kind)
         self.pipeline, self.batch_size, self.instance_index = pipeline, batch_size, instance_index
         self.on_error, self.shuffle_buffer, self.drop_last = on_error, shuffle_buffer, drop_last
-        self.host_normalization, self.dtype, self.channels_last = normalization == "host", dtype, channels_last
-        self.scale, self.bias = scale_and_bias(mean, std)
+        # unpacked once here: the per-batch code reads plain attributes, as before the group (issue 34)
+        self.host_normalization, self.dtype = normalization.on_host, normalization.torch_dtype
+        self.channels_last = normalization.channels_last
+        self.scale, self.bias = scale_and_bias(normalization.mean, normalization.std)
         self.batch_transform, self.torch_random = batch_transform, torch_random  # see user_transforms.py
         # jpeg_decode="device": JPEGs are packed for the device decoder (datasets/loader/device_batches.py)
         # into buffers sized from the split's largest batch of payload bytes; the batch transform then runs

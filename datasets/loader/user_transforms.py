@@ -5,9 +5,9 @@ Per sample, T:
     [+ `v2.RandomHorizontalFlip`] (train), or `v2.Resize(R)` + `v2.CenterCrop(S)` (validation);
     bilinear, antialiased, square S. The box and the flip are drawn by T's own objects
     (`make_params`, `torch.rand`) from torch's generator, in torchvision's order, and the crop is
-    resampled as torchvision does (crop, then resize), so with `use_draft=False` the pixels equal
-    T's on a PIL decode (tests/test_user_transforms.py). With DCT scaling (`use_draft=True`, the
-    default) the box is the same and crops at least twice the output size are decoded at 1/2 to
+    resampled as torchvision does (crop, then resize), so with `UserTransform(T, use_draft=False)`
+    (datasets/loader/options.py) the pixels equal T's on a PIL decode (tests/test_user_transforms.py).
+    With DCT scaling (`use_draft=True`, the default) the box is the same and crops at least twice the output size are decoded at 1/2 to
     1/8 scale, as the loader's own recipe is (docs/crop-decode.md).
   * The rest of T runs on the uint8 CHW `tv_tensors.Image` the prefix wrote into the batch slot.
   * A T without such a prefix runs on the whole decoded image (uint8 CHW `tv_tensors.Image`).
@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from datasets.loader.options import UserTransform
 from datasets.loader.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
 from datasets.preprocess import RandomHorizontalFlip as FlipStep, RandomResizedCrop as CropStep
 from datasets.errors import Error
@@ -273,21 +274,21 @@ def _describe(out) -> str:
     return type(out).__name__
 
 
-def build_pipeline(transform, batch_transform, train: bool, image_size: Optional[int], resize_size: Optional[int],
-                   stored, scale, ratio, use_draft: bool, decode_path, output_sized: bool = False):
-    """(pipeline, warnings, TorchRandom or None, BatchTransform or None) for get_data: the loader's own
-    recipe when `transform` is None, else T split into its fused prefix and the rest (a
-    `TransformedPipeline`). `output_sized`: the source's arrays are made at the output size (synthetic)."""
-    random = TorchRandom() if transform is not None or batch_transform is not None else None
+def build_pipeline(transform, batch_transform, train: bool, stored, decode_path, output_sized: bool = False):
+    """(pipeline, warnings, TorchRandom or None, BatchTransform or None) for get_data. `transform`: a
+    TrainCrop or ValidationCrop (datasets/loader/options.py: the loader's own recipe) or a UserTransform
+    (T split into its fused prefix and the rest, a `TransformedPipeline`). `output_sized`: the source's
+    arrays are made at the output size (synthetic)."""
+    user = isinstance(transform, UserTransform)
+    random = TorchRandom() if user or batch_transform is not None else None
     batch = BatchTransform(batch_transform, random) if batch_transform is not None else None
-    if transform is None:
-        size = image_size or 224
-        resize = resize_size or int(round(size * 256 / 224))
-        pipeline, notes = ImagePipeline.build(train, size, resize, stored, scale, ratio, use_draft, decode_path,
+    if not user:
+        pipeline, notes = ImagePipeline.build(transform.train, transform.image_size, transform.resize(), stored,
+                                              transform.scale, transform.ratio, transform.use_draft, decode_path,
                                               wanted=() if output_sized else None)
         return pipeline, notes, random, batch
-    return (*build_user_pipeline(transform, train, image_size, resize_size, stored, use_draft, decode_path, random),
-            random, batch)
+    return (*build_user_pipeline(transform.transform, train, transform.image_size, transform.resize_size, stored,
+                                 transform.use_draft, decode_path, random), random, batch)
 
 
 def build_user_pipeline(transform, train, image_size, resize_size, stored, use_draft, decode_path, random):

@@ -67,8 +67,8 @@ def open_cache(directory, metadata: Optional[dict], description: str, limit=None
     if directory is None:
         return None
     if metadata is None or not any(entry.get("shards") for entry in metadata.get("splits", {}).values()):
-        warnings.warn(f"{description}: not cached (cache_dir={directory}): only shards that a metadata.json "
-                      f"records (name, bytes, sha256) are cached", stacklevel=3)
+        warnings.warn(f"{description}: not cached (cache={directory}): only shards that a metadata.json "
+                      f"records (name, bytes, sha256) are cached", stacklevel=4)  # get_data's caller
         return None
     return ShardCache.for_dataset(directory, metadata, limit, remote_paths, prefetch)
 
