@@ -1,0 +1,198 @@
+"""A seeded fuzz of every other kind of file the formats write or read (issue 35, build item 4); the
+shards, sample indexes, .tfindex and metadata.json of a split are test_loader_fuzz.py's.
+
+Here, for every format: a repartition's files (manifest, instance shard lists and indexes, remainder
+shards), the shard cache's entries and their .meta, a stray LMDB lock file, the loader's resume state
+(state_dict as JSON) and its ledgers; and the validator (its exit code) over the split's own files.
+Each trial damages one file at a seeded byte position (a flipped bit, a truncation, a zeroed block,
+bytes appended, the file deleted), then reads with the real stack.
+
+The oracle: the loader's output (key, label and a digest of the pixels of every sample) against the
+undamaged one; for validate_dataset.py and `python -m datasets.ledger verify`, the exit code. A trial
+passes when the damage is named (exit 1, or an error / report / warning naming the file) or the output
+is unchanged. It fails on a traceback (an exception that is not the project's one-line Error, or one
+that does not name the file), a hang, or a changed output with no word.
+"""
+
+import hashlib
+import json
+import random
+import shutil
+import signal
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import flip_byte
+
+from datasets.errors import Error
+from datasets.launcher import Instance
+
+FORMATS = ("img", "tensor", "tfrecord", "lmdb")
+MUTATIONS = ("flip", "flip", "truncate", "zero-block", "append", "delete")
+INSTANCES = 3  # the repartition fuzzed: 12 validation samples in shards of 8 and 4, dealt to 3
+
+
+class _Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
+def damage(path: Path, rng, mutations=MUTATIONS) -> str:
+    """Damage `path` at a seeded byte position: -> what was done, for the failure message."""
+    data = bytearray(path.read_bytes())
+    kind = rng.choice(mutations) if data else "append"
+    position = rng.randrange(len(data)) if data else 0
+    if kind == "flip":
+        data[position] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        del data[position:]
+    elif kind == "zero-block":
+        data[position:position + 512] = bytes(len(data[position:position + 512]))
+    elif kind == "append":
+        data += bytes(rng.choice([1, 512, 4096]))
+    if kind == "delete":
+        path.unlink()
+    else:
+        path.write_bytes(bytes(data))
+    return f"{path.name} {kind} at byte {position}"
+
+
+def _digest(image) -> str:
+    return hashlib.sha256(image.contiguous().numpy().tobytes()).hexdigest()
+
+
+def read_split(dataset, split="validation", instance=(0, 1), workers=0, state=None, **options):
+    """([(key, label, pixel digest)], [texts that may name a file: skips, cache events, warnings]) of one
+    epoch of `split` read by `instance` (its state loaded first, when given)."""
+    from datasets.loader import get_data
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = get_data(str(dataset), split, 4, workers, normalization="device", image_size=32, with_keys=True,
+                          instance=Instance(*instance, "fuzz"), **options)
+        if state is not None:
+            loader.load_state_dict(state)
+        samples = [(key, label, _digest(image)) for images, labels, keys in loader
+                   for image, label, key in zip(images, labels.tolist(), keys)]
+    said = [f"{s.shard}: {s.reason}" for s in loader.report.skipped] + [str(w.message) for w in caught]
+    said += [json.dumps(loader.report.cache, default=str)] if getattr(loader.report, "cache", None) else []
+    return samples, said
+
+
+def trials(name, files, count, trial, seed):
+    """Run `count` seeded trials: trial(number, file name, rng) -> None (passed) or a failure text. Every
+    file is damaged once before any is drawn again. -> the failures, each naming the trial."""
+    rng = random.Random(f"{seed}-{name}")
+    failures = []
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for number in range(count):
+            chosen = files[number % len(files)] if number < len(files) else rng.choice(files)
+            signal.alarm(60)  # a hang, not a timing: a trial takes well under a second
+            try:
+                failure = trial(number, chosen, rng)
+            except _Hang:
+                failure = f"{chosen}: hung"
+            finally:
+                signal.alarm(0)
+            if failure:
+                failures.append(f"{name} trial {number} (seed {seed!r}): {failure}")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    return failures
+
+
+def judged(what, name, read, reference, said_before=()):
+    """The oracle over one read: None (passed) or why it failed. `said_before`: what the undamaged read
+    said too (a warning about the options), which names nothing damaged."""
+    try:
+        samples, said = read()
+    except Error as error:  # the project's one-line errors: they must name the damaged file
+        return None if name in str(error) else f"{what}: {type(error).__name__} not naming {name}: {error}"
+    except Exception as error:  # noqa: BLE001 - anything else reaches the user as a traceback
+        return f"{what}: traceback: {type(error).__name__}: {error}"
+    said = [text for text in said if text not in said_before]
+    if samples != reference and not any(name in text for text in said):
+        return (f"{what}: the output changed with no word ({len(samples)} samples, "
+                f"{sum(a != b for a, b in zip(samples, reference))} differ; said {said})")
+    return None
+
+
+# ------------------------------------------------------------------------------------- repartitions
+
+@pytest.fixture(scope="module")
+def repartitioned(converted, tmp_path_factory):
+    """repartitioned(fmt) -> a copy of the converted dataset with a repartition for INSTANCES instances."""
+    from datasets.repartition.run import repartition
+
+    made = {}
+
+    def make(fmt):
+        if fmt not in made:
+            target = tmp_path_factory.mktemp(f"repartitioned-{fmt}") / fmt
+            shutil.copytree(converted(fmt), target)
+            repartition(target, INSTANCES, splits=["validation"])
+            made[fmt] = target
+        return made[fmt]
+
+    return make
+
+
+def _every_instance(dataset):
+    samples, said = [], []
+    for index in range(INSTANCES):
+        got, words = read_split(dataset, instance=(index, INSTANCES))
+        samples += got
+        said += words
+    return samples, said
+
+
+REPARTITION_TRIALS = 6  # per format: the manifest, then the other files drawn
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damage_to_a_repartition_is_named_or_changes_nothing(repartitioned, converted, tmp_path, fmt):
+    source = repartitioned(fmt)
+    folder = Path("distributed") / f"{INSTANCES}-instances"
+    reference, said = _every_instance(source)
+    assert len(reference) == 12 and not [text for text in said if "samples skipped" in text]
+    files = ["manifest.json"] + sorted(p.name for p in (source / folder).iterdir() if p.name != "manifest.json")
+
+    def trial(number, name, rng):
+        dataset = tmp_path / f"trial-{number}"
+        shutil.copytree(source, dataset)
+        what = damage(dataset / folder / name, rng)
+        expected = reference
+        if not (dataset / folder / "manifest.json").exists():  # no manifest, no repartition: by its contract,
+            expected = _every_instance(converted(fmt))[0]     # samples are dealt at run time, as without one
+        failure = judged(what, name, lambda: _every_instance(dataset), expected, said)
+        shutil.rmtree(dataset)
+        return failure
+
+    failures = trials(f"repartition-{fmt}", files, REPARTITION_TRIALS, trial, "fuzz")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("damaged", ["flip", "delete"])
+def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, damaged):
+    """Found by the repartition fuzz (seed 'fuzz'): a flipped byte in an instance's sample index (img,
+    trial 4) skipped a sample with a word naming the shard, not the index; a deleted one (tfrecord,
+    trial 1) was a FileNotFoundError traceback. The manifest now records each instance index's size and
+    sha256, and the loader holds the index against them."""
+    from datasets.loader import get_data
+    from datasets.loader.sources import SourceError
+
+    dataset = tmp_path / "img"
+    shutil.copytree(repartitioned("img"), dataset)
+    index = dataset / "distributed" / f"{INSTANCES}-instances" / "validation-instance-0000.index.tsv"
+    if damaged == "flip":
+        flip_byte(index, index.stat().st_size - 40, 0x01)
+    else:
+        index.unlink()
+    with pytest.raises(SourceError, match=index.name):
+        list(get_data(str(dataset), "validation", 4, 0, normalization="device", image_size=32,
+                      instance=Instance(0, INSTANCES, "fuzz")))
