@@ -196,3 +196,182 @@ def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, d
     with pytest.raises(SourceError, match=index.name):
         list(get_data(str(dataset), "validation", 4, 0, normalization="device", image_size=32,
                       instance=Instance(0, INSTANCES, "fuzz")))
+
+
+# ------------------------------------------------------------------------------ the shard cache
+
+CACHE_TRIALS = 4  # per format: each validation entry and its .meta, once
+
+
+@pytest.mark.parametrize("fmt", ["img", "tensor", "tfrecord"])  # LMDB shards are read from local files only
+def test_damage_to_a_cache_entry_or_its_meta_is_named_or_changes_nothing(converted, tmp_path, fmt):
+    source = converted(fmt)
+    cache = tmp_path / "cache"
+    reference, said = read_split(source, cache_dir=cache, cache_remote_paths=True)
+    files = sorted(str(p.relative_to(cache)) for p in cache.glob("*/*") if p.suffix not in (".lock", ".pin"))
+    assert len(files) == 4, files
+
+    def trial(number, name, rng):
+        copy = tmp_path / f"cache-{number}"
+        shutil.copytree(cache, copy)
+        what = damage(copy / name, rng)
+        shard = Path(name).name.removesuffix(".meta")
+        failure = judged(what, shard, lambda: read_split(source, cache_dir=copy, cache_remote_paths=True),
+                         reference, said)
+        shutil.rmtree(copy)
+        return failure
+
+    failures = trials(f"cache-{fmt}", files, CACHE_TRIALS, trial, "fuzz")
+    assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------------ resume state and ledgers
+
+STATE_TRIALS = 4  # per format
+LEDGER_TRIALS = 3  # per format
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damage_to_a_saved_resume_state_is_named_or_changes_nothing(converted, tmp_path, fmt):
+    """The state a user saves with the model (state_dict() as JSON), damaged, then loaded: a ResumeError
+    (the project's one line) or the same batches as the undamaged state."""
+    from datasets.loader import get_data
+
+    source = converted(fmt)
+    loader = get_data(str(source), "train", 4, 0, normalization="device", image_size=32, with_keys=True,
+                      instance=Instance(0, 1, "fuzz"), seed=3)
+    batches = iter(loader)
+    next(batches)
+    saved = tmp_path / "state.json"
+    saved.write_text(json.dumps(loader.state_dict()))
+    del batches
+    reference, said = read_split(source, "train", state=json.loads(saved.read_text()), seed=3)
+    assert len(reference) == 32
+
+    def trial(number, name, rng):
+        copy = tmp_path / f"state-{number}.json"
+        shutil.copy(saved, copy)
+        what = damage(copy, rng)
+        try:
+            state = json.loads(copy.read_bytes())
+        except (OSError, ValueError):
+            return None  # the user's own json.load names their file; the loader never sees it
+        failure = judged(what, "", lambda: read_split(source, "train", state=state, seed=3), reference, said)
+        copy.unlink(missing_ok=True)
+        return failure
+
+    failures = trials(f"state-{fmt}", [saved.name], STATE_TRIALS, trial, "fuzz")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damage_to_a_ledger_is_named_exit_1_or_verifies_the_same(converted, tmp_path, fmt, capsys):
+    from datasets.ledger import main as ledger_main
+    from datasets.loader import get_data
+
+    source = converted(fmt)
+    loader = get_data(str(source), "validation", 4, 0, normalization="device", image_size=32,
+                      instance=Instance(0, 1, "fuzz"))
+    for _ in loader:
+        pass
+    ledger = tmp_path / "ledger.json"
+    original = loader.write_ledger(ledger)
+    assert ledger_main(["verify", str(ledger), "--source", str(source)]) == 0
+    original = json.loads(ledger.read_text())
+
+    def trial(number, name, rng):
+        copy = tmp_path / f"ledger-{number}.json"
+        shutil.copy(ledger, copy)
+        what = damage(copy, rng)
+        capsys.readouterr()
+        try:
+            code = ledger_main(["verify", str(copy), "--source", str(source)])
+        except SystemExit as exit_:
+            code = exit_.code
+        except Exception as error:  # noqa: BLE001 - a traceback for the user
+            return f"{what}: traceback: {type(error).__name__}: {error}"
+        out = capsys.readouterr()
+        if code == 0:
+            try:
+                same = json.loads(copy.read_bytes()) == original
+            except ValueError:
+                same = False
+            return None if same else f"{what}: verified clean (exit 0) though the ledger changed"
+        # exit 1 names the damage: the ledger's file, or the keys it no longer lists as delivered
+        return None if code == 1 else f"{what}: exit {code}: {out.out[-300:]} {out.err[-300:]}"
+
+    failures = trials(f"ledger-{fmt}", [ledger.name], LEDGER_TRIALS, trial, "fuzz")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("edit", ["rename-key", "next-batch"])
+def test_a_damaged_saved_state_is_a_resume_error(converted, edit):
+    """Found by the resume-state fuzz (seed 'fuzz', tensor, trial 3): a flipped byte in the key "sha256"
+    of a saved state was a KeyError traceback in load_state_dict. And a digit changed in "next" resumed
+    at another batch with no word: a state now carries a digest of its content."""
+    from datasets.loader import get_data
+    from datasets.loader.resume import ResumeError
+
+    def loader():
+        return get_data(str(converted("img")), "train", 4, 0, normalization="device", image_size=32,
+                        instance=Instance(0, 1, "fuzz"), seed=3)
+
+    first = loader()
+    batches = iter(first)
+    next(batches)
+    text = json.dumps(first.state_dict())
+    if edit == "rename-key":
+        text = text.replace('"sha256"', '"sha257"', 1)
+    else:
+        assert '"next": 0' in text
+        text = text.replace('"next": 0', '"next": 2', 1)
+    with pytest.raises(ResumeError):
+        loader().load_state_dict(json.loads(text))
+
+
+# ------------------------------------------------------------------------------- the validator
+
+VALIDATOR_TRIALS = 5  # per format: shards, .tfindex, LMDB files, the sample index, drawn
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_validate_dataset_exits_1_on_damage_to_any_file_of_a_split(converted, tmp_path, fmt, capsys):
+    """validate_dataset.py's exit code over every kind of file of a split (metadata.json's own fuzz is in
+    test_metadata_digest.py): every damage is exit 1 (metadata.json records each file's size and sha256),
+    never a traceback, a hang or exit 0."""
+    from datasets.cli.validate_dataset import main as validate_main
+
+    source = converted(fmt)
+    files = sorted(p.name for p in source.iterdir() if p.name.startswith(("validation", "samples-validation")))
+
+    def trial(number, name, rng):
+        dataset = tmp_path / f"trial-{number}"
+        shutil.copytree(source, dataset)
+        what = damage(dataset / name, rng)
+        capsys.readouterr()
+        try:
+            code = validate_main([str(dataset), "--no-progress", "--workers", "1"])
+        except SystemExit as exit_:
+            code = exit_.code
+        except Exception as error:  # noqa: BLE001 - a traceback for the user
+            return f"{what}: traceback: {type(error).__name__}: {error}"
+        out = capsys.readouterr()
+        shutil.rmtree(dataset)
+        if code != 1 or name not in out.out:
+            return f"{what}: exit {code}, expected 1 naming {name}: {out.out[-400:]} {out.err[-400:]}"
+        return None
+
+    failures = trials(f"validate-{fmt}", files, VALIDATOR_TRIALS, trial, "fuzz")
+    assert not failures, "\n".join(failures)
+
+
+def test_a_stray_lmdb_lock_file_changes_nothing(converted, tmp_path):
+    """LMDB shards are single files read without a lock (lock=False): a `-lock` file beside one, as the
+    lmdb package would leave with its defaults, full of seeded garbage, is never read."""
+    source = tmp_path / "lmdb"
+    shutil.copytree(converted("lmdb"), source)
+    reference, said = read_split(source)
+    rng = random.Random("fuzz-lmdb-lock")
+    for shard in sorted(source.glob("validation-*.lmdb")):
+        Path(f"{shard}-lock").write_bytes(rng.randbytes(8192))
+    assert read_split(source) == (reference, said)
