@@ -390,3 +390,37 @@ def test_a_stray_lmdb_lock_file_changes_nothing(converted, tmp_path):
     for shard in sorted(source.glob("validation-*.lmdb")):
         Path(f"{shard}-lock").write_bytes(rng.randbytes(8192))
     assert read_split(source) == (reference, said)
+
+
+def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(converted):
+    """A corrupt LMDB file can crash the process that maps it (LMDB trusts its pages): SIGSEGV sent to a
+    worker stands in for that crash, deterministically. Before, the epoch ended with DataLoader's
+    RuntimeError "worker (pid(s) N) exited unexpectedly", naming no file."""
+    import os
+    import signal as signals
+
+    from datasets.loader import get_data
+    from datasets.loader.worker_shards import WorkerDiedError
+
+    source = converted("lmdb")
+    loader = get_data(str(source), "train", 4, 2, normalization="device", image_size=32,
+                      instance=Instance(0, 1, "fuzz"))
+    batches = iter(loader)
+    next(batches)
+    import time
+
+    for _ in range(200):  # worker 1 may not have started its first shard when worker 0's batch comes
+        pid, shard = (int(value) for value in loader.dataset.worker_table[1])
+        if pid and shard:
+            break
+        time.sleep(0.05)
+    assert pid > 0 and shard > 0
+    os.kill(pid, signals.SIGSEGV)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(60)  # a hang, not a timing
+    try:
+        with pytest.raises(WorkerDiedError, match=r"worker 1 \(pid \d+\) died while reading train-\d{6}\.lmdb"):
+            for _ in batches:
+                pass
+    finally:
+        signal.alarm(0)
