@@ -55,7 +55,7 @@ def death_of(error: BaseException, table: Optional[torch.Tensor], shard_names, d
         if pid in pids:
             where = shard_names[shard - 1] if shard_names is not None and 0 < shard <= len(shard_names) else None
             named.append(f"worker {worker} (pid {pid}) died while reading {where}" if where else
-                         f"worker {worker} (pid {pid}) died before reading a shard")
+                         f"worker {worker} (pid {pid}) died; no shard recorded (before its first, or a source without shards)")
     what = "; ".join(named) or text
     return WorkerDiedError(f"{description}: {what}: the epoch ends here (a corrupt shard can crash the process "
                            f"that maps it, e.g. an LMDB file: validate_dataset.py names it; or the worker was "
