@@ -27,6 +27,7 @@ epoch's batches from datasets/loader/read_loop.py):
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections import deque
 from typing import NamedTuple
@@ -35,6 +36,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from datasets.loader.batch_ring import RingMessage, SharedFlags
+from datasets.loader import worker_shards
 from datasets.loader.reports import WorkerReport
 
 EPOCH_BITS = 32  # generation and epoch share one int64, so a worker never reads one without the other
@@ -148,6 +150,8 @@ def worker_messages(stream):
     `spans_epochs`, epoch after epoch from there, starting again where a new generation says."""
     info = get_worker_info()
     workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    if info is not None:
+        worker_shards.enter_worker(stream.worker_table, info.id, os.getpid())
     generation = None
     while True:
         if stream.run_flags.generation() != generation:

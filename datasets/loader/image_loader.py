@@ -74,7 +74,7 @@ from datasets.loader.epoch_planner import EpochPlanner
 from datasets.loader.global_order import order_setting
 from datasets.loader.options import Cache, DataSource, Order, transform_setting, with_keywords
 from datasets.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
-from datasets.loader import jpeg_crop
+from datasets.loader import jpeg_crop, worker_shards
 from datasets.loader.batch_ring import BatchRing, RingMessage, labels_tensor
 from datasets.loader.device_batches import DEVICE_DECODE, NO_BUFFER, check_device_pipeline
 from datasets.loader.device_decode import DeviceBatches, decode_device
@@ -110,6 +110,7 @@ class ImageStream(IterableDataset):
         # Where the workers start (generation, epoch; shared) and whether they go on into the next
         # epoch (ImageLoader's read_ahead): datasets/loader/epoch_runs.py.
         self.run_flags, self.spans_epochs = RunFlags(planner.epoch), False
+        self.worker_table = None  # each worker's pid and shard, to name a worker's death (worker_shards.py)
 
     @property
     def pipeline(self) -> ImagePipeline:
@@ -143,6 +144,7 @@ class ImageLoader:
         self._loader = None
         self._runs = None  # the DataLoader iteration kept across epochs (datasets/loader/epoch_runs.py)
         dataset.spans_epochs = self.read_ahead = read_ahead
+        dataset.worker_table = worker_shards.shared_table(workers)
         self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
         self._identity = None
         self.source_argument = None  # what get_data was given, named in ledgers
@@ -328,6 +330,13 @@ class ImageLoader:
                 report.samples += len(batch.keys)
                 yield batch if self.with_keys else (batch.images, batch.labels)
                 batch = None
+        except RuntimeError as error:
+            columns = dataset.read_loop.context.columns
+            died = worker_shards.death_of(error, dataset.worker_table, getattr(columns, "shard_names", None),
+                                          planner.source.description)
+            if died is None:
+                raise
+            raise died from None
         finally:
             planner.set_epoch(epoch + 1)
         report.complete = live["complete"] = True

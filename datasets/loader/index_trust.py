@@ -53,25 +53,30 @@ def index_disagreement(columns: SampleColumns, split_entry, index_location: str)
     return None
 
 
-def index_file_disagreement(path: str, split_entry) -> Optional[str]:
-    """One line naming the local index `path` when its size or sha256 is not what metadata.json's
-    entry for its split records, or None (also when metadata.json records neither)."""
+def index_file_disagreement(path: str, split_entry, recorded_by: str = "metadata.json",
+                            remedy: str = "restore it or re-convert") -> Optional[str]:
+    """One line naming the local index `path` when its size or sha256 is not what `split_entry`'s
+    "index" (metadata.json's entry for its split, or a repartition manifest's entry for an instance)
+    records, or None (also when it records neither). A missing index is named too."""
     try:
         recorded = split_entry["index"]
         size, sha256 = int(recorded["bytes"]), str(recorded["sha256"])
     except (KeyError, TypeError, ValueError):
         return None
-    actual = os.stat(path).st_size
+    try:
+        actual = os.stat(path).st_size
+    except FileNotFoundError:
+        return f"{path}: the sample index is missing ({recorded_by} lists it: {remedy})"
     if actual != size:
-        return (f"{path}: the sample index is {actual} bytes, metadata.json says {size} "
-                f"(a damaged or edited index: restore it or re-convert)")
+        return (f"{path}: the sample index is {actual} bytes, {recorded_by} says {size} "
+                f"(a damaged or edited index: {remedy})")
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     if digest.hexdigest() != sha256:
-        return (f"{path}: the sample index's sha256 is not the one metadata.json records "
-                f"(a damaged or edited index: restore it or re-convert)")
+        return (f"{path}: the sample index's sha256 is not the one {recorded_by} records "
+                f"(a damaged or edited index: {remedy})")
     return None
 
 

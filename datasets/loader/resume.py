@@ -41,6 +41,7 @@ from datasets.loader.source_kinds import get_source_kind, keys_of
 from datasets.errors import Error
 
 STATE_VERSION = 1
+STATE_DIGEST = "digest"  # written since 2026-11-28; a state without one (written before) is not checked
 LEDGER_VERSION = 1
 # What fixes an epoch's plan and may not change across a resume (the rest may: a new segment).
 FIXED = ("split", "seed", "policy", "shuffle", "drop_last", "repartition", "order")
@@ -273,9 +274,15 @@ def fingerprint(source) -> dict:
 
 
 def check_identity(state: dict, identity: dict) -> None:
-    """Refuse a state of another dataset, seed, split, policy...: name the difference."""
+    """Refuse a state of another dataset, seed, split, policy...: name the difference. A state that
+    is not the loader's (not a dict, a key missing) or whose digest does not match is named too."""
+    if not isinstance(state, dict):
+        raise ResumeError(f"a loader state is a dict (state_dict()), not {type(state).__name__}")
     if state.get("version") != STATE_VERSION:
         raise ResumeError(f"loader state version {state.get('version')!r}; this loader reads version {STATE_VERSION}")
+    if STATE_DIGEST in state and state[STATE_DIGEST] != state_digest(state):
+        raise ResumeError("the loader state does not match its digest: it was damaged or edited after "
+                          "state_dict() made it (resume from another saved state)")
     theirs, ours = state["dataset"], identity["dataset"]
     if theirs["sha256"] != ours["sha256"] or theirs["samples"] != ours["samples"]:
         raise ResumeError(f"the state is from another dataset: {theirs['description']} ({theirs['samples']} samples, "
@@ -288,7 +295,18 @@ def check_identity(state: dict, identity: dict) -> None:
 
 def load(states, identity: dict, instance: int, current: Segment) -> Optional[Resume]:
     """The Resume for this loader (instance `instance`, configuration `current`) from one state or
-    the states of every instance of the saved run; None when the state starts an epoch afresh."""
+    the states of every instance of the saved run; None when the state starts an epoch afresh. A
+    malformed state (a key missing, a value of the wrong type) is a ResumeError, never a traceback."""
+    try:
+        return _load(states, identity, instance, current)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:
+        if isinstance(error, ResumeError):
+            raise
+        raise ResumeError(f"a malformed loader state ({type(error).__name__}: {error}): not what state_dict() "
+                          f"made, or damaged since") from None
+
+
+def _load(states, identity: dict, instance: int, current: Segment) -> Optional[Resume]:
     states = [states] if isinstance(states, dict) else list(states)
     if not states:
         raise ResumeError("no loader state given")
@@ -341,7 +359,19 @@ def state(identity: dict, epoch: int, resume: Optional[Resume], current: Optiona
         config = current.to_json()
         del config["progress"]
         data["segment_config"], data["progress"] = config, progress
+    data[STATE_DIGEST] = state_digest(data)
     return data
+
+
+def state_digest(data: dict) -> str:
+    """sha256 of a state's content but the digest itself, as it reads back from JSON (int dict keys
+    become text, tuples lists), in sorted key order: a state saved to a file and damaged there (a
+    flipped digit in `next` resumed at another batch, with no word) is refused when loaded."""
+    import hashlib
+    import json
+
+    content = json.loads(json.dumps({name: value for name, value in data.items() if name != STATE_DIGEST}))
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:32]
 
 
 # ---------------------------------------------------------------------------- the loader's side

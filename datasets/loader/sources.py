@@ -316,6 +316,9 @@ def _stored_steps(metadata: dict, split: str, metadata_location: str) -> list:
         raise SourceError(f"{metadata_location}: {split}_transform_pipeline: {error}") from None
 
 
+REBUILD_REPARTITION = "remove the repartition's folder and re-run distributed_webdataset.py"
+
+
 def _repartition(base: str, split: str, count: int, metadata_sha256: str):
     """{instance: OwnShare loader} for a repartition made for `count` instances, or None."""
     relative = f"{DISTRIBUTED_DIR}/{count}-instances/{REPARTITION_MANIFEST}"
@@ -348,24 +351,34 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
     entry = repartition["entry"]
     item = entry["instances"][instance]
     index_location = join_location(repartition["base"], item["index"])
-    columns = _read_columns(index_location)
+    recorded = {"index": item["index_record"]} if "index_record" in item else None  # older manifests: none
+    columns = _read_columns(index_location, recorded, recorded_by=repartition["location"],
+                            remedy=REBUILD_REPARTITION)
     if len(columns) != int(item["samples"]):
         raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
     return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
 
-def _read_columns(location: str, split_entry=None) -> SampleColumns:
+def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.json",
+                  remedy: str = "restore it or re-convert") -> SampleColumns:
     """A text sample index as columns in shard order, read once in this (the main) process: forked
     DataLoader workers share its arrays. A local index is parsed as a stream (the text is never held),
-    after its size and sha256 are held against metadata.json's `split_entry` (index_trust)."""
+    after its size and sha256 are held against what `recorded_by` records for it in `split_entry`
+    (metadata.json's split entry, a repartition manifest's instance entry; index_trust)."""
     if is_url(location):
         columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
     else:
-        problem = index_file_disagreement(location, split_entry) if split_entry is not None else None
+        problem = index_file_disagreement(location, split_entry, recorded_by, remedy) if split_entry else None
         if problem:
             raise SourceError(problem)
-        columns = read_sample_columns(location)
+        try:
+            columns = read_sample_columns(location)
+        except FileNotFoundError:
+            raise SourceError(f"{location}: the sample index is missing ({remedy})") from None
+        except UnicodeDecodeError as error:
+            raise SourceError(f"{location}: the sample index is not UTF-8 text at byte {error.start} "
+                              f"(a damaged index: {remedy})") from None
     return columns.in_shard_order()
 
 

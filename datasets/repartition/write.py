@@ -159,6 +159,7 @@ def write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, progr
                                          copied_records)  # streamed into the index, one shard at a time
             with _writing(out / index_name):
                 write_sample_index(out / index_name, read_order)
+            index_sha256, index_bytes = sha256_file(out / index_name)
             shard_list = list(instance.shards) + ([remainder_record.name] if remainder_record else [])
             with _writing(out / list_name):
                 atomic_write_bytes(out / list_name, "".join(f"{name}\n" for name in shard_list).encode())
@@ -175,6 +176,8 @@ def write_split(dataset: SourceDataset, plan: SplitRepartition, out: Path, progr
                     "padded_keys": list(instance.padded_keys),
                     "dropped_keys": list(instance.dropped_keys),
                     "index": _relative(n, index_name),
+                    # the loader holds the index against these: it lists what this instance reads
+                    "index_record": {"bytes": index_bytes, "sha256": index_sha256},
                     "shard_list": _relative(n, list_name),
                 }
             )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from datasets.loader import worker_shards
+
 import numpy as np
 
 from datasets.formats import format_for_location
@@ -92,6 +94,7 @@ def _scattered_samples(context, items):
         bounds = np.r_[0, np.flatnonzero(shards[1:] != shards[:-1]) + 1, len(rows)].tolist()
         out = [None] * len(chunk)
         for start, stop in zip(bounds[:-1], bounds[1:]):
+            worker_shards.reading(int(shards[start]))
             run = RowRun(columns, rows[start:stop], context.source.locate(columns.shard(rows[start])), 0, 0)
             samples = _local_row_samples(context, run)
             if samples is None:
@@ -110,6 +113,7 @@ def _sequential_samples(context, items):
     # Items are rows of the columnar index; a run's records are built as it is read, where needed.
     for row_run in _row_runs(columns, items, source.locate):
         rows = row_run.rows
+        worker_shards.reading(int(columns.shard_ids[rows[0]]))
         samples = _local_row_samples(context, row_run) if cache is None else None
         if samples is not None:
             yield from samples
