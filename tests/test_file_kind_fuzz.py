@@ -27,6 +27,7 @@ from conftest import flip_byte
 
 from datasets.errors import Error
 from datasets.launcher import Instance
+from datasets.loader import Cache, TrainCrop, ValidationCrop
 
 FORMATS = ("img", "tensor", "tfrecord", "lmdb")
 MUTATIONS = ("flip", "flip", "truncate", "zero-block", "append", "delete")
@@ -68,11 +69,12 @@ def _digest(image) -> str:
 def read_split(dataset, split="validation", instance=(0, 1), workers=0, state=None, **options):
     """([(key, label, pixel digest)], [texts that may name a file: skips, cache events, warnings]) of one
     epoch of `split` read by `instance` (its state loaded first, when given)."""
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        loader = get_data(str(dataset), split, 4, workers, normalization="device", image_size=32, with_keys=True,
+        crop = TrainCrop(image_size=32) if split == "train" else ValidationCrop(image_size=32)
+        loader = get_data(str(dataset), split, 4, workers, normalization="device", transform=crop, with_keys=True,
                           instance=Instance(*instance, "fuzz"), **options)
         if state is not None:
             loader.load_state_dict(state)
@@ -183,7 +185,7 @@ def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, d
     trial 4) skipped a sample with a word naming the shard, not the index; a deleted one (tfrecord,
     trial 1) was a FileNotFoundError traceback. The manifest now records each instance index's size and
     sha256, and the loader holds the index against them."""
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
     from datasets.loader.sources import SourceError
 
     dataset = tmp_path / "img"
@@ -194,7 +196,7 @@ def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, d
     else:
         index.unlink()
     with pytest.raises(SourceError, match=index.name):
-        list(get_data(str(dataset), "validation", 4, 0, normalization="device", image_size=32,
+        list(get_data(str(dataset), "validation", 4, 0, normalization="device", transform=ValidationCrop(image_size=32),
                       instance=Instance(0, INSTANCES, "fuzz")))
 
 
@@ -207,7 +209,7 @@ CACHE_TRIALS = 8  # per format: each validation entry and its .meta, then drawn
 def test_damage_to_a_cache_entry_or_its_meta_is_named_or_changes_nothing(converted, tmp_path, fmt):
     source = converted(fmt)
     cache = tmp_path / "cache"
-    reference, said = read_split(source, cache_dir=cache, cache_remote_paths=True)
+    reference, said = read_split(source, cache=Cache(cache, remote_paths=True))
     files = sorted(str(p.relative_to(cache)) for p in cache.glob("*/*") if p.suffix not in (".lock", ".pin"))
     assert len(files) == 4, files
 
@@ -216,7 +218,7 @@ def test_damage_to_a_cache_entry_or_its_meta_is_named_or_changes_nothing(convert
         shutil.copytree(cache, copy)
         what = damage(copy / name, rng)
         shard = Path(name).name.removesuffix(".meta")
-        failure = judged(what, shard, lambda: read_split(source, cache_dir=copy, cache_remote_paths=True),
+        failure = judged(what, shard, lambda: read_split(source, cache=Cache(copy, remote_paths=True)),
                          reference, said)
         shutil.rmtree(copy)
         return failure
@@ -235,10 +237,10 @@ LEDGER_TRIALS = 8  # per format
 def test_damage_to_a_saved_resume_state_is_named_or_changes_nothing(converted, tmp_path, fmt):
     """The state a user saves with the model (state_dict() as JSON), damaged, then loaded: a ResumeError
     (the project's one line) or the same batches as the undamaged state."""
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
 
     source = converted(fmt)
-    loader = get_data(str(source), "train", 4, 0, normalization="device", image_size=32, with_keys=True,
+    loader = get_data(str(source), "train", 4, 0, normalization="device", transform=TrainCrop(image_size=32), with_keys=True,
                       instance=Instance(0, 1, "fuzz"), seed=3)
     batches = iter(loader)
     next(batches)
@@ -282,10 +284,10 @@ def _changed_fields(ledger, original) -> list:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_damage_to_a_ledger_is_named_exit_1_or_verifies_the_same(converted, tmp_path, fmt, capsys):
     from datasets.ledger import main as ledger_main
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
 
     source = converted(fmt)
-    loader = get_data(str(source), "validation", 4, 0, normalization="device", image_size=32,
+    loader = get_data(str(source), "validation", 4, 0, normalization="device", transform=ValidationCrop(image_size=32),
                       instance=Instance(0, 1, "fuzz"))
     for _ in loader:
         pass
@@ -324,11 +326,11 @@ def test_a_damaged_saved_state_is_a_resume_error(converted, edit):
     """Found by the resume-state fuzz (seed 'fuzz', tensor, trial 3): a flipped byte in the key "sha256"
     of a saved state was a KeyError traceback in load_state_dict. And a digit changed in "next" resumed
     at another batch with no word: a state now carries a digest of its content."""
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
     from datasets.loader.resume import ResumeError
 
     def loader():
-        return get_data(str(converted("img")), "train", 4, 0, normalization="device", image_size=32,
+        return get_data(str(converted("img")), "train", 4, 0, normalization="device", transform=TrainCrop(image_size=32),
                         instance=Instance(0, 1, "fuzz"), seed=3)
 
     first = loader()
@@ -399,11 +401,11 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
     import os
     import signal as signals
 
-    from datasets.loader import get_data
+    from datasets.loader import TrainCrop, ValidationCrop, get_data
     from datasets.loader.worker_shards import WorkerDiedError
 
     source = converted("lmdb")
-    loader = get_data(str(source), "train", 4, 2, normalization="device", image_size=32,
+    loader = get_data(str(source), "train", 4, 2, normalization="device", transform=TrainCrop(image_size=32),
                       instance=Instance(0, 1, "fuzz"))
     batches = iter(loader)
     next(batches)
