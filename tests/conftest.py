@@ -102,6 +102,25 @@ def flip_byte(path, offset, mask=0xFF) -> None:
         handle.write(bytes([value ^ mask]))
 
 
+# Fixtures that cost a minute or more each and serve several tests: host_benchmark.py --compare runs
+# (session; test_host_benchmark, test_recommend, test_tfrecord_dataset, test_lmdb_format), the installed
+# venv (test_install), the torchrun launches (test_loader_distributed).
+EXPENSIVE_FIXTURES = ("compare_run", "filtered_compare_run", "user_venv", "launches")
+
+
+def pytest_collection_modifyitems(items):
+    """The tests of each EXPENSIVE_FIXTURES fixture side by side, at the front: under pytest-xdist
+    (pytest.ini: --dist worksteal) the first worker takes the first half of the tests and a worker
+    steals only from the other's tail, so these all run on the first worker, each fixture made once
+    (not once per worker that draws one of its tests), and the longest work starts first."""
+    def first_expensive(item):
+        return next((n for n, name in enumerate(EXPENSIVE_FIXTURES) if name in item.fixturenames), None)
+
+    ranks = {id(item): first_expensive(item) for item in items}
+    front = sorted((item for item in items if ranks[id(item)] is not None), key=lambda item: ranks[id(item)])
+    items[:] = front + [item for item in items if ranks[id(item)] is None]
+
+
 @pytest.fixture(scope="session")
 def sample_source(tmp_path_factory):
     """An ImageNet-like source: folder layout (train/, validation/) and archive layout, seed 0."""

@@ -2,7 +2,10 @@
 
 As in a user's training environment, torch 2.13.0 (the CPU wheel in /opt/wheels) and torchvision 0.28.0
 are installed first (--no-deps), then the project's wheel, which pulls stock Pillow and the rest. pip's
-cache is reused: the venv is built in about a minute. One venv per test process (module fixture).
+cache is reused, and pip installs with --no-compile: byte-compiling every file of torch, sympy and numpy
+up front was over half of the venv's build (about a minute of two), and what the commands import is
+compiled once, on first import, into the venv's own __pycache__ (PYTHONDONTWRITEBYTECODE is dropped for
+the venv's commands). One venv per test process (module fixture).
 
   * with libjpeg-turbo's headers the wheel carries `_jpeg_crop`, the loader's decode path is "crop", and
     the installed commands run the smoke path: sample -> convert -> validate -> get_data -> --compare;
@@ -31,8 +34,9 @@ pytestmark = pytest.mark.skipif(not TORCH_WHEELS, reason="needs the torch 2.13.0
 
 
 def run(command, cwd, env=None, timeout=600):
-    """Run outside the checkout, without PYTHONPATH: what is imported is what was installed."""
-    full_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    """Run outside the checkout, without PYTHONPATH: what is imported is what was installed. Bytecode is
+    written (the venvs are installed with --no-compile; see the module's docstring)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     full_env.update(env or {})
     result = subprocess.run([str(c) for c in command], cwd=cwd, env=full_env, capture_output=True, text=True,
                             timeout=timeout)
@@ -62,8 +66,8 @@ def user_venv(tmp_path_factory):
     venv = tmp / "venv"
     run([sys.executable, "-m", "venv", venv], tmp)
     python = venv_python(venv)
-    run([python, "-m", "pip", "install", "-q", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
-    run([python, "-m", "pip", "install", "-q", wheel], tmp)
+    run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
+    run([python, "-m", "pip", "install", "-q", "--no-compile", wheel], tmp)
     return tmp, venv
 
 
@@ -120,7 +124,7 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
         else:
             os.link(entry, destination)
     python = venv_python(second)
-    run([python, "-m", "pip", "install", "-q", "--no-deps", wheel], tmp_path)
+    run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", wheel], tmp_path)
     assert not list(target.glob("_jpeg_crop*"))
 
     run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
