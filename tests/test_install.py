@@ -30,7 +30,9 @@ BUILD_NOTE = "_jpeg_crop (native JPEG region decoder) not built"
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
                                      "benchmark-output", ".pytest_cache")
 
-pytestmark = pytest.mark.skipif(not TORCH_WHEELS, reason="needs the torch 2.13.0 CPU wheel in /opt/wheels")
+# The module's venv is built inside its first test's time: 600 s, not pytest.ini's 300, on a loaded host.
+pytestmark = [pytest.mark.skipif(not TORCH_WHEELS, reason="needs the torch 2.13.0 CPU wheel in /opt/wheels"),
+              pytest.mark.timeout(600)]
 
 
 def run(command, cwd, env=None, timeout=600):
