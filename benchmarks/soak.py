@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--read-timeout", type=float, default=2.0, help="DATASETS_READ_TIMEOUT of the jobs, seconds")
     p.add_argument("--s3-retries", type=int, default=3, help="DATASETS_S3_RETRIES of the jobs")
     p.add_argument("--checkpoint-every", type=int, default=4)
+    p.add_argument("--job-timeout", type=float, default=600.0,
+                   help="seconds a job may go without reaching its next fault's step (or its end): then it is "
+                        "killed and the soak fails naming it (a hang)")
     p.add_argument("--train-per-class", type=int, default=16, help="the sample dataset's size (4 classes)")
     args = p.parse_args(argv)
     if args.steps < 20:
@@ -102,8 +106,10 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
                  if job.get("outlived_the_job")]
     left = leaked(run.pids | soaked["own_pids"])
     problems += [f"process {pid} still alive" for pid in left]
-    found, third_party_tmp = soak_check.check_files(out, NAMED)
+    found, third_party_tmp = soak_check.check_files(out, NAMED, run.tmp)
     problems += found
+    if run.tmp != out / "tmp":
+        shutil.rmtree(run.tmp, ignore_errors=True)
     counts = injected_counts(schedule, soaked["store_faults"])
     missing = [kind for kind, count in counts.items() if count == 0]
     if missing:  # drawn (every schedule holds each kind) but not met: that part of the soak tested nothing
@@ -141,7 +147,8 @@ def main(argv=None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = Settings(steps=args.steps, seed=args.seed, read_timeout=args.read_timeout, retries=args.s3_retries,
-                        checkpoint_every=args.checkpoint_every, train_per_class=args.train_per_class)
+                        checkpoint_every=args.checkpoint_every, train_per_class=args.train_per_class,
+                        job_timeout_s=args.job_timeout)
     schedule = draw_schedule(args.seed, args.steps, args.checkpoint_every)
     dataset = prepare_dataset(out, settings)
     store = Store(out, dataset)

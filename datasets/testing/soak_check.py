@@ -119,10 +119,11 @@ def check_cache_faults(faults: list, jobs: list) -> list:
 THIRD_PARTY_TMP = re.compile(r"^(torchelastic_|torchinductor_|pymp-)")
 
 
-def check_files(out: Path, named: tuple) -> tuple:
-    """(problems, what torch and multiprocessing left in the jobs' TMPDIR)."""
+def check_files(out: Path, named: tuple, tmp: Path) -> tuple:
+    """(problems, what torch and multiprocessing left in the jobs' TMPDIR `tmp`)."""
     problems = [f"{p}: outside the soak's named folders" for p in sorted(out.iterdir()) if p.name not in named]
-    tmp = out / "tmp"
+    if tmp != out / "tmp" and any((out / "tmp").iterdir()):
+        problems.append(f"{out / 'tmp'}: not empty (the jobs' TMPDIR was {tmp})")
     left = sorted(p.name for p in tmp.iterdir()) if tmp.exists() else []
     problems += [f"{tmp / name}: left in the jobs' TMPDIR" for name in left if not THIRD_PARTY_TMP.match(name)]
     return problems, [name for name in left if THIRD_PARTY_TMP.match(name)]

@@ -5,7 +5,9 @@ A Soak owns one output folder. Its named parts are the only places anything is w
   store/    SeaweedFS's files            cache/        the shard cache (cache_dir)
   checkpoints/  the example's checkpoint ledgers/   its order ledgers, one per epoch and rank
   logs/     each job's output, the step log and the keys log (also the jobs' working folder)
-  tmp/      TMPDIR of the jobs: must be empty at the end
+  tmp/      TMPDIR of the jobs: nothing but torch's and multiprocessing's own may be left there. When
+            the folder's path is too long for a Unix socket under it (get_data refuses it), a short
+            folder /tmp/soak-tmp-* stands in, is checked the same way, and is removed at the end
   reference/    the uninterrupted run (the same parts inside), reused while its settings match
 """
 
@@ -18,6 +20,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from datasets.testing.soak_schedule import ENDS_THE_JOB, RANKS, Fault, Schedule
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "train_imagenet.py"
 BUCKET = "soak"
+SHORT_TMP = 60  # characters: the socket paths multiprocessing makes under TMPDIR fit 108 bytes
 NAMED = ("dataset", "store", "cache", "checkpoints", "ledgers", "logs", "tmp", "reference", "soak.json")
 
 
@@ -112,10 +116,13 @@ class Run:
         for name in ("cache", "checkpoints", "ledgers", "logs", "tmp"):
             shutil.rmtree(root / name, ignore_errors=True)
             (root / name).mkdir(parents=True)
-        self.memory, self.pids, self.jobs = Memory(), set(), []
+        self.tmp = root / "tmp"
+        if len(str(self.tmp)) > SHORT_TMP:  # DataLoader workers need a short TMPDIR (a socket's path under it)
+            self.tmp = Path(tempfile.mkdtemp(prefix="soak-tmp-"))
+        self.memory, self.pids, self.jobs, self.current = Memory(), set(), [], None
         self.env = python_env({**store.server.env(), "DATASETS_S3_ENDPOINT": store.proxy.endpoint,
                                "DATASETS_S3_RETRIES": str(settings.retries),
-                               "DATASETS_READ_TIMEOUT": str(settings.read_timeout), "TMPDIR": str(root / "tmp")})
+                               "DATASETS_READ_TIMEOUT": str(settings.read_timeout), "TMPDIR": str(self.tmp)})
 
     def start(self, ranks: int, resume: bool, kill_in_checkpoint_write=None) -> TrainingJob:
         root = self.root
@@ -130,6 +137,7 @@ class Run:
         job = TrainingJob(torchrun_command(ranks, SCRIPT, args), self.env, root / "logs", log,
                           root / "logs" / "steps.jsonl", self.memory, self.pids)
         self.jobs.append({"job": len(self.jobs), "ranks": ranks, "resume": resume, "log": str(log)})
+        self.current = job
         return job
 
     def finish(self, job: TrainingJob) -> int:
@@ -157,7 +165,12 @@ def run_reference(out: Path, settings: Settings, store: Store) -> dict:
     run = Run(root, settings, store)
     started = time.monotonic()
     job = run.start(RANKS, resume=False)
-    code = run.finish(job)
+    try:
+        code = run.finish(job)
+    finally:
+        job.kill_all()  # a hung reference (finish timed out) leaves nothing running
+        if run.tmp != root / "tmp":
+            shutil.rmtree(run.tmp, ignore_errors=True)
     digest = final_digest(Path(run.jobs[-1]["log"]))
     if code != 0 or not digest:
         raise RuntimeError(f"the reference run failed (exit {code}); log: {run.jobs[-1]['log']}")
@@ -268,6 +281,9 @@ def run_schedule(out: Path, settings: Settings, schedule: Schedule, store: Store
         _drive(run, Injector(run, schedule), list(schedule.faults), soaked, deadline)
     except (RuntimeError, TimeoutError) as error:
         soaked["error"] = str(error)
+    finally:
+        if run.current is not None and run.current.running():
+            run.current.kill_all()
     soaked["store_faults"] = list(store.proxy.faults)
     return soaked
 
