@@ -70,9 +70,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from datasets.errors import Error, exit_code  # noqa: E402
 from datasets.hostbench.timing import CpuMeter  # noqa: E402
 from datasets.launcher import LauncherError, detect_instance  # noqa: E402
-from datasets.loader import Normalization, TrainCrop, ValidationCrop, get_data  # noqa: E402
+from datasets.loader import Cache, Normalization, TrainCrop, ValidationCrop, get_data  # noqa: E402
 from datasets.loader.sources import SourceError  # noqa: E402
 from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
 from datasets.normalization import NormalizeOnDevice  # noqa: E402
@@ -116,7 +117,12 @@ def parse_args(argv=None):
     p.add_argument("--fixed-batch", action="store_true",
                    help="benchmark: train on the first batch, kept on the device, again and again: the "
                         "accelerator's own rate with no loader")
+    p.add_argument("--cache-dir", default=None,
+                   help="the node's shard cache for a remote --data (get_data's cache_dir; docs/shard-cache.md)")
+    p.add_argument("--cache-limit", default=None, help="the cache's size limit, e.g. 20GB (get_data's cache_limit)")
     p.add_argument("--kill-at-step", type=int, default=None, help=argparse.SUPPRESS)  # tests: SIGKILL rank 0 there
+    # benchmarks/soak.py: rank 0 SIGKILLs itself in the middle of writing the checkpoint of this step
+    p.add_argument("--kill-in-checkpoint-write", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.batch_size < 1 or args.workers < 0 or args.image_size < 8:
         p.error("--batch-size must be >= 1, --workers >= 0, --image-size >= 8")
@@ -166,6 +172,8 @@ def make_loaders(args, instance):
                   normalization=Normalization(args.normalization, channels_last=args.channels_last),
                   seed=args.seed, instance=instance, pin_memory=torch.cuda.is_available(), with_keys=True,
                   jpeg_decode="device" if args.decode == "device" else None)
+    if args.cache_dir:
+        common.update(cache=Cache(args.cache_dir, limit=args.cache_limit))
     transform = strong_augmentation(args.image_size) if args.strong_aug else TrainCrop(image_size=args.image_size)
     train = get_data(args.data, "train", transform=transform, **common)
     if args.strong_aug:  # MixUp/CutMix need the class count, which the loader read from the dataset
@@ -192,6 +200,9 @@ def save_checkpoint(path, model, optimizer, scheduler, train, position, args, in
              "loader": json.dumps(loader_states)}
     tmp = Path(f"{path}.tmp")
     torch.save(state, tmp)
+    if args.kill_in_checkpoint_write is not None and position["global_step"] == args.kill_in_checkpoint_write:
+        os.truncate(tmp, tmp.stat().st_size // 2)  # half written, as a kill in the middle of torch.save leaves it
+        os.kill(os.getpid(), signal.SIGKILL)
     os.replace(tmp, path)
 
 
@@ -327,6 +338,20 @@ def train_loop(args, instance, device):
                 print(f"epoch {epoch}: validation top-1 {top1:.2%}; {train.report.summary()}", flush=True)
     if instance.index == 0:
         print(f"done: {step} steps; {run.waited.summary()}", flush=True)
+        print(f"final parameters sha256 {parameter_digest(run.model)}", flush=True)
+
+
+def parameter_digest(model) -> str:
+    """sha256 over the model's state (names, dtypes, shapes and bytes, in order): two runs that end with
+    bit-identical weights and buffers print the same digest."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}\n".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def train_epoch(args, instance, device, run, train, batches, epoch, step, in_epoch) -> int:
@@ -414,6 +439,17 @@ class DataWait:
                 f"({self.images / self.time:,.0f} img/s per instance)")
 
 
+def one_line(error: BaseException) -> str:
+    """The error's message; for one raised in a DataLoader worker, which torch re-raises with the worker's
+    traceback in its text ("Caught X in DataLoader worker process N. Original Traceback ..."), the
+    original error's own last line."""
+    text = str(error)
+    if "Original Traceback" in text:
+        last = [line for line in text.splitlines() if line.strip()][-1]
+        return last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     torch.manual_seed(args.seed)  # the same initial weights on every instance
@@ -425,8 +461,10 @@ def main(argv=None) -> int:
         train_loop(args, instance, device)
     except SourceError as error:  # no such path, no dataset there: a usage problem, as in the other commands
         fail(str(error))
+    except Error as error:  # the library's own (a store down past the retries is a RuntimeError): it names the problem
+        fail(f"{type(error).__name__}: {one_line(error)}", exit_code(error))
     except (OSError, ValueError) as error:
-        fail(f"{type(error).__name__}: {error}", 1)
+        fail(f"{type(error).__name__}: {one_line(error)}", 1)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -5,6 +5,7 @@ servers (`python -m http.server`, and a Range-capable one), torchvision as the r
 """
 
 import io
+import os
 import shutil
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import run_script
+from conftest import REPO, run_script
 from datasets.index import read_sample_index
 from datasets.launcher import Instance
 from datasets.loader import DataSource, Normalization, Order, TrainCrop, ValidationCrop
@@ -465,3 +466,31 @@ def test_http_range_requests(img):
     finally:
         server.shutdown()
         server.server_close()
+
+
+WORKER_UNDER_TMPDIR = """
+import sys
+from datasets.loader import get_data
+loader = get_data(sys.argv[1], "train", 4, 1, normalization="device", instance=(0, 1))
+print(len(next(iter(loader))[0]), flush=True)
+"""
+
+
+def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(converted, tmp_path):
+    """Found by benchmarks/soak.py (seed 1, under pytest's long tmp_path): workers pass batches through a
+    Unix socket in TMPDIR; past its 108-byte path the worker's send failed in a background thread and the
+    training waited for ever. Now get_data's first iteration names the folder (UsageError, exit 1 here)."""
+    long = tmp_path / ("t" * max(1, 90 - len(str(tmp_path))))
+    long.mkdir()
+    short = tmp_path / "tmp"
+    short.mkdir()
+    runs = {}
+    for name, folder in (("long", long), ("short", short)):
+        runs[name] = subprocess.run([sys.executable, "-c", WORKER_UNDER_TMPDIR, str(converted("img"))], timeout=120,
+                                    capture_output=True, text=True, cwd=REPO,
+                                    env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(folder)})
+    assert runs["short"].returncode == 0 and runs["short"].stdout.strip() == "4", runs["short"].stderr[-2000:]
+    failed = runs["long"]
+    assert failed.returncode == 1
+    last = failed.stderr.strip().splitlines()[-1]
+    assert "TempDirError" in last and str(long) in last and "TMPDIR" in last, failed.stderr[-2000:]

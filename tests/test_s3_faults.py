@@ -237,3 +237,29 @@ def test_a_read_timeout_that_is_not_a_number_is_named():
             with pytest.MonkeyPatch.context() as patch:
                 patch.setenv(storage.READ_TIMEOUT_VARIABLE, bad)
                 storage.read_timeout()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_training_example_stops_on_a_store_outage_with_one_line_naming_the_store(dataset, proxy, monkeypatch,
+                                                                                     tmp_path, capsys, workers):
+    """Found by the soak (benchmarks/soak.py --steps 24 --seed 1): a store down past the retries made
+    examples/train_imagenet.py end with a traceback (StorageUnavailable is a RuntimeError, which it did not
+    catch); a DataLoader worker's error is re-raised by torch with the worker's whole traceback in it.
+    Now: exit 1 and one line naming the endpoint, whether the main process or a worker met the outage."""
+    from test_train_example import load_example
+
+    local, remote = dataset
+    monkeypatch.setenv(storage.RETRIES_VARIABLE, "0")
+    example = load_example()
+    options = ["--data", remote, "--arch", "resnet18", "--image-size", "16", "--batch-size", "4", "--workers",
+               str(workers), "--no-val", "--max-steps", "2", "--checkpoint", str(tmp_path / "c.pt")]
+    if workers:  # the store goes down once the loader has read the dataset's description: a worker meets it
+        proxy.on_get = lambda path: proxy.outage(600) if ".tar" in path else None
+    else:
+        proxy.outage(600)
+    with torch.random.fork_rng(), pytest.raises(SystemExit) as exited:
+        example.main(options)
+    proxy.restore()
+    err = capsys.readouterr().err.strip()
+    assert exited.value.code == 1, err
+    assert err.count("\n") == 0 and err.startswith("train_imagenet.py: ") and proxy.endpoint in err, err

@@ -87,6 +87,7 @@ from datasets.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from datasets.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from datasets.loader.sources import resolve_source
 from datasets.loader.user_transforms import build_pipeline
+from datasets.errors import UsageError
 from datasets.shard_cache import open_cache, warn_cache_problems
 
 __all__ = ["ImageLoader", "ImageStream", "SampleError", "get_data"]
@@ -222,6 +223,7 @@ class ImageLoader:
     def _dataloader(self) -> DataLoader:
         options = {}
         if self.workers > 0:
+            check_worker_tempdir()
             # Persistent workers: no process start-up when an iteration starts afresh (a new
             # generation after an error); the iteration itself spans epochs (EpochRuns).
             options = {"prefetch_factor": self.prefetch_factor or 2, "persistent_workers": True}
@@ -491,3 +493,29 @@ def say_pipeline_notes(description: str, pipeline, notes) -> None:
     if getattr(pipeline, "decode_path", None) == jpeg_crop.PIL_FULL:
         jpeg_crop.note_unavailable_once()  # one log line per process when _jpeg_crop is not built
 
+
+class TempDirError(UsageError, OSError):
+    """A temporary folder DataLoader workers cannot use: names it and the limit."""
+
+
+UNIX_SOCKET_PATH = 108  # bytes of a Unix socket's path (sun_path; Linux takes one that fills it)
+LISTENER_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
+def check_worker_tempdir() -> None:
+    """Workers hand batch buffers over (torch's file_descriptor sharing) through a Unix socket that
+    multiprocessing makes in the temporary folder. Under a TMPDIR too long for a socket's path the
+    worker's send fails in a background thread, the batch never arrives, and the loop waits for ever
+    (found by benchmarks/soak.py under a long pytest tmp_path): refuse it at the start instead."""
+    import tempfile
+
+    import torch.multiprocessing
+
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
+        return
+    folder = tempfile.gettempdir()
+    if len(os.fsencode(folder)) + LISTENER_SUFFIX > UNIX_SOCKET_PATH:
+        raise TempDirError(f"the temporary folder {folder} (TMPDIR) is {len(os.fsencode(folder))} bytes long: "
+                           f"DataLoader workers pass batches through a Unix socket under it, whose path must fit "
+                           f"{UNIX_SOCKET_PATH} bytes; use a TMPDIR of at most {UNIX_SOCKET_PATH - LISTENER_SUFFIX} "
+                           f"bytes (or workers=0)")

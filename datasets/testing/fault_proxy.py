@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,14 @@ from urllib.parse import urlsplit
 
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             b'<Message>Please reduce your request rate.</Message></Error>')
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """A client that dropped its connection (it gave up on a stall, a killed job's worker) is not an
+        error of the proxy: no traceback on stderr for it; anything else still prints one."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class FaultProxy:
@@ -61,7 +70,7 @@ class FaultProxy:
 
             do_PUT = do_POST = do_HEAD = do_DELETE = do_GET
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
