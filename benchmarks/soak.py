@@ -61,21 +61,20 @@ def parse_args(argv=None):
 
 
 def injected_counts(schedule, store_faults) -> dict:
-    """Faults injected, by kind: store faults as the proxy met them, the others as the soak did them."""
+    """Faults injected, by kind: 503s, resets and stalls as the proxy met them; an outage when the proxy
+    dropped all its requests; the rest as the soak did them (an outage past the retries: the job stopped)."""
     counts = {kind: 0 for kind in FAULT_KINDS}
-    outage_requests = 0
     for name, _ in store_faults:
-        if name == "outage":
-            outage_requests += 1
-        else:
-            counts[STORE_FAULT_NAMES.get(name, name)] += 1
-    past = [f for f in schedule.faults if f.kind == "outage_past_retries" and f.injected_at is not None]
-    counts["outage_past_retries"] = sum(1 for f in past if f.detail.get("exit"))
-    counts["outage"] = sum(1 for f in schedule.faults if f.kind == "outage" and f.injected_at is not None) \
-        if outage_requests else 0
+        if name != "outage":
+            counts[STORE_FAULT_NAMES[name]] += 1
     for fault in schedule.faults:
-        if fault.kind not in ("slowdown", "reset", "stall", "outage", "outage_past_retries") \
-                and fault.injected_at is not None and "skipped" not in fault.detail:
+        if fault.injected_at is None or "skipped" in fault.detail:
+            continue
+        if fault.kind == "outage":
+            counts["outage"] += bool(fault.detail.get("met"))
+        elif fault.kind == "outage_past_retries":
+            counts["outage_past_retries"] += bool(fault.detail.get("exit"))
+        elif fault.kind not in ("slowdown", "reset", "stall"):
             counts[fault.kind] += 1
     return counts
 

@@ -193,12 +193,22 @@ class Injector:
     def __init__(self, run: Run, schedule: Schedule):
         self.run, self.schedule = run, schedule
         self.proxy = run.store.proxy
+        self.outage_armed = None  # the outage within the retries whose dropped requests are not all met yet
 
     def rng(self, fault: Fault) -> random.Random:
         return random.Random(f"{self.schedule.seed}-{fault.step}-{fault.kind}")
 
     def inject(self, fault: Fault, job: TrainingJob) -> None:
+        self.settle()
         getattr(self, fault.kind)(fault, job)
+
+    def settle(self) -> None:
+        """Mark the armed outage met once the proxy dropped all its requests (before another outage or
+        a restore() resets the count)."""
+        if self.outage_armed is not None:
+            self.outage_armed.detail["met"] = self.proxy.down_requests == 0
+            if self.outage_armed.detail["met"]:
+                self.outage_armed = None
 
     def slowdown(self, fault, job):
         self.proxy.slowdown = self.run.settings.retries  # a burst the retries absorb (retries + 1 attempts)
@@ -214,8 +224,10 @@ class Injector:
 
     def outage(self, fault, job):
         self.proxy.outage(requests=2)
+        self.outage_armed = fault
 
     def outage_past_retries(self, fault, job):
+        self.outage_armed = None  # an earlier one not met by now: its count is replaced
         self.proxy.outage(seconds=10 ** 6)  # until the job stopped: restore() then
 
     def _cached_shard(self, fault):
@@ -277,13 +289,15 @@ def run_schedule(out: Path, settings: Settings, schedule: Schedule, store: Store
     fails with no fault to end it, or hangs, stops the soak: the error is the first problem reported."""
     run = Run(out, settings, store)
     soaked = {"run": run, "restarts": 0, "stopped_early": False, "error": None}
+    injector = Injector(run, schedule)
     try:
-        _drive(run, Injector(run, schedule), list(schedule.faults), soaked, deadline)
+        _drive(run, injector, list(schedule.faults), soaked, deadline)
     except (RuntimeError, TimeoutError) as error:
         soaked["error"] = str(error)
     finally:
         if run.current is not None and run.current.running():
             run.current.kill_all()
+        injector.settle()
     soaked["store_faults"] = list(store.proxy.faults)
     return soaked
 
