@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 import urllib.request
@@ -480,9 +481,12 @@ def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(con
     """Found by benchmarks/soak.py (seed 1, under pytest's long tmp_path): workers pass batches through a
     Unix socket in TMPDIR; past its 108-byte path the worker's send failed in a background thread and the
     training waited for ever. Now get_data's first iteration names the folder (UsageError, exit 1 here)."""
-    long = tmp_path / ("t" * max(1, 90 - len(str(tmp_path))))
-    long.mkdir()
-    short = tmp_path / "tmp"
+    from datasets.loader.image_loader import LISTENER_SUFFIX, UNIX_SOCKET_PATH
+
+    base = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))  # pytest's tmp_path may itself be too long
+    long = base / ("t" * (UNIX_SOCKET_PATH - LISTENER_SUFFIX - len(str(base)) - 1))  # the socket's path: 108 bytes,
+    long.mkdir()  # the shortest that fails (a clean-clone CI run hung there with the bound off by one)
+    short = base / "s"
     short.mkdir()
     runs = {}
     for name, folder in (("long", long), ("short", short)):
@@ -494,3 +498,4 @@ def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(con
     assert failed.returncode == 1
     last = failed.stderr.strip().splitlines()[-1]
     assert "TempDirError" in last and str(long) in last and "TMPDIR" in last, failed.stderr[-2000:]
+    shutil.rmtree(base)

@@ -498,7 +498,7 @@ class TempDirError(UsageError, OSError):
     """A temporary folder DataLoader workers cannot use: names it and the limit."""
 
 
-UNIX_SOCKET_PATH = 108  # bytes of a Unix socket's path (sun_path; Linux takes one that fills it)
+UNIX_SOCKET_PATH = 108  # bytes of sun_path; a path that fills it fails (a clean-clone CI run hung at 108)
 LISTENER_SUFFIX = len("/pymp-12345678/listener-12345678")
 
 
@@ -514,8 +514,8 @@ def check_worker_tempdir() -> None:
     if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
         return
     folder = tempfile.gettempdir()
-    if len(os.fsencode(folder)) + LISTENER_SUFFIX > UNIX_SOCKET_PATH:
+    if len(os.fsencode(folder)) + LISTENER_SUFFIX >= UNIX_SOCKET_PATH:
         raise TempDirError(f"the temporary folder {folder} (TMPDIR) is {len(os.fsencode(folder))} bytes long: "
                            f"DataLoader workers pass batches through a Unix socket under it, whose path must fit "
-                           f"{UNIX_SOCKET_PATH} bytes; use a TMPDIR of at most {UNIX_SOCKET_PATH - LISTENER_SUFFIX} "
+                           f"{UNIX_SOCKET_PATH} bytes; use a TMPDIR of at most {UNIX_SOCKET_PATH - LISTENER_SUFFIX - 1} "
                            f"bytes (or workers=0)")
