@@ -102,6 +102,30 @@ def flip_byte(path, offset, mask=0xFF) -> None:
         handle.write(bytes([value ^ mask]))
 
 
+MUTATIONS = ("flip", "flip", "truncate", "zero-block", "append", "delete")  # the fuzz tests' damage, drawn
+
+
+def damage(path, rng, mutations=MUTATIONS) -> str:
+    """Damage `path` at a seeded byte position: -> what was done, for the failure message."""
+    path = Path(path)
+    data = bytearray(path.read_bytes())
+    kind = rng.choice(mutations) if data else "append"
+    position = rng.randrange(len(data)) if data else 0
+    if kind == "flip":
+        data[position] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        del data[position:]
+    elif kind == "zero-block":
+        data[position:position + 512] = bytes(len(data[position:position + 512]))
+    elif kind == "append":
+        data += bytes(rng.choice([1, 512, 4096]))
+    if kind == "delete":
+        path.unlink()
+    else:
+        path.write_bytes(bytes(data))
+    return f"{path.name} {kind} at byte {position}"
+
+
 # Fixtures that cost a minute or more each and serve several tests: host_benchmark.py --compare runs
 # (session; test_host_benchmark, test_recommend, test_tfrecord_dataset, test_lmdb_format), the installed
 # venv (test_install), the torchrun launches (test_loader_distributed).

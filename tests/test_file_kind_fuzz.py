@@ -23,14 +23,13 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import flip_byte
+from conftest import damage, flip_byte
 
 from datasets.errors import Error
 from datasets.launcher import Instance
 from datasets.loader import Cache, TrainCrop, ValidationCrop
 
 FORMATS = ("img", "tensor", "tfrecord", "lmdb")
-MUTATIONS = ("flip", "flip", "truncate", "zero-block", "append", "delete")
 INSTANCES = 3  # the repartition fuzzed: 12 validation samples in shards of 8 and 4, dealt to 3
 
 
@@ -40,26 +39,6 @@ class _Hang(Exception):
 
 def _alarm(signum, frame):
     raise _Hang()
-
-
-def damage(path: Path, rng, mutations=MUTATIONS) -> str:
-    """Damage `path` at a seeded byte position: -> what was done, for the failure message."""
-    data = bytearray(path.read_bytes())
-    kind = rng.choice(mutations) if data else "append"
-    position = rng.randrange(len(data)) if data else 0
-    if kind == "flip":
-        data[position] ^= 1 << rng.randrange(8)
-    elif kind == "truncate":
-        del data[position:]
-    elif kind == "zero-block":
-        data[position:position + 512] = bytes(len(data[position:position + 512]))
-    elif kind == "append":
-        data += bytes(rng.choice([1, 512, 4096]))
-    if kind == "delete":
-        path.unlink()
-    else:
-        path.write_bytes(bytes(data))
-    return f"{path.name} {kind} at byte {position}"
 
 
 def _digest(image) -> str:

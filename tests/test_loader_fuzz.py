@@ -16,11 +16,11 @@ import signal
 import warnings
 
 import pytest
+from conftest import damage
 
 from datasets.launcher import Instance
 
 TRIALS = 24  # per format: every file of the split at least once, then drawn; ~0.1-0.3 s a trial
-KINDS = ("flip", "flip", "truncate", "zero-block", "append", "delete")
 
 
 def _read(dataset):
@@ -37,25 +37,6 @@ def _read(dataset):
                 samples.append((key, label, hashlib.sha256(image.contiguous().numpy().tobytes()).hexdigest()))
     skipped = [f"{s.shard}: {s.reason}" for s in loader.report.skipped]
     return samples, skipped, [str(w.message) for w in caught]
-
-
-def _damage(path, rng):
-    data = bytearray(path.read_bytes())
-    kind = rng.choice(KINDS) if data else "append"
-    position = rng.randrange(len(data)) if data else 0
-    if kind == "flip":
-        data[position] ^= 1 << rng.randrange(8)
-    elif kind == "truncate":
-        del data[position:]
-    elif kind == "zero-block":
-        data[position:position + 512] = bytes(len(data[position:position + 512]))
-    elif kind == "append":
-        data += bytes(rng.choice([1, 512, 4096]))
-    if kind == "delete":
-        path.unlink()
-    else:
-        path.write_bytes(bytes(data))
-    return f"{path.name} {kind} at byte {position}"
 
 
 class _Hang(Exception):
@@ -81,7 +62,7 @@ def test_damage_to_any_file_the_loader_reads_is_named_or_changes_nothing(convert
             dataset = tmp_path / f"trial-{trial}"
             shutil.copytree(source, dataset)
             name = files[trial % len(files)] if trial < len(files) else rng.choice(files)
-            what = _damage(dataset / name, rng)
+            what = damage(dataset / name, rng)
             signal.alarm(60)  # a hang, not a timing: a trial takes well under a second
             try:
                 samples, skipped, warned = _read(dataset)
