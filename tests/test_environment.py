@@ -77,6 +77,19 @@ def test_no_module_imports_torchvision_directly():
     assert not offenders, f"import torchvision through datasets.torchvision_cpu: {offenders}"
 
 
+def test_the_commands_that_read_indexes_do_not_import_torch():
+    # torch's import is ~2.5 CPU-s a process: the converter, validator, inspector, balancer, uploader and the
+    # ledger check pay it in every run, and the suite runs them hundreds of times (a source kind's top-level
+    # `import torch` made test_inspect_dataset 7x slower)
+    modules = ["datasets.cli.create_webdataset", "datasets.cli.validate_dataset", "datasets.cli.inspect_dataset",
+               "datasets.cli.distributed_webdataset", "datasets.cli.upload_dataset", "datasets.cli.tar_tools",
+               "datasets.ledger", "datasets.sample"]
+    code = f"import sys; import {', '.join(modules)}; print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", result.stdout
+
+
 def test_second_setup_run_reinstalls_nothing():
     result = subprocess.run(["make", "-q", "venv"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, "make considers the environment out of date: a second run would reinstall"

@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-import torch
-
 from datasets.errors import Error
 
 _own = None  # in a worker: (the shared table, this worker's row)
@@ -23,12 +21,15 @@ class WorkerDiedError(Error, RuntimeError):
     """A DataLoader worker died mid-epoch: names the shard it was reading."""
 
 
-def shared_table(workers: int) -> Optional[torch.Tensor]:
+def shared_table(workers: int) -> Optional["torch.Tensor"]:
     """The table of `workers` rows (pid, shard id + 1), in shared memory; None without workers."""
+    import torch  # here, not at the top: the source kinds import this module, and the commands that only
+    # read indexes (inspect_dataset.py, ledger) would pay torch's import (~2.5 s) in every process
+
     return torch.zeros((workers, 2), dtype=torch.int64).share_memory_() if workers > 0 else None
 
 
-def enter_worker(table: Optional[torch.Tensor], worker: int, pid: int) -> None:
+def enter_worker(table: Optional["torch.Tensor"], worker: int, pid: int) -> None:
     """In a worker, before it reads: its row of `table` is this process's."""
     global _own
     if table is not None:
@@ -42,7 +43,7 @@ def reading(shard_id: int) -> None:
         _own[0][_own[1], 1] = shard_id + 1
 
 
-def death_of(error: BaseException, table: Optional[torch.Tensor], shard_names, description: str):
+def death_of(error: BaseException, table: Optional["torch.Tensor"], shard_names, description: str):
     """The WorkerDiedError for DataLoader's worker-death `error`, or None when it is not one."""
     text = str(error)
     if table is None or not isinstance(error, RuntimeError) or "DataLoader worker" not in text or \
