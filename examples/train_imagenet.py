@@ -200,7 +200,8 @@ def save_checkpoint(path, model, optimizer, scheduler, train, position, args, in
              "loader": json.dumps(loader_states)}
     tmp = Path(f"{path}.tmp")
     torch.save(state, tmp)
-    if args.kill_in_checkpoint_write is not None and position["global_step"] == args.kill_in_checkpoint_write:
+    # the first write at or after the step: a restart that resumed past it still meets one (the soak)
+    if args.kill_in_checkpoint_write is not None and position["global_step"] >= args.kill_in_checkpoint_write:
         os.truncate(tmp, tmp.stat().st_size // 2)  # half written, as a kill in the middle of torch.save leaves it
         os.kill(os.getpid(), signal.SIGKILL)
     os.replace(tmp, path)

@@ -43,3 +43,13 @@ def test_a_short_soak_passes_its_checker_with_every_fault_kind_injected(tmp_path
     assert past["detail"]["store_line"].startswith("train_imagenet.py: StorageUnavailable: ")
     assert report["leaked"] == []
     assert "verdict" in result.stdout and "PASS" in result.stdout
+
+
+def test_a_kill_in_a_checkpoint_write_is_not_armed_behind_an_outage_past_the_retries():
+    # seed 2 at 200 steps: the job read ahead past the outage at 126 and its armed write kill at 128
+    # fired first, so the store's one line never came
+    from datasets.testing.soak_schedule import Fault, checkpoint_kill_to_arm
+    assert checkpoint_kill_to_arm([Fault(126, "outage_past_retries"), Fault(128, "kill_in_checkpoint_write")]) is None
+    assert checkpoint_kill_to_arm([Fault(125, "stall"), Fault(128, "kill_in_checkpoint_write"),
+                                   Fault(130, "outage_past_retries")]) == 128
+    assert checkpoint_kill_to_arm([Fault(125, "kill_job")]) is None

@@ -28,7 +28,7 @@ from pathlib import Path
 from datasets.testing.fault_proxy import FaultProxy
 from datasets.testing.s3_server import SeaweedServer
 from datasets.testing.soak_job import Memory, TrainingJob, kill, leaked, torchrun_command
-from datasets.testing.soak_schedule import ENDS_THE_JOB, RANKS, Fault, Schedule
+from datasets.testing.soak_schedule import ENDS_THE_JOB, RANKS, Fault, Schedule, checkpoint_kill_to_arm
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "train_imagenet.py"
@@ -305,8 +305,7 @@ def run_schedule(out: Path, settings: Settings, schedule: Schedule, store: Store
 def _drive(run: Run, injector: Injector, pending: list, soaked: dict, deadline: float) -> None:
     ranks, resume, proxy = RANKS, False, run.store.proxy
     while True:
-        hook = next((f.step for f in pending if f.kind == "kill_in_checkpoint_write"), None)
-        job = run.start(ranks, resume, hook)
+        job = run.start(ranks, resume, checkpoint_kill_to_arm(pending))
         ended = done = False
         while pending and not ended:
             fault = pending[0]

@@ -82,3 +82,16 @@ def draw_schedule(seed: int, steps: int, checkpoint_every: int) -> Schedule:
         faults.append(Fault(step, kind, ranks))
     faults.sort(key=lambda fault: fault.step)
     return Schedule(seed, steps, any(fault.ranks_after != RANKS for fault in faults), faults)
+
+
+def checkpoint_kill_to_arm(pending: list):
+    """The step of the next kill during a checkpoint's write, which the job must be started with (rank 0
+    kills itself there), or None. None while an outage past the retries comes before it: the job reads
+    ahead, so it may reach the write before the outage stops it, and the store's one line would be lost
+    (seed 2 at 200 steps: outage at 126, write killed at 128). The restart after the outage arms it."""
+    for fault in pending:
+        if fault.kind == "outage_past_retries":
+            return None
+        if fault.kind == "kill_in_checkpoint_write":
+            return fault.step
+    return None
