@@ -344,6 +344,18 @@ def test_local_paths_marked_remote_are_cached(converted, tmp_path):
     assert unmarked.report.cache["fills"] == 0 and not entries(tmp_path / "other")
 
 
+def test_lmdb_shards_are_never_cached_and_the_warning_says_why(converted, tmp_path):
+    # LMDB reads a shard by path (a map), never from a stream: the cache used to fill an entry, then every
+    # sample failed ("LMDB shards are read from local files only")
+    local = converted("lmdb")
+    with pytest.warns(UserWarning, match="not cached .*lmdb shards are read from local files by path"):
+        cached = get_data(str(local), "validation", 4, 0, instance=SINGLE,
+                          cache=Cache(tmp_path / "cache", remote_paths=True), **OPTIONS)
+    reference = read_epoch(get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS), 0)
+    assert same(read_epoch(cached, 0), reference)
+    assert not (tmp_path / "cache").exists() or not entries(tmp_path / "cache")
+
+
 def test_cache_options_are_checked():
     assert parse_size("200GB") == 200 * 10**9 and parse_size("512MiB") == 512 * 2**20 and parse_size(1000) == 1000
     for bad in ("lots", "-5GB", "0"):

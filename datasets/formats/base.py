@@ -68,6 +68,7 @@ class ShardFormat:
     remainder_suffix: str = ""  # a repartition's remainder shard: <split>-remainder-NNNN<suffix>
     default_steps: dict = {}  # split -> conversion steps when none are given (tensor: a fixed size)
     records_are_byte_ranges: bool = True  # a SampleRecord's record range is a byte range of the shard file
+    reads_streams: bool = True  # a shard can be read from a byte stream (a URL, the shard cache); LMDB maps files
     # The reference harness's loader (Graphcore's webdataset_format.py) reads these shards: a repartition
     # also writes the remainder files that loader reads (datasets.reference.remainders).
     reference_loader_reads: bool = False

@@ -319,6 +319,7 @@ class LMDBFormat(ShardFormat):
     description = "LMDB environments of JPEG, one per shard (cursor reads)"
     remainder_suffix = ".lmdb"
     records_are_byte_ranges = False
+    reads_streams = False
 
     def shard_name(self, split, number, count):
         return f"{split}-{number:06d}.lmdb"

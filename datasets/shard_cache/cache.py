@@ -63,8 +63,16 @@ def open_cache(directory, metadata: Optional[dict], description: str, limit=None
                prefetch: int = 0) -> Optional["ShardCache"]:
     """The node's cache in `directory` (None: no cache) of the dataset `metadata` (a parsed metadata.json)
     describes; None, with a warning naming `description`, when there is no metadata or it records no shards
-    (nothing to check entries against: shard lists scanned, image folders, synthetic data)."""
+    (nothing to check entries against: shard lists scanned, image folders, synthetic data), or when its
+    format reads local files only (LMDB: a cached copy was filled, then every sample failed)."""
+    from datasets.formats import FORMATS
+
     if directory is None:
+        return None
+    shard_format = FORMATS.get(metadata.get("format")) if metadata is not None else None
+    if shard_format is not None and not shard_format.reads_streams:
+        warnings.warn(f"{description}: not cached (cache={directory}): {metadata['format']} shards are read "
+                      f"from local files by path, never through the shard cache", stacklevel=4)
         return None
     if metadata is None or not any(entry.get("shards") for entry in metadata.get("splits", {}).values()):
         warnings.warn(f"{description}: not cached (cache={directory}): only shards that a metadata.json "
