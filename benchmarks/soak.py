@@ -117,8 +117,14 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
             "schedule": {**schedule.as_dict(), "faults": faults}, "injected": counts, "kinds_not_injected": missing,
             "restarts": soaked["restarts"], "jobs": run.jobs, "ledgers": ledgers, "digest": digest,
             "reference_digest": reference["digest"], "equal_to_reference": equal, "same_count": same_count,
-            "memory": run.memory.as_dict(), "leaked": left, "third_party_tmp": third_party_tmp,
+            "memory": run.memory.as_dict(), "reference_memory": reference.get("memory"), "leaked": left, "third_party_tmp": third_party_tmp,
             "problems": problems, "ok": not problems}
+
+
+def growth_of(memory) -> str:
+    if not memory or memory.get("rank_anon_growth_second_half_mb") is None:
+        return "not sampled"
+    return f"{memory['rank_anon_growth_after_warmup_mb']:.1f} / {memory['rank_anon_growth_second_half_mb']:.1f}"
 
 
 def table(result: dict) -> str:
@@ -132,6 +138,7 @@ def table(result: dict) -> str:
             ("equal to reference", result["equal_to_reference"] if result["same_count"] else "n/a (rank change)"),
             *[(f"peak RSS {role} (anon / file MB)", f"{m['anon']:.0f} / {m['file']:.0f}") for role, m in memory.items()],
             ("rank anon growth after warm-up (MB)", f"{result['memory']['rank_anon_growth_after_warmup_mb'] or 0:.1f}"),
+            ("reference run, rank anon growth (MB): after warm-up / second half", growth_of(result.get("reference_memory"))),
             ("processes leaked", len(result["leaked"])), ("verdict", "PASS" if result["ok"] else "FAIL")]
     width = max(len(str(name)) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]

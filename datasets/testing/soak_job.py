@@ -68,14 +68,15 @@ def memory_kb(pid: int) -> tuple:
 
 class Memory:
     """Peaks per role (launcher, rank, worker) of anonymous and file-backed RSS, and each rank's anonymous
-    RSS at its first sample once its job trained WARMUP_STEPS steps and at its last (flat after the
-    warm-up: no leak)."""
+    RSS from its first sample once its job trained WARMUP_STEPS steps to its last (flat after the
+    warm-up: no leak). The growth over the second half of a rank's steps tells a leak (it keeps growing)
+    from a settling heap (it does not): the uninterrupted reference run shows it over all its steps."""
 
     WARMUP_STEPS = 4
 
     def __init__(self):
         self.peaks = {}  # role -> [anon kB, file kB]
-        self.ranks = {}  # pid -> [first anon after warm-up, last anon]
+        self.ranks = {}  # pid -> [(steps done, anon kB)] after warm-up, a sample per step reached
 
     def sample(self, role: str, pid: int, steps_done: int) -> None:
         found = memory_kb(pid)
@@ -84,12 +85,21 @@ class Memory:
         peak = self.peaks.setdefault(role, [0, 0])
         peak[0], peak[1] = max(peak[0], found[0]), max(peak[1], found[1])
         if role == "rank" and steps_done >= self.WARMUP_STEPS:
-            self.ranks.setdefault(pid, [found[0], found[0]])[1] = found[0]
+            samples = self.ranks.setdefault(pid, [])
+            if samples and samples[-1][0] == steps_done:
+                samples[-1] = (steps_done, found[0])
+            else:
+                samples.append((steps_done, found[0]))
 
     def as_dict(self) -> dict:
-        growth = [last - first for first, last in self.ranks.values()]
+        growth, second_half = [], []
+        for samples in self.ranks.values():
+            growth.append(samples[-1][1] - samples[0][1])
+            middle = (samples[0][0] + samples[-1][0]) / 2
+            second_half.append(samples[-1][1] - next(anon for done, anon in samples if done >= middle))
         return {"peak_mb": {role: {"anon": anon / 1024, "file": file / 1024} for role, (anon, file) in self.peaks.items()},
-                "rank_anon_growth_after_warmup_mb": max(growth) / 1024 if growth else None}
+                "rank_anon_growth_after_warmup_mb": max(growth) / 1024 if growth else None,
+                "rank_anon_growth_second_half_mb": max(second_half) / 1024 if second_half else None}
 
 
 class TrainingJob:

@@ -175,7 +175,7 @@ def run_reference(out: Path, settings: Settings, store: Store) -> dict:
     if code != 0 or not digest:
         raise RuntimeError(f"the reference run failed (exit {code}); log: {run.jobs[-1]['log']}")
     found = {"key": settings.reference_key(), "digest": digest, "minutes": (time.monotonic() - started) / 60,
-             "root": str(root)}
+             "root": str(root), "memory": run.memory.as_dict()}
     saved.write_text(json.dumps(found, indent=1))
     return found
 
