@@ -76,6 +76,7 @@ from datasets.launcher import LauncherError, detect_instance  # noqa: E402
 from datasets.loader import Cache, Normalization, TrainCrop, ValidationCrop, get_data  # noqa: E402
 from datasets.loader.sources import SourceError  # noqa: E402
 from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
+from datasets.loader.worker_shards import is_worker_death  # noqa: E402
 from datasets.normalization import NormalizeOnDevice  # noqa: E402
 from datasets.torchvision_cpu import torchvision  # noqa: E402
 
@@ -466,6 +467,12 @@ def main(argv=None) -> int:
         fail(f"{type(error).__name__}: {one_line(error)}", exit_code(error))
     except (OSError, ValueError) as error:
         fail(f"{type(error).__name__}: {one_line(error)}", 1)
+    except RuntimeError as error:
+        if not is_worker_death(error):
+            raise
+        # torch raised it from its SIGCHLD handler during a training step, not in the loader's iteration
+        # (which names the shard: WorkerDiedError): one line all the same
+        fail(f"WorkerDiedError: {one_line(error)}", 1)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -405,3 +405,14 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
                 pass
     finally:
         signal.alarm(0)
+
+
+def test_a_worker_death_is_told_apart_wherever_torch_raises_it():
+    # torch raises it from its SIGCHLD handler wherever the main process is (the soak, seed 5: in a training
+    # step's backward); examples/train_imagenet.py turns it into one line with is_worker_death
+    from datasets.loader.worker_shards import is_worker_death
+
+    assert is_worker_death(RuntimeError("DataLoader worker (pid 8044) is killed by signal: Bus error. It is possible"))
+    assert is_worker_death(RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly"))
+    assert not is_worker_death(RuntimeError("CUDA out of memory"))
+    assert not is_worker_death(ValueError("DataLoader worker (pid 1) exited unexpectedly"))

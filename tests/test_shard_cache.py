@@ -17,7 +17,7 @@ from datasets import storage
 from datasets.index import read_metadata
 from datasets.index import read_sample_index
 from datasets.launcher import Instance
-from datasets.loader import Cache, get_data
+from datasets.loader import Cache, Order, get_data
 from datasets.shard_cache import CacheError, ShardCache, parse_size
 from test_s3 import upload_cli
 from test_s3_faults import proxy  # noqa: F401  (the fault proxy in front of the session server, as the fixture)
@@ -342,6 +342,29 @@ def test_local_paths_marked_remote_are_cached(converted, tmp_path):
     unmarked = get_data(str(local), "validation", 4, 0, instance=SINGLE, cache=tmp_path / "other", **OPTIONS)
     read_epoch(unmarked, 0)
     assert unmarked.report.cache["fills"] == 0 and not entries(tmp_path / "other")
+
+
+def test_a_cached_shard_truncated_while_a_worker_holds_its_payloads_is_refetched_not_a_dead_worker(converted, tmp_path):
+    # the soak (seed 5, 640 steps): an entry truncated on its disk while a worker held payloads of its map
+    # in the shuffle buffer killed the worker with SIGBUS (a page past the new end of a mapped file); cache
+    # entries are now read into the worker's own memory, and the truncation is named when next served
+    local = converted("img")
+    options = dict(instance=SINGLE, order=Order(shuffle_buffer=64), **OPTIONS)
+    cached = get_data(str(local), "train", 4, 1, cache=Cache(tmp_path / "cache", remote_paths=True), **options)
+    reference = get_data(str(local), "train", 4, 1, **options)
+    assert same(read_epoch(cached, 0), read_epoch(reference, 0))  # fills the cache
+    cached.set_epoch(1)
+    keys, labels, images = [], [], []
+    for number, batch in enumerate(cached):
+        if number == 0:
+            for entry in Path(tmp_path / "cache").glob("*/*.tar"):
+                os.truncate(entry, 0)
+        keys += batch.keys
+        labels += batch.labels.tolist()
+        images.append(batch.images)
+    assert same((keys, labels, torch.cat(images)), read_epoch(reference, 1))
+    assert same(read_epoch(cached, 2), read_epoch(reference, 2))  # served again: the truncation is named
+    assert cached.report.cache["refetched"] and "size or mtime changed" in str(cached.report.cache["refetched"])
 
 
 def test_lmdb_shards_are_never_cached_and_the_warning_says_why(converted, tmp_path):

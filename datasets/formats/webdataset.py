@@ -131,6 +131,7 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
     match its index is an error). Header checksums are not verified here (the http path and
     validate_dataset.py do).
     """
+    copied = getattr(run, "copied", False)  # a shard-cache entry: see the loader's Run
     try:
         size, view = mapped_shard(run.location)
     except OSError as error:
@@ -152,7 +153,8 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
         if reason is not None:
             yield record, None, None, reason
             continue
-        yield record, ext, lend_payload(view, record.payload_offset, record.payload_offset + record.payload_size), None
+        start, stop = record.payload_offset, record.payload_offset + record.payload_size
+        yield record, ext, bytes(view[start:stop]) if copied else lend_payload(view, start, stop), None
 
 
 class WebDatasetFormat(ShardFormat):

@@ -51,6 +51,10 @@ class Run:
     stop: int
     records: tuple
     opener: Optional[Callable] = field(default=None, compare=False)
+    # Payloads copied out of the file, never lent from its map: a shard-cache entry can be damaged on its
+    # disk (truncated) while a worker holds payloads in its shuffle buffer, and touching a mapped page
+    # past a file's new end kills the process (SIGBUS). The copy's damage is found by the checks instead.
+    copied: bool = field(default=False, compare=False)
 
 
 def reads_locally(run: Run) -> bool:

@@ -43,11 +43,18 @@ def reading(shard_id: int) -> None:
         _own[0][_own[1], 1] = shard_id + 1
 
 
+def is_worker_death(error: BaseException) -> bool:
+    """Whether `error` is DataLoader's news of a worker's death. torch raises it from its SIGCHLD handler
+    wherever the main process is at that moment (a training step, not only the loader's iteration)."""
+    text = str(error)
+    return isinstance(error, RuntimeError) and "DataLoader worker" in text and \
+        ("exited unexpectedly" in text or "killed by signal" in text)
+
+
 def death_of(error: BaseException, table: Optional["torch.Tensor"], shard_names, description: str):
     """The WorkerDiedError for DataLoader's worker-death `error`, or None when it is not one."""
     text = str(error)
-    if table is None or not isinstance(error, RuntimeError) or "DataLoader worker" not in text or \
-            not ("exited unexpectedly" in text or "killed by signal" in text):
+    if table is None or not is_worker_death(error):
         return None
     listed = re.search(r"pid(?:\(s\))?\s*([\d,\s]+)", text)  # "(pid 12)", "(pid(s) 12, 13)"
     pids = {int(pid) for pid in re.findall(r"\d+", listed.group(1))} if listed else set()

@@ -186,7 +186,7 @@ class ShardCache:
             if fill is None:
                 self.count("hits")
                 os.utime(self._side(name, ".pin"))
-                yield replace(run, location=str(self.path(name))), True
+                yield replace(run, location=str(self.path(name)), copied=True), True
             else:
                 yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
                     Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), False
