@@ -239,25 +239,37 @@ class Injector:
         if entry is None:
             fault.detail["skipped"] = "nothing cached yet"
             return
-        stat, data = entry.stat(), bytearray(entry.read_bytes())
-        offset = self.rng(fault).randrange(len(data) // 2, len(data))  # in the payloads, past the first header
-        data[offset] ^= 1 << self.rng(fault).randrange(8)
-        entry.write_bytes(bytes(data))
-        os.utime(entry, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # only the samples' CRC32C can tell
-        self._record(fault, entry, data, offset=offset)
+        try:  # in place (r+b): an entry evicted meanwhile is not made again (seed 2, 640 steps)
+            with open(entry, "r+b") as handle:
+                stat = os.fstat(handle.fileno())
+                data = bytearray(handle.read())
+                offset = self.rng(fault).randrange(len(data) // 2, len(data))  # in the payloads, past the first header
+                data[offset] ^= 1 << self.rng(fault).randrange(8)
+                handle.seek(offset)
+                handle.write(data[offset:offset + 1])
+                handle.flush()
+                os.utime(handle.fileno(), ns=(stat.st_atime_ns, stat.st_mtime_ns))  # only the samples' CRC32C can tell
+                self._record(fault, entry, data, offset=offset, inode=stat.st_ino)
+        except (FileNotFoundError, ValueError):  # evicted between the choice and the write; or empty
+            fault.detail["skipped"] = "the entry was evicted as it was chosen"
 
     def cache_truncate(self, fault, job):
         entry = self._cached_shard(fault)
         if entry is None:
             fault.detail["skipped"] = "nothing cached yet"
             return
-        os.truncate(entry, entry.stat().st_size // 2)
-        self._record(fault, entry, entry.read_bytes())
+        try:
+            with open(entry, "r+b") as handle:
+                inode = os.fstat(handle.fileno()).st_ino
+                handle.truncate(os.fstat(handle.fileno()).st_size // 2)
+                handle.seek(0)
+                self._record(fault, entry, handle.read(), inode=inode)
+        except FileNotFoundError:
+            fault.detail["skipped"] = "the entry was evicted as it was chosen"
 
     def _record(self, fault, entry, data, **more):
         log = Path(self.run.jobs[-1]["log"])
         fault.detail.update(entry=str(entry), shard=entry.name, sha256=hashlib.sha256(bytes(data)).hexdigest(),
-                            inode=entry.stat().st_ino,
                             job=len(self.run.jobs) - 1, log_offset=log.stat().st_size, **more)
 
     def kill_rank(self, fault, job):
