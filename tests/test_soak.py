@@ -53,3 +53,23 @@ def test_a_kill_in_a_checkpoint_write_is_not_armed_behind_an_outage_past_the_ret
     assert checkpoint_kill_to_arm([Fault(125, "stall"), Fault(128, "kill_in_checkpoint_write"),
                                    Fault(130, "outage_past_retries")]) == 128
     assert checkpoint_kill_to_arm([Fault(125, "kill_job")]) is None
+
+
+def test_memory_growth_is_measured_over_a_job_that_is_only_waited_for(tmp_path):
+    # the reference run is only waited for (no wait_for_step): its growth was never sampled (None), as the
+    # first step was read only after the warm-up test. A stand-in rank that keeps 1 MiB a step: it grows.
+    import sys
+
+    from datasets.testing.soak_job import Memory, TrainingJob
+
+    steps = tmp_path / "steps.jsonl"
+    rank = ("import json, time\nkept = []\nwith open(%r, 'a') as log:\n    for step in range(1, 41):\n"
+            "        kept.append(bytearray(1 << 20)); log.write(json.dumps({'step': step}) + '\\n'); log.flush()\n"
+            "        time.sleep(0.1)\n" % str(steps))
+    launcher = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {rank!r}])"
+    memory = Memory()
+    job = TrainingJob([sys.executable, "-c", launcher], None, tmp_path, tmp_path / "job.log", steps, memory, set())
+    assert job.wait(120) == 0
+    found = memory.as_dict()
+    assert 20 < found["rank_anon_growth_after_warmup_mb"] < 40, found
+    assert 8 < found["rank_anon_growth_second_half_mb"] < 22, found

@@ -141,7 +141,8 @@ class TrainingJob:
 
     def survey(self) -> None:
         """Find the job's processes (and keep their PIDs), and sample their memory."""
-        done = self.step() - self.first_step if self.first_step is not None else 0
+        step = self.step()  # first: it sets first_step (the conditional below is evaluated before its left side)
+        done = step - self.first_step if self.first_step is not None else 0
         for rank in children(self.process.pid):
             self.roles.setdefault(rank, "rank")
             for worker in children(rank):
