@@ -330,6 +330,17 @@ def main(argv=None):
             print(f"host_benchmark: {one_line(error, (BenchmarkError, OSError))}", file=sys.stderr)
             return 1
         return 0
+    if args.compare is not None:  # a folder without a dataset, or without a --formats, is refused before torch
+        from datasets.hostbench.discovery import NothingToCompare, compared_sources  # light: no torch
+
+        try:
+            args.found_sources = compared_sources(args.compare, args.formats)
+        except NothingToCompare as error:
+            print(f"host_benchmark: {error}", file=sys.stderr)
+            return 2
+        except BenchmarkError as error:  # a converted dataset there with bad metadata: bad data
+            print(f"host_benchmark: {one_line(error, (BenchmarkError,))}", file=sys.stderr)
+            return 1
     from datasets.hostbench.run import CannotStart, run_host_benchmark
     from datasets.storage import StorageUnavailable
 
