@@ -213,7 +213,9 @@ def compare_formats(args, instance, collective) -> list:
     loader_options = {"verify": False} if getattr(args, "no_verify", False) else None
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
                      size=args.image_size, loader_options=loader_options)
-    copies = transports.remote_copies(getattr(args, "compare_transport", None) or [], sources)
+    copies = getattr(args, "found_copies", None)  # host_benchmark's main checked them before importing torch
+    if copies is None:
+        copies = transports.remote_copies(getattr(args, "compare_transport", None) or [], sources)
     rows += transports.plan_transport_rows(copies, args.split, args.batch_size, args.dataloader_worker, instance,
                                            seed=args.seed, loader_options=loader_options, size=args.image_size)
     if collective.is_reporter:
