@@ -34,6 +34,19 @@ def run_script(script, *args, env=None, timeout=600, cwd=None):
     return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd or REPO)
 
 
+def run_main(main, *args):
+    """A command's main(argv) in this process, its stdout and stderr captured: a CompletedProcess as
+    run_script's. For a successful run that a test needs, not one about the command line (exit codes, one-line
+    errors): a subprocess would add the command's imports (torch's ~2.5 CPU-s where it needs torch)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(arg) for arg in args])
+    return subprocess.CompletedProcess(["main", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 def run_scripts(*runs, env=None, timeout=600, cwd=None):
     """run_script for several independent runs ((script, *args) each) at the same time: most of a run that
     imports torch is one busy core, so on a 2-core machine two at once take little longer than one.

@@ -10,7 +10,8 @@ import warnings
 import pytest
 import torch
 
-from conftest import SAMPLES_PER_SHARD, run_script
+from conftest import SAMPLES_PER_SHARD, run_main, run_script
+from datasets.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash, list_images, write_reference_dataset
 from datasets.formats import format_names
 from datasets.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
@@ -126,7 +127,7 @@ def test_the_converter_writes_each_train_images_box_to_the_index(boxed, boxed_so
     assert validation and all(r.bbox == "" for r in validation)
     header = (dataset / "samples-train.index.tsv").read_text().split("\n")[0].split("\t")
     assert header[-1] == "bbox"
-    result = run_script("validate_dataset.py", dataset, "--deep", "--workers", 1)
+    result = run_main(validate_main, dataset, "--deep", "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -166,7 +167,7 @@ def test_repartition_keeps_the_boxes(boxed, tmp_path, fmt):
         assert records and all(r.bbox == original[r.key] for r in records)
         copied += sum("remainder" in r.shard for r in records)
     assert copied, "no sample was copied into a remainder shard: the test would not see a copied box"
-    result = run_script("validate_dataset.py", dataset, "--workers", 1)
+    result = run_main(validate_main, dataset, "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -176,14 +177,14 @@ def test_adopt_takes_each_box_from_the_reference_json(sample_source, tmp_path, f
     boxes = {stem: [0.125, 0, 1, 0.5 + n / 100] for n, stem in enumerate(stems) if n % 2}  # ints as json writes them
     dataset = tmp_path / "reference"
     write_reference_dataset(sample_source, dataset, fmt, SAMPLES_PER_SHARD, bboxes=boxes)
-    result = run_script("validate_dataset.py", dataset, "--adopt")
+    result = run_main(validate_main, dataset, "--adopt")
     assert result.returncode == 0, result.stdout + result.stderr
     records = read_sample_index(dataset / "samples-train.index.tsv")
     # reference keys are positions in the split, in list_images order
     assert {r.key: parse_bbox(r.bbox) for r in records} == {str(n): boxes.get(stem) for n, stem in enumerate(stems)}
     assert records[0].bbox == "" and "0.125,0.0,1.0,0.51" in {r.bbox for r in records}
     assert all(r.bbox == "" for r in read_sample_index(dataset / "samples-validation.index.tsv"))
-    result = run_script("validate_dataset.py", dataset, "--deep", "--workers", 1)
+    result = run_main(validate_main, dataset, "--deep", "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -250,7 +251,7 @@ def test_boxes_from_the_index_and_from_the_json_give_the_same_crops(boxed, tmp_p
     different from those without it (the boxes do steer them)."""
     indexed = boxed(fmt)
     old = without_bbox_column(copy_of(indexed, tmp_path, "old"))
-    result = run_script("validate_dataset.py", old, "--deep", "--workers", 1)
+    result = run_main(validate_main, old, "--deep", "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
     from_index, from_json = crops(indexed), crops(old)
     assert_same_crops(from_index, from_json)

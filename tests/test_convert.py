@@ -24,7 +24,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, convert, converted_ok, output_hashes, run_script
+from conftest import (PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, convert, converted_ok, output_hashes, run_main,
+                      run_script)
+from datasets.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash
 from datasets.index import read_metadata
 from datasets.index import read_sample_index
@@ -440,7 +442,7 @@ def test_resume_of_a_complete_dataset_keeps_its_repartition_valid(sample_source,
     before = file_identities(tmp_path)
     assert "nothing written" in converted_ok(sample_source, tmp_path, *args, "--resume").stdout
     assert file_identities(tmp_path) == before
-    report = run_script("validate_dataset.py", tmp_path)
+    report = run_main(validate_main, tmp_path)
     assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
     assert "distributed/" in report.stdout  # checked, and named in the checksum note
     assert "note: the reference folder checksum matches without distributed/" in report.stdout, report.stdout
@@ -456,7 +458,7 @@ def test_a_state_left_by_a_crash_after_metadata_is_named_by_the_validator_and_re
     assert not (target / ".convert-state").exists()
     shutil.copytree(state / ".convert-state", target / ".convert-state")  # as the crash left it
     assert folder_dirhash(target) != read_metadata(target)["checksum"]
-    report = run_script("validate_dataset.py", target)
+    report = run_main(validate_main, target)
     assert report.returncode == 0, report.stdout + report.stderr
     assert re.search(r"warning: \.convert-state/: left by a conversion stopped after writing metadata\.json.*"
                      r"Dataset is corrupted.*--resume", report.stdout), report.stdout
@@ -466,7 +468,7 @@ def test_a_state_left_by_a_crash_after_metadata_is_named_by_the_validator_and_re
     assert "dataset complete" in resumed.stdout and "removed the .convert-state/" in resumed.stdout
     assert {name: identity for name, identity in file_identities(target).items() if name != "."} == kept
     assert_nothing_hidden_and_the_reference_checksum_matches(target)
-    report = run_script("validate_dataset.py", target)
+    report = run_main(validate_main, target)
     assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
 
 
@@ -483,7 +485,7 @@ def test_a_dataset_whose_checksum_counts_its_state_is_resumed_without_it(sample_
     del earlier["convert_state_removed"]
     earlier["checksum"] = folder_dirhash(target)
     write_metadata(target, earlier)
-    report = run_script("validate_dataset.py", target)
+    report = run_main(validate_main, target)
     assert report.returncode == 0 and "warning:" not in report.stdout, report.stdout
     assert "note: metadata.json's checksum counts .convert-state/" in report.stdout, report.stdout
     # What upload_dataset.py's copy of it (hidden files skipped) did in the reference validator, named here.
@@ -503,10 +505,10 @@ def test_the_validator_names_files_added_after_the_conversion_when_the_reference
         converted, tmp_path):
     dataset = tmp_path / "copy"
     shutil.copytree(converted("img"), dataset)
-    clean = run_script("validate_dataset.py", dataset)
+    clean = run_main(validate_main, dataset)
     assert clean.returncode == 0 and "reference folder checksum" not in clean.stdout, clean.stdout
     (dataset / "notes.txt").write_text("the user's file")
-    report = run_script("validate_dataset.py", dataset)
+    report = run_main(validate_main, dataset)
     assert report.returncode == 0, report.stdout
     assert re.search(r"the reference folder checksum .* differs .*likely cause: files added after the conversion "
                      r"\(notes\.txt\)", report.stdout), report.stdout

@@ -15,7 +15,8 @@ import shutil
 
 import pytest
 
-from conftest import run_script
+from conftest import run_main, run_script
+from datasets.cli.validate_dataset import main as validate_main
 from datasets.errors import DatasetError
 from datasets.index import read_metadata, read_sample_index
 from datasets.loader import get_data
@@ -76,7 +77,7 @@ def test_a_dataset_of_the_earlier_index_format_is_refused_then_reindexed_validat
     result = run_script("tar_tools.py", "reindex", target)
     assert result.returncode == 0 and "train" in result.stdout and "validation" in result.stdout, result.stderr
     for extra in ((), ("--deep",)):
-        result = run_script("validate_dataset.py", target, "--workers", 1, *extra)
+        result = run_main(validate_main, target, "--workers", 1, *extra)
         assert result.returncode == 0, result.stdout + result.stderr
     records = read_sample_index(target / "samples-train.index.tsv")
     assert all(isinstance(r.payload_crc32c, int) for r in records)
@@ -85,7 +86,7 @@ def test_a_dataset_of_the_earlier_index_format_is_refused_then_reindexed_validat
     assert sorted(key for batch in loader for key in batch.keys) == sorted(r.key for r in records)
     result = run_script("distributed_webdataset.py", "--target", target, "--num-instances", 3)
     assert result.returncode == 0, result.stdout + result.stderr
-    result = run_script("validate_dataset.py", target, "--workers", 1)
+    result = run_main(validate_main, target, "--workers", 1)
     assert result.returncode == 0, result.stdout + result.stderr
     assert run_script("tar_tools.py", "reindex", target).stdout.startswith("reindex: every index")
 

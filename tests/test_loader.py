@@ -499,3 +499,29 @@ def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(con
     last = failed.stderr.strip().splitlines()[-1]
     assert "TempDirError" in last and str(long) in last and "TMPDIR" in last, failed.stderr[-2000:]
     shutil.rmtree(base)
+
+
+def test_the_image_folder_listing_is_torchvision_s(sample_source, tmp_path):
+    """datasets.dataset_folder.image_folder_samples lists a folder as torchvision's ImageFolder does (it is
+    what resolving a folder source uses, so that listing one does not import torchvision): the same classes,
+    paths and order, and the same errors."""
+    from datasets.dataset_folder import image_folder_samples
+    from datasets.torchvision_cpu import torchvision
+
+    folder_module = torchvision.datasets.folder
+    for split in ("train", "validation"):
+        folder = str(sample_source / split)
+        classes, class_to_index = folder_module.find_classes(folder)
+        expected = folder_module.make_dataset(folder, class_to_index, extensions=folder_module.IMG_EXTENSIONS)
+        assert image_folder_samples(folder) == (classes, expected) and len(expected) > 0
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.JPEG").write_bytes(b"")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "notes.txt").write_text("not an image")
+    for folder in (tmp_path, tmp_path / "a"):  # a class without an image; no class folder
+        with pytest.raises(FileNotFoundError) as theirs:
+            folder_module.make_dataset(str(folder), folder_module.find_classes(str(folder))[1],
+                                       extensions=folder_module.IMG_EXTENSIONS)
+        with pytest.raises(FileNotFoundError) as ours:
+            image_folder_samples(str(folder))
+        assert str(ours.value) == str(theirs.value)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import flip_byte, run_script, run_scripts
+from conftest import flip_byte, run_main, run_script, run_scripts
+from datasets.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash, write_reference_dataset, write_tar
 from datasets.index import read_metadata, sample_index_name
 from datasets.index import read_sample_index
@@ -87,7 +88,7 @@ def test_counts_are_checked_against_the_metadata(reference):
 def test_adopt_writes_indexes_without_changing_a_shard_and_the_dataset_becomes_first_class(reference, fmt):
     dataset = reference(fmt)
     shards = {p.name: p.read_bytes() for p in dataset.glob("*.tar")}
-    result = run_script("validate_dataset.py", dataset, "--adopt")
+    result = run_main(validate_main, dataset, "--adopt")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "adopted: wrote" in result.stdout
     assert {p.name: p.read_bytes() for p in dataset.glob("*.tar")} == shards
@@ -97,7 +98,7 @@ def test_adopt_writes_indexes_without_changing_a_shard_and_the_dataset_becomes_f
     assert len(read_sample_index(dataset / sample_index_name("train"))) == 36
     assert not [p for p in os.listdir(dataset) if p.startswith(("train", "validation")) and not p.endswith(".tar")]
 
-    result = run_script("validate_dataset.py", dataset, "--deep")
+    result = run_main(validate_main, dataset, "--deep")
     assert result.returncode == 0, result.stdout + result.stderr
     # From now on a damaged sample is named.
     shard = dataset / "train-000002.tar"
@@ -211,7 +212,7 @@ def loaded_keys(source, split, workers=0, **options):
 def test_the_loader_reads_reference_datasets_every_validation_sample_once(reference, fmt, adopted):
     dataset = reference(fmt)
     if adopted:
-        assert run_script("validate_dataset.py", dataset, "--adopt").returncode == 0
+        assert run_main(validate_main, dataset, "--adopt").returncode == 0
         keys, report = loaded_keys(dataset, "validation", workers=2)
     else:
         with pytest.warns(UserWarning, match="made by the reference harness"):
@@ -340,7 +341,7 @@ def test_distributed_webdataset_adopts_a_reference_dataset_then_repartitions_it(
     assert result.returncode == 0, result.stdout + result.stderr
     assert "adopted: wrote" in result.stdout
     assert {p.name: p.read_bytes() for p in dataset.glob("*.tar")} == shards
-    result = run_script("validate_dataset.py", dataset)
+    result = run_main(validate_main, dataset)
     assert result.returncode == 0, result.stdout + result.stderr
     keys = []
     for instance in (0, 1):
@@ -415,7 +416,7 @@ def test_our_img_repartition_reads_the_way_the_reference_loader_reads_it(convert
             read += remainder
         assert sorted(read) == sorted(r.key for r in read_sample_index(dataset / sample_index_name(split)))
 
-    result = run_script("validate_dataset.py", dataset)
+    result = run_main(validate_main, dataset)
     assert result.returncode == 0 and "0 warnings" in result.stdout, result.stdout + result.stderr
     remainder = folder / "validation-000001.tar"
     flip_byte(remainder, shard_payload_offset(remainder, "jpg") + 100, mask=0x01)
@@ -437,7 +438,7 @@ def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(convert
         entry["index"]["name"] = f"{split}.index.tsv"
     metadata.pop("metadata_digest")  # the earlier version recorded none
     (dataset / "metadata.json").write_text(json.dumps(metadata))
-    result = run_script("validate_dataset.py", dataset)
+    result = run_main(validate_main, dataset)
     assert result.returncode == 0, result.stdout + result.stderr
     loader = get_data(str(dataset), "validation", batch_size=4, with_keys=True, transform=at_32_px("validation"))
     assert len({key for batch in loader for key in batch.keys}) == 12
@@ -512,7 +513,7 @@ def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp
     write_reference_dataset(sample_source, without, "img", SAMPLES_PER_SHARD)
     if adopted:
         for dataset in (with_boxes, without):
-            assert run_script("validate_dataset.py", dataset, "--adopt").returncode == 0
+            assert run_main(validate_main, dataset, "--adopt").returncode == 0
 
     def crops(dataset, use_bbox_info):
         loader = get_data(DataSource(str(dataset), use_bbox_info=use_bbox_info), "train", batch_size=4, with_keys=True,
@@ -564,4 +565,4 @@ def test_resume_replaces_the_earlier_index_name(sample_source, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (target / "train.index.tsv").exists() and (target / sample_index_name("train")).is_file()
     assert json.loads((target / "metadata.json").read_text())["checksum"] == folder_dirhash(target)
-    assert run_script("validate_dataset.py", target).returncode == 0
+    assert run_main(validate_main, target).returncode == 0

@@ -330,8 +330,25 @@ def main(argv=None):
             print(f"host_benchmark: {one_line(error, (BenchmarkError, OSError))}", file=sys.stderr)
             return 1
         return 0
-    from datasets.hostbench.run import CannotStart, run_host_benchmark
     from datasets.storage import StorageUnavailable
+
+    plain = (BenchmarkError, DatasetError, OSError, ValueError, StorageUnavailable)  # their messages say it all
+    if args.compare is not None:
+        # Before torch is imported: a folder without a dataset (or without a --formats) is a wrong path,
+        # a --compare-transport that is not a copy of a compared dataset is bad data; either, at once.
+        from datasets.hostbench.discovery import NothingToCompare, compared_sources  # light: no torch
+        from datasets.hostbench.transports import remote_copies  # light: no torch
+
+        try:
+            args.found_sources = compared_sources(args.compare, args.formats)
+            args.found_copies = remote_copies(args.compare_transport or [], args.found_sources)
+        except NothingToCompare as error:
+            print(f"host_benchmark: {error}", file=sys.stderr)
+            return 2
+        except Exception as error:
+            print(f"host_benchmark: {one_line(error, plain)}", file=sys.stderr)
+            return 1
+    from datasets.hostbench.run import CannotStart, run_host_benchmark
 
     def warn(text):
         print(f"host_benchmark: warning: {text}", file=sys.stderr)
@@ -345,7 +362,6 @@ def main(argv=None):
         print("host_benchmark: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # bad data (a garbage tar, a failed split, ...): one line, never a traceback
-        plain = (BenchmarkError, DatasetError, OSError, ValueError, StorageUnavailable)
         print(f"host_benchmark: {one_line(error, plain)}", file=sys.stderr)
         return 1
     if failed:

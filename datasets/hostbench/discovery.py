@@ -186,3 +186,18 @@ def _remote_bytes_per_image(location: str, split: str) -> float:
         return 0.0
     samples = sum(int(s["samples"]) for s in entry["shards"])
     return sum(int(s["bytes"]) for s in entry["shards"]) / samples if samples else 0.0
+
+
+def compared_sources(directory, formats=None) -> list:
+    """The sources in --compare DIR, those of `formats` (comma-separated) only; NothingToCompare (a wrong
+    path or argument: exit 2) when DIR or `formats` finds none."""
+    sources = discover_sources(directory)
+    if formats:
+        wanted = [f.strip() for f in formats.split(",") if f.strip()]
+        unknown = sorted(set(wanted) - {s.format for s in sources})
+        if unknown:
+            raise NothingToCompare(
+                f"--formats {formats}: {', '.join(unknown)} not found in {directory} "
+                f"(found: {', '.join(s.format for s in sources)})")
+        sources = [s for s in sources if s.format in wanted]
+    return sources

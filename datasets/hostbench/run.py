@@ -18,7 +18,8 @@ from datasets.hostbench.timing import SHORT_MEASUREMENT_SECONDS, SHORT_NOTE, Ben
 from datasets.hostbench.comparison import evaluate_goals, plan_rows, run_comparison
 from datasets.hostbench.pipelines import loader_batches
 from datasets.loader.options import Cache
-from datasets.hostbench.discovery import NothingToCompare, discover_sources, source_bytes_per_image, webdataset_shards
+from datasets.hostbench.discovery import NothingToCompare, source_bytes_per_image, webdataset_shards
+from datasets.hostbench.discovery import compared_sources as discover_compared_sources
 from datasets.hostbench.collective import Collective
 from datasets.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from datasets.launcher import LauncherError, instance_from_args
@@ -195,20 +196,15 @@ def select_webdataset_shards(args, source, notes):
 
 
 def compared_sources(args) -> list:
-    """The sources in --compare DIR, those of --formats only; CannotStart (exit 2) when DIR or --formats finds none."""
+    """The sources in --compare DIR, those of --formats only; CannotStart (exit 2) when DIR or --formats finds none.
+    host_benchmark's main found them before importing torch (args.found_sources): not listed again."""
+    found = getattr(args, "found_sources", None)
+    if found is not None:
+        return found
     try:
-        sources = discover_sources(args.compare)
+        return discover_compared_sources(args.compare, args.formats)
     except NothingToCompare as error:
         raise CannotStart(str(error)) from None
-    if args.formats:
-        wanted = [f.strip() for f in args.formats.split(",") if f.strip()]
-        unknown = sorted(set(wanted) - {s.format for s in sources})
-        if unknown:
-            raise CannotStart(
-                f"--formats {args.formats}: {', '.join(unknown)} not found in {args.compare} "
-                f"(found: {', '.join(s.format for s in sources)})")
-        sources = [s for s in sources if s.format in wanted]
-    return sources
 
 
 def compare_formats(args, instance, collective) -> list:
@@ -217,7 +213,9 @@ def compare_formats(args, instance, collective) -> list:
     loader_options = {"verify": False} if getattr(args, "no_verify", False) else None
     rows = plan_rows(sources, args.split, args.batch_size, args.dataloader_worker, instance, seed=args.seed,
                      size=args.image_size, loader_options=loader_options)
-    copies = transports.remote_copies(getattr(args, "compare_transport", None) or [], sources)
+    copies = getattr(args, "found_copies", None)  # host_benchmark's main checked them before importing torch
+    if copies is None:
+        copies = transports.remote_copies(getattr(args, "compare_transport", None) or [], sources)
     rows += transports.plan_transport_rows(copies, args.split, args.batch_size, args.dataloader_worker, instance,
                                            seed=args.seed, loader_options=loader_options, size=args.image_size)
     if collective.is_reporter:

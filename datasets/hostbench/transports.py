@@ -33,8 +33,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from datasets import storage, storage_hooks
-from datasets.hostbench.comparison import RowPlan
-from datasets.hostbench.pipelines import loader_batches
 from datasets.hostbench.discovery import BenchmarkSource, folder_split_dir, list_folder_images
 from datasets.hostbench.timing import BenchmarkError
 from datasets.dataset_folder import METADATA_FILE
@@ -177,6 +175,10 @@ def observe_requests():
 def plan_transport_rows(copies: list, split: str, batch_size: int, workers: int, instance, seed: int = 0,
                         loader_options: dict | None = None, size: int = 224) -> list:
     """One loader row per copy: its format's device row, reading the copy (ids `<format>/device@<name>`)."""
+    # imported here: host_benchmark checks the copies (remote_copies) before it imports torch
+    from datasets.hostbench.comparison import RowPlan
+    from datasets.hostbench.pipelines import loader_batches
+
     # read_ahead off: the GETs a row counts are those of the batches it measured, none made for
     # the next epoch after its window closed
     options = {"image_size": size, "read_ahead": False, **(loader_options or {})}
@@ -197,6 +199,8 @@ def plan_transport_rows(copies: list, split: str, batch_size: int, workers: int,
 def count_epoch_gets(copy: RemoteCopy, split: str, batch_size: int, workers: int, instance, seed: int = 0,
                      loader_options: dict | None = None, size: int = 224) -> int:
     """GETs of one whole untimed epoch of the copy's loader row (this instance's share), every process's."""
+    from datasets.hostbench.pipelines import loader_batches  # torch: imported when a row is measured
+
     batches = loader_batches(copy.location, split, batch_size, workers, "device", instance, seed=seed,
                              image_size=size, read_ahead=False, **(loader_options or {}))
     batches.max_epochs = 1

@@ -38,7 +38,7 @@ import numpy as np
 
 from datasets.cifar10 import is_cifar_folder, load_split
 from datasets.fileio import sha256_bytes
-from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder
+from datasets.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, image_folder_samples
 from datasets.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
                               payload_extension_of)
 from datasets.metadata_digest import EDITED, MALFORMED, digest_status
@@ -470,12 +470,8 @@ def _split_folder(root: Path, split: str) -> Optional[Path]:
 
 
 def _image_folder(folder: Path, split: str) -> Source:
-    from datasets.torchvision_cpu import torchvision
-
-    folder_module = torchvision.datasets.folder
     try:
-        classes, class_to_index = folder_module.find_classes(str(folder))
-        samples = folder_module.make_dataset(str(folder), class_to_index, extensions=folder_module.IMG_EXTENSIONS)
+        classes, samples = image_folder_samples(str(folder))
     except (FileNotFoundError, OSError) as error:
         raise SourceError(f"{folder}: not an ImageNet folder: {error}") from None
     items = [FolderItem(os.path.splitext(os.path.relpath(path, folder))[0], path, label) for path, label in samples]
