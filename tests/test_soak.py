@@ -73,3 +73,21 @@ def test_memory_growth_is_measured_over_a_job_that_is_only_waited_for(tmp_path):
     found = memory.as_dict()
     assert 20 < found["rank_anon_growth_after_warmup_mb"] < 40, found
     assert 8 < found["rank_anon_growth_second_half_mb"] < 22, found
+
+
+def test_a_503_burst_is_not_laid_on_one_not_met_yet():
+    # seed 5 at 640 steps: bursts at steps 497 and 498 gave one request more 503s than the retries absorb
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from datasets.testing.soak_run import Injector
+    from datasets.testing.soak_schedule import Fault, Schedule
+
+    proxy = SimpleNamespace(slowdown=0)
+    run = SimpleNamespace(root=Path("."), jobs=[], settings=SimpleNamespace(retries=3), store=SimpleNamespace(proxy=proxy))
+    injector = Injector(run, Schedule(5, 640, False, []))
+    first, second = Fault(497, "slowdown"), Fault(498, "slowdown")
+    injector.slowdown(first, None)
+    proxy.slowdown -= 1  # one 503 of the burst met
+    injector.slowdown(second, None)
+    assert proxy.slowdown == 2 and "skipped" in second.detail and "skipped" not in first.detail
