@@ -131,7 +131,6 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
     match its index is an error). Header checksums are not verified here (the http path and
     validate_dataset.py do).
     """
-    copied = getattr(run, "copied", False)  # a shard-cache entry: see the loader's Run
     try:
         size, view = mapped_shard(run.location)
     except OSError as error:
@@ -154,7 +153,7 @@ def read_indexed_payloads(run) -> Iterator[tuple]:
             yield record, None, None, reason
             continue
         start, stop = record.payload_offset, record.payload_offset + record.payload_size
-        yield record, ext, bytes(view[start:stop]) if copied else lend_payload(view, start, stop), None
+        yield record, ext, bytes(view[start:stop]) if run.copied else lend_payload(view, start, stop), None
 
 
 class WebDatasetFormat(ShardFormat):

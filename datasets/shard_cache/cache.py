@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from datasets import storage
+from datasets.formats import FORMATS
 from datasets.shard_cache.events import new_events
 from datasets.shard_cache.fill import CHUNK, Fill, Follower, lock_file, register, unlock
 from datasets.errors import Error
@@ -65,8 +66,6 @@ def open_cache(directory, metadata: Optional[dict], description: str, limit=None
     describes; None, with a warning naming `description`, when there is no metadata or it records no shards
     (nothing to check entries against: shard lists scanned, image folders, synthetic data), or when its
     format reads local files only (LMDB: a cached copy was filled, then every sample failed)."""
-    from datasets.formats import FORMATS
-
     if directory is None:
         return None
     shard_format = FORMATS.get(metadata.get("format")) if metadata is not None else None
