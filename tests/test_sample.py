@@ -324,3 +324,14 @@ def test_cli_builds_and_prints_summary(tmp_path):
     (foreign / "x").write_text("x")
     refused = run_script("-m", "datasets.sample", "--out", foreign, "--classes", 2)
     assert refused.returncode == 1 and str(foreign) in refused.stderr and "not empty" in refused.stderr
+
+
+def test_the_demo_runs_its_commands_from_the_checkout():
+    # `make demo` ran every step from datasets/ once the demo moved to datasets/tools/ (REPO one level
+    # short): `python -m datasets.sample` was not found and the README's first command failed
+    from datasets.tools import demo
+
+    assert (demo.REPO / "validate_dataset.py").is_file() and (demo.REPO / "datasets").is_dir()
+    steps = list(demo.demo_steps(demo.REPO / "demo-output", 2, 2, 1))
+    scripts = [part for _, command in steps for part in command if str(part).endswith(".py")]
+    assert scripts and all((demo.REPO / part).is_file() for part in scripts), scripts

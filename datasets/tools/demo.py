@@ -14,7 +14,7 @@ from pathlib import Path
 
 from datasets.formats import format_names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # datasets/tools/demo.py -> the checkout
 # Small shards, so that the sample dataset has several per split and 2 instances do not divide them.
 SAMPLES_PER_SHARD = 128
 
