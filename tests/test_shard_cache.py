@@ -367,6 +367,35 @@ def test_a_cached_shard_truncated_while_a_worker_holds_its_payloads_is_refetched
     assert cached.report.cache["refetched"] and "size or mtime changed" in str(cached.report.cache["refetched"])
 
 
+def test_an_entry_truncated_while_a_reader_follows_its_fetch_is_fetched_again_not_samples_lost(converted, tmp_path,
+                                                                                              monkeypatch):
+    # the soak (seed 5, 640 steps): an entry truncated on its disk while a reader still followed the fetch
+    # through the part file's descriptor; its remaining samples failed and were replaced. The fetch's bytes
+    # had matched metadata.json, so the damage was local: the run is now read again from a fresh fetch.
+    from datasets.shard_cache import fill as fill_module
+
+    local = converted("img")
+    follow = fill_module.Follower.readinto
+    truncated = []
+
+    def truncate_once_the_fetch_ended(self, buffer):
+        if not truncated:
+            self.fill.wait()  # the entry renamed into place, the reader still on the part file's descriptor
+            entry = self.fill.cache.path(self.fill.name)
+            os.truncate(entry, entry.stat().st_size // 2)
+            truncated.append(self.fill.name)
+        return follow(self, buffer)
+
+    monkeypatch.setattr(fill_module.Follower, "readinto", truncate_once_the_fetch_ended)
+    cached = get_data(str(local), "validation", 4, 0, instance=SINGLE,
+                      cache=Cache(tmp_path / "cache", remote_paths=True), **OPTIONS)
+    reference = get_data(str(local), "validation", 4, 0, instance=SINGLE, **OPTIONS)
+    assert same(read_epoch(cached, 0), read_epoch(reference, 0)) and truncated
+    assert not cached.report.skipped and not cached.report.substituted
+    assert [item["shard"] for item in cached.report.cache["refetched"]] == truncated
+    assert cached.report.cache["fills"] == 3  # the truncated shard fetched twice, the other once
+
+
 def test_lmdb_shards_are_never_cached_and_the_warning_says_why(converted, tmp_path):
     # LMDB reads a shard by path (a map), never from a stream: the cache used to fill an entry, then every
     # sample failed ("LMDB shards are read from local files only")

@@ -24,7 +24,9 @@ loader's per-sample CRC32C checks name the damaged samples as they always do.
 
 On a hit the loader reads the local file through the format's fast path and still checks every
 sample's CRC32C. A sample of a cached shard that fails (CRC, framing) drops the entry; the shard is
-fetched again and the rest of the run read from the new copy (`read_run`); the event is reported.
+fetched again and the rest of the run read from the new copy (`read_run`); the event is reported. The
+same holds for a run read while following a fetch that proved good (its bytes matched metadata.json):
+its failure is the local file's, changed on the disk under the reader.
 An entry whose size or mtime changed is dropped and fetched again too. Events are counted per
 process (`take_events`) and reported in the loader's EpochReport.
 

@@ -176,6 +176,12 @@ class ShardCache:
     def serve(self, run):
         """(run to read, cached): the run on the local entry (cached=True), or on the shard being
         fetched (a Run whose `opener` follows the fill). The entry is pinned while the caller reads."""
+        with self._serve(run) as (served, fill):
+            yield served, fill is None
+
+    @contextlib.contextmanager
+    def _serve(self, run):
+        """serve's (run to read, the fill it follows or None)."""
         name = run.records[0].shard
         pin = lock_file(self._side(name, ".pin"), fcntl.LOCK_SH)
         fill = None
@@ -185,10 +191,10 @@ class ShardCache:
             if fill is None:
                 self.count("hits")
                 os.utime(self._side(name, ".pin"))
-                yield replace(run, location=str(self.path(name)), copied=True), True
+                yield replace(run, location=str(self.path(name)), copied=True), None
             else:
                 yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
-                    Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), False
+                    Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), fill
         finally:
             if fill is not None:
                 os.close(fd)
@@ -234,15 +240,18 @@ class ShardCache:
     def read_run(self, run, read):
         """Items of `read(run, first)` (the caller's reader of a run's records from `first` on; each item
         ends with its error, None when good), with the run served through the cache. A failing sample
-        of a cached entry drops the entry and the rest of the run is read from a fresh fetch, once."""
+        of a cached entry drops the entry and the rest of the run is read from a fresh fetch, once. So does
+        one read while following a fetch whose bytes matched metadata.json's sha256: the store's bytes were
+        good, so the damage is the local file's (truncated or changed on its disk under the reader). Where
+        the fetch did not match, the store's bytes are what failed, as without a cache: not fetched again."""
         first = 0
         retried = False
         while True:
             part = run if first == 0 else replace(run, start=run.records[first].record_offset,
                                                    records=run.records[first:])
-            with self.serve(part) as (served, cached):
+            with self._serve(part) as (served, fill):
                 for item in read(served, first):
-                    if item[-1] is not None and cached and not retried:
+                    if item[-1] is not None and not retried and (fill is None or fill.fetched_intact()):
                         self.drop(part.records[0].shard, f"a sample failed its check: {item[-1]}")
                         retried = True
                         break
@@ -294,6 +303,7 @@ class ShardCache:
                 os.utime(self._side(fill.name, ".pin"))  # the last use (LRU)
             finally:
                 unlock(pin)
+            fill.intact = True
             self.count("fills")
             self.evict()
         except Exception as error:  # noqa: BLE001

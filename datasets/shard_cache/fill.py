@@ -78,6 +78,7 @@ class Fill:
         self.done = False
         self.error = None  # the store's error: readers raise it, as an uncached read would
         self.cache_error = None  # the cache's own (disk full): readers go to the store instead
+        self.intact = False  # set when the fetched bytes matched metadata.json and became the entry
         self.thread = threading.Thread(target=self._run, name=f"cache-fill {name}", daemon=True)
 
     def _run(self) -> None:
@@ -114,6 +115,11 @@ class Fill:
 
     def wait(self) -> None:
         self.thread.join()
+
+    def fetched_intact(self) -> bool:
+        """Once the fetch has ended: whether the store's bytes matched metadata.json (and became the entry)."""
+        self.wait()
+        return self.intact
 
 
 class Follower(io.RawIOBase):
