@@ -96,7 +96,16 @@ def stock_venv(folder: Path, checkout: Path, name: str) -> Environment:
         copy = Path(tmp) / "checkout"
         shutil.copytree(checkout, copy, ignore=COPY_IGNORE, symlinks=True)
         pip(python, *(() if fresh else ("--no-deps", "--force-reinstall")), copy)
+        native = copy / "native" / "jpeg_crop"
+        if native.is_dir() and not _imports(python, "_jpeg_crop"):
+            # a checkout from before the one-step install (issue 32): the second step its README asked for
+            pip(python, "--no-deps", "--force-reinstall", native)
     return Environment(name, python)
+
+
+def _imports(python: Path, module: str) -> bool:
+    return subprocess.run([str(python), "-c", f"import {module}"], capture_output=True,
+                          cwd=tempfile.gettempdir()).returncode == 0
 
 
 def environments(args) -> list:
