@@ -79,9 +79,10 @@ def test_pages_of_a_map_found_again_stay_and_others_are_released(tmp_path):
     payloads = shards.lend(view, 100, 30 * mmap.PAGESIZE), shards.lend(view, 31 * mmap.PAGESIZE + 900, size)
     assert [bytes(p) for p in payloads] == [data[100:30 * mmap.PAGESIZE], data[31 * mmap.PAGESIZE + 900:]]
     assert _resident_pages(view) == 64
-    for payload in payloads:
-        shards.release(payload)
-    assert _resident_pages(view) == 3  # pages 0, 30 and 31: not wholly inside a payload
+    shards.release(payloads[1])  # handed back first (a shuffle buffer's order): only its own pages go
+    assert _resident_pages(view) == 32  # pages 0-31: the first payload is still out
+    shards.release(payloads[0])  # none out now: everything below the furthest byte lent goes
+    assert _resident_pages(view) == 0
     assert bytes(payloads[0]) == data[100:30 * mmap.PAGESIZE]  # faulted in again: the same bytes
     shards.map(path)  # found again while kept: it pays
     payload = shards.lend(view, 0, size)
@@ -91,6 +92,32 @@ def test_pages_of_a_map_found_again_stay_and_others_are_released(tmp_path):
     shards.release(view[0:size])  # not lent: left alone
     assert _resident_pages(view) == 64
     shards.release(b"not a map")  # anything else is left alone
+
+
+def test_payloads_smaller_than_a_page_handed_back_in_shuffled_order_keep_the_map_bounded(tmp_path):
+    """ImageNet-scale datasets of small images: no payload fills a page alone, so only the map's
+    low-water mark (its oldest payload still out) lets pages go. Read in order through a shuffle
+    buffer of 16, the map keeps about what the buffer spans, not the whole file (a worker grew by
+    ~190 MB over 2,000 batches at imagenet_scale.py's full count before)."""
+    import random
+
+    path = tmp_path / "small.tar"
+    path.write_bytes(os.urandom(256 * mmap.PAGESIZE))
+    data = path.read_bytes()
+    shards = MappedShards()
+    size, view = shards.map(path)
+    shuffle, buffer, most = random.Random(0), [], 0
+    for start in range(0, size - 1500, 1500):  # 1,500-byte payloads with 500-byte "headers" between
+        buffer.append((start + 500, shards.lend(view, start + 500, start + 1500)))
+        if len(buffer) > 16:
+            offset, payload = buffer.pop(shuffle.randrange(len(buffer)))
+            assert bytes(payload) == data[offset:offset + 1000]
+            shards.release(payload)
+            most = max(most, _resident_pages(view))
+    assert most < 256 // 4, most  # the buffer's span and a page either side, never the file
+    for _, payload in buffer:
+        shards.release(payload)
+    assert _resident_pages(view) <= 1  # the page the last payload ends in
 
 
 def _resident_pages(view) -> int:

@@ -111,7 +111,7 @@ class ReadLoop:
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder, rng, shard)
-                release_payload(payload)  # its shard pages go where keeping them does not pay
+            release_payload(payload)  # its shard pages go where keeping them does not pay (a bad one's too)
             if error is not None:
                 self._bad(report, key(context, item), shard, error)
                 continue
