@@ -16,6 +16,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this project's hosts do), every process the suite
+# starts (hundreds: scripts, torchrun launchers and ranks) compiled the checkout's modules
+# again. The suite and its processes write bytecode into the checkout's __pycache__ (.gitignore'd) as a
+# default Python does; .venv and the standard library are compiled already, so nothing is written there.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 SAMPLES_PER_SHARD = 8
 SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
 
