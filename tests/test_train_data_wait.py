@@ -4,16 +4,26 @@ On CPU and tiny images: what is checked is that every row ran the training scrip
 the figures are those of its step log, not their values.
 """
 
+import importlib.util
 import json
 
-from conftest import run_script
+from conftest import REPO, run_main, run_script
+
+
+def benchmark_main():
+    """benchmarks/train_data_wait.py's main(argv), for a run in this process (torch is imported already); each
+    row's training still runs in a process of its own, as the benchmark starts it."""
+    spec = importlib.util.spec_from_file_location("train_data_wait_benchmark", REPO / "benchmarks" / "train_data_wait.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
 
 
 def test_rows_per_decode_location_and_the_own_rate_row(converted, tmp_path):
     logs, out = tmp_path / "logs", tmp_path / "wait.json"
-    result = run_script("benchmarks/train_data_wait.py", "--data", converted("img"), "--arch", "resnet18",
-                        "--batch-size", 4, "--image-size", 32, "--steps", 4, "--warmup", 2, "--workers", 1,
-                        "--decode", "host,device", "--own-rate", "--keep-logs", logs, "--json", out)
+    result = run_main(benchmark_main(), "--data", converted("img"), "--arch", "resnet18",
+                      "--batch-size", 4, "--image-size", 32, "--steps", 4, "--warmup", 2, "--workers", 1,
+                      "--decode", "host,device", "--own-rate", "--keep-logs", logs, "--json", out)
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [row["decode"] for row in rows] == ["none (one batch on the device)", "host", "device"]
