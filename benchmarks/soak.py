@@ -116,7 +116,8 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
     missing = [kind for kind, count in counts.items() if count == 0]
     if missing:  # drawn (every schedule holds each kind) but not met: that part of the soak tested nothing
         problems.append(f"fault kinds drawn but never injected: {', '.join(missing)}")
-    return {"minutes": (time.monotonic() - started) / 60, "steps": settings.steps, "seed": settings.seed, "arch": settings.arch,
+    return {"minutes": (time.monotonic() - started) / 60, "steps": settings.steps, "seed": settings.seed,
+            "arch": settings.arch,
             "schedule": {**schedule.as_dict(), "faults": faults}, "injected": counts, "kinds_not_injected": missing,
             "restarts": soaked["restarts"], "jobs": run.jobs, "ledgers": ledgers, "digest": digest,
             "reference_digest": reference["digest"], "equal_to_reference": equal, "same_count": same_count,
@@ -156,9 +157,9 @@ def main(argv=None) -> int:
     deadline = started + args.minutes * 60 if args.minutes else float("inf")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    settings = Settings(steps=args.steps, seed=args.seed, arch=args.arch, read_timeout=args.read_timeout, retries=args.s3_retries,
-                        checkpoint_every=args.checkpoint_every, train_per_class=args.train_per_class,
-                        job_timeout_s=args.job_timeout)
+    settings = Settings(steps=args.steps, seed=args.seed, arch=args.arch, read_timeout=args.read_timeout,
+                        retries=args.s3_retries, checkpoint_every=args.checkpoint_every,
+                        train_per_class=args.train_per_class, job_timeout_s=args.job_timeout)
     schedule = draw_schedule(args.seed, args.steps, args.checkpoint_every)
     dataset = prepare_dataset(out, settings)
     store = Store(out, dataset)
