@@ -4,7 +4,7 @@ history against an uninterrupted run.
 
     python benchmarks/soak.py --steps S --seed X [--minutes M] [--out DIR]
 
-examples/train_imagenet.py (resnet18, small images, CPU, gloo) runs under torchrun, 2 ranks x 2 workers,
+examples/train_imagenet.py (resnet18 unless --arch, small images, CPU, gloo) runs under torchrun, 2 ranks x 2 workers,
 reading the sample dataset from s3:// on a local SeaweedFS through the fault proxy, with the shard cache
 on. The seed draws a schedule keyed by step (datasets/testing/soak_schedule.py): 503 bursts, resets
 mid-body, stalls past the read timeout, an outage within the retries and one past them (the job must
@@ -54,6 +54,9 @@ def parse_args(argv=None):
                    help="seconds a job may go without reaching its next fault's step (or its end): then it is "
                         "killed and the soak fails naming it (a hang)")
     p.add_argument("--train-per-class", type=int, default=16, help="the sample dataset's size (4 classes)")
+    p.add_argument("--arch", default="resnet18",
+                   help="the example's torchvision model (a smaller one, e.g. shufflenet_v2_x0_5, trains the same "
+                        "schedule for less CPU: what the soak checks does not depend on the model)")
     args = p.parse_args(argv)
     if args.steps < 20:
         p.error("--steps must be >= 20 (one of each fault kind, each at its own step)")
@@ -114,6 +117,7 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
     if missing:  # drawn (every schedule holds each kind) but not met: that part of the soak tested nothing
         problems.append(f"fault kinds drawn but never injected: {', '.join(missing)}")
     return {"minutes": (time.monotonic() - started) / 60, "steps": settings.steps, "seed": settings.seed,
+            "arch": settings.arch,
             "schedule": {**schedule.as_dict(), "faults": faults}, "injected": counts, "kinds_not_injected": missing,
             "restarts": soaked["restarts"], "jobs": run.jobs, "ledgers": ledgers, "digest": digest,
             "reference_digest": reference["digest"], "equal_to_reference": equal, "same_count": same_count,
@@ -130,6 +134,7 @@ def growth_of(memory) -> str:
 def table(result: dict) -> str:
     memory = result["memory"]["peak_mb"]
     rows = [("minutes", f"{result['minutes']:.1f}"), ("steps", result["steps"]), ("seed", result["seed"]),
+            ("model", result["arch"]),
             ("schedule", "rank-change" if result["schedule"]["rank_change"] else "same-count"),
             *[(f"faults: {kind}", n) for kind, n in result["injected"].items()],
             ("restarts", result["restarts"]), ("samples delivered", result["ledgers"]["delivered"]),
@@ -152,9 +157,9 @@ def main(argv=None) -> int:
     deadline = started + args.minutes * 60 if args.minutes else float("inf")
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    settings = Settings(steps=args.steps, seed=args.seed, read_timeout=args.read_timeout, retries=args.s3_retries,
-                        checkpoint_every=args.checkpoint_every, train_per_class=args.train_per_class,
-                        job_timeout_s=args.job_timeout)
+    settings = Settings(steps=args.steps, seed=args.seed, arch=args.arch, read_timeout=args.read_timeout,
+                        retries=args.s3_retries, checkpoint_every=args.checkpoint_every,
+                        train_per_class=args.train_per_class, job_timeout_s=args.job_timeout)
     schedule = draw_schedule(args.seed, args.steps, args.checkpoint_every)
     dataset = prepare_dataset(out, settings)
     store = Store(out, dataset)

@@ -16,6 +16,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+# Where the environment sets PYTHONDONTWRITEBYTECODE (this project's hosts do), every process the suite
+# starts (hundreds: scripts, torchrun launchers and ranks) compiled the checkout's modules
+# again. The suite and its processes write bytecode into the checkout's __pycache__ (.gitignore'd) as a
+# default Python does; .venv and the standard library are compiled already, so nothing is written there.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+# torch's intra-op work on one thread in each of the suite's processes (a worker of `-n 2`, and the scripts,
+# benchmark rows and training runs it starts; torchrun sets it for its ranks anyway): two workers fill a
+# 2-core host, and threads beyond the free cores spin in OpenMP's barriers (a 4-step resnet18 run of
+# examples/train_imagenet.py on a busy host: 8.6 CPU-s on one thread, 14.5 on two). An explicit setting wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 SAMPLES_PER_SHARD = 8
 SAMPLE_SIZE = {"classes": 4, "train_per_class": 9, "val_per_class": 3}
 

@@ -122,12 +122,15 @@ def test_import_torchvision_first_works_with_the_setup_s_import_hook(tmp_path):
     start = run(python, "-c", "import sys, _torchvision_schema_hook as h; "
                               "print('torch' in sys.modules, any(isinstance(f, h.TorchvisionFinder) for f in sys.meta_path))")
     assert start.stdout.split() == ["False", "True"], start.stderr
+    # `import torchvision` first, the checkout not on sys.path (the hook's copy imports nothing from it); then,
+    # in the same interpreter (a torchvision import less), the project's own import path after it, the checkout
+    # put first on sys.path as PYTHONPATH would, as a training script does it.
     first = run(python, "-c", "import torchvision; import torchvision.transforms.v2; import sys; "
                               "print(sys.modules['_torchvision_schema_hook'].schemas_defined, "
-                              "torchvision.transforms.v2.RandomResizedCrop(8).size)")
+                              "torchvision.transforms.v2.RandomResizedCrop(8).size); "
+                              "assert not [name for name in sys.modules if name.split('.')[0] == 'datasets']; "
+                              f"sys.path.insert(0, {str(REPO)!r}); "
+                              "from datasets.torchvision_cpu import schemas_defined, transforms_v2; "
+                              "print(schemas_defined)")
     assert first.returncode == 0, first.stderr
-    assert first.stdout.split() == [str(needed), "(8,"] + ["8)"], first.stdout
-    # The project's own import path after a first `import torchvision`, as a training script does it.
-    project = run(python, "-c", "import torchvision; from datasets.torchvision_cpu import schemas_defined, transforms_v2; "
-                                "print(schemas_defined)", PYTHONPATH=str(REPO))
-    assert project.returncode == 0 and project.stdout.split() == [str(needed)], project.stderr
+    assert first.stdout.split() == [str(needed), "(8,", "8)", str(needed)], first.stdout

@@ -76,13 +76,6 @@ def user_venv(tmp_path_factory):
 def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     tmp, venv = user_venv
     python, bin_dir = venv_python(venv), venv / "bin"
-    probe = ("import PIL, _jpeg_crop; from datasets.loader import jpeg_crop; "
-             "from datasets.torchvision_cpu import torchvision, transforms_v2; "
-             "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__)")
-    decode, pil_version, _ = run([python, "-c", probe], tmp).stdout.split()
-    assert decode == "crop"
-    assert "post" not in pil_version  # stock Pillow, as pip pulled it (pillow-simd versions end .postN)
-
     work = tmp / "smoke"
     work.mkdir()
     run([bin_dir / "sample-imagenet", "--out", "cmp/source", "--classes", 2, "--train-per-class", 6,
@@ -90,11 +83,19 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     run([bin_dir / "create-webdataset", "--source", "cmp/source", "--target", "cmp/img", "--workers", 1,
          "--no-progress", "--samples-per-shard", 4], work)
     assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
-    load = ("from datasets.loader import TrainCrop, get_data; "
+    # What was installed, and a batch through the installed loader: one interpreter (a torch import less)
+    load = ("import PIL, _jpeg_crop; from datasets.loader import jpeg_crop; "
+            "from datasets.torchvision_cpu import torchvision, transforms_v2; "
+            "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__); "
+            "from datasets.loader import TrainCrop, get_data; "
             "loader = get_data('cmp/img', 'train', batch_size=4, transform=TrainCrop(image_size=64)); "
             "images, labels = next(iter(loader)); print(tuple(images.shape), len(labels))")
     loaded = run([python, "-c", load], work)
-    assert loaded.stdout.split("\n")[0] == "(4, 3, 64, 64) 4"
+    probed, batch = loaded.stdout.split("\n")[:2]
+    decode, pil_version, _ = probed.split()
+    assert decode == "crop"
+    assert "post" not in pil_version  # stock Pillow, as pip pulled it (pillow-simd versions end .postN)
+    assert batch == "(4, 3, 64, 64) 4"
     assert PIL_NOTE not in loaded.stderr
     compared = run([bin_dir / "host-benchmark", "--compare", "cmp", "--formats", "img", "--batches", 1,
                     "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 0, "--image-size", 64,

@@ -41,6 +41,7 @@ NAMED = ("dataset", "store", "cache", "checkpoints", "ledgers", "logs", "tmp", "
 class Settings:
     steps: int
     seed: int
+    arch: str = "resnet18"
     workers: int = 2
     batch_size: int = 4
     image_size: int = 16
@@ -54,7 +55,7 @@ class Settings:
     job_timeout_s: float = 600.0
 
     def training_args(self) -> list:
-        return ["--data", f"s3://{BUCKET}/img", "--arch", "resnet18", "--image-size", self.image_size,
+        return ["--data", f"s3://{BUCKET}/img", "--arch", self.arch, "--image-size", self.image_size,
                 "--batch-size", self.batch_size, "--workers", self.workers, "--max-steps", self.steps,
                 "--epochs", 10_000, "--seed", self.seed, "--no-val", "--checkpoint-every", self.checkpoint_every,
                 "--print-every", 10_000, "--cache-limit", self.cache_limit]
