@@ -114,13 +114,18 @@ class MappedShards:
         if end > first:
             payload.obj.madvise(mmap.MADV_DONTNEED, first, end - first)
         # And every page below the map's oldest payload still out: all handed back, or headers.
-        waiting, lent = pages.waiting, self.lent
-        while waiting and (lent.get(waiting[0][1]) or (None, None, None))[1:] != (waiting[0][0], pages):
+        waiting = pages.waiting
+        while waiting and not self._still_out(*waiting[0], pages):
             heapq.heappop(waiting)  # handed back, or forgotten (MAX_LENT)
         mark = (waiting[0][0] if waiting else pages.frontier) // PAGE * PAGE
         if mark > pages.released:
             payload.obj.madvise(mmap.MADV_DONTNEED, pages.released, mark - pages.released)
             pages.released = mark
+
+    def _still_out(self, start: int, key: int, pages) -> bool:
+        """Whether the payload lent at `start` of `pages`' map as id `key` is still out (ids are reused)."""
+        entry = self.lent.get(key)
+        return entry is not None and entry[1] == start and entry[2] is pages
 
 
 class _Pages:

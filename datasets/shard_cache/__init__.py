@@ -1,7 +1,7 @@
 """A node-local cache of whole shards read from s3://, http(s):// or a local path marked remote (NFS).
 
     cache = ShardCache.for_dataset(directory, metadata, limit="200GB", remote_paths=False, prefetch=0)
-    with cache.serve(run) as (served, cached): ...   # a shard_reader.Run, read from the cache or while filling it
+    with cache.serve(run) as (served, fill): ...   # a shard_reader.Run, read from the cache (fill None) or while filling it
 
 Layout: `<directory>/<dataset key>/<shard name>` (the key is metadata.json's `checksum`, so two datasets,
 or a re-uploaded one, never share entries) with, beside each shard:

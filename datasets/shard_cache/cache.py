@@ -174,14 +174,8 @@ class ShardCache:
 
     @contextlib.contextmanager
     def serve(self, run):
-        """(run to read, cached): the run on the local entry (cached=True), or on the shard being
-        fetched (a Run whose `opener` follows the fill). The entry is pinned while the caller reads."""
-        with self._serve(run) as (served, fill):
-            yield served, fill is None
-
-    @contextlib.contextmanager
-    def _serve(self, run):
-        """serve's (run to read, the fill it follows or None)."""
+        """(run to read, fill): the run on the local entry (fill None), or on the shard being fetched (a
+        Run whose `opener` follows `fill`). The entry is pinned while the caller reads."""
         name = run.records[0].shard
         pin = lock_file(self._side(name, ".pin"), fcntl.LOCK_SH)
         fill = None
@@ -249,7 +243,7 @@ class ShardCache:
         while True:
             part = run if first == 0 else replace(run, start=run.records[first].record_offset,
                                                    records=run.records[first:])
-            with self._serve(part) as (served, fill):
+            with self.serve(part) as (served, fill):
                 for item in read(served, first):
                     if item[-1] is not None and not retried and (fill is None or fill.fetched_intact()):
                         self.drop(part.records[0].shard, f"a sample failed its check: {item[-1]}")
