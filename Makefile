@@ -7,14 +7,14 @@ DEMO   ?= demo-output
 
 .PHONY: demo test venv clean
 
-$(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c native/jpeg_crop/resample.c native/jpeg_crop/resample.h native/jpeg_crop/setup.py datasets/torchvision_hook.py
+$(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c native/jpeg_crop/resample.c native/jpeg_crop/resample.h native/jpeg_crop/setup.py imagenet_shards/torchvision_hook.py
 	bash scripts/setup_venv.sh
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m datasets.tools.demo --out $(DEMO)
+	$(PY) -m imagenet_shards.tools.demo --out $(DEMO)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests

@@ -1,9 +1,10 @@
-"""Builds `_jpeg_crop` (the region JPEG decoder, native/jpeg_crop/) with the package: `pip install .` is one step.
+"""Builds `imagenet_shards._jpeg_crop` (the region JPEG decoder, native/jpeg_crop/) with the package:
+`pip install .` is one step.
 
 The project's metadata is in pyproject.toml; this file only adds the extension. It links the system
 libjpeg-turbo (`-ljpeg`). Where its headers are missing (or the compiler fails) the extension is left
 out with one printed line and the install still succeeds: the loader then decodes JPEGs whole with
-PIL and says so once (datasets/loader/jpeg_crop.py). DATASETS_NATIVE_BUILD=0 leaves it out on purpose
+PIL and says so once (imagenet_shards/loader/jpeg_crop.py). DATASETS_NATIVE_BUILD=0 leaves it out on purpose
 (an editable install puts the module into the checkout, where it would shadow the one `make` builds into
 .venv; tests/test_train_example.py's editable install sets it).
 """
@@ -31,7 +32,7 @@ class OptionalBuildExt(build_ext):
             self._skipped(error, ext.name)
 
     @staticmethod
-    def _skipped(error, name="_jpeg_crop"):
+    def _skipped(error, name="imagenet_shards._jpeg_crop"):
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"WARNING: {name} (native JPEG region decoder) not built ({first}); the loader decodes JPEGs "
               f"whole with PIL. Install libjpeg-turbo's headers (libjpeg62-turbo-dev, libjpeg-turbo8-dev or "
@@ -41,7 +42,8 @@ class OptionalBuildExt(build_ext):
 WANTED = os.environ.get("DATASETS_NATIVE_BUILD", "1").strip() != "0"
 
 setup(
-    ext_modules=[] if not WANTED else [Extension("_jpeg_crop", [f"{NATIVE}/_jpeg_crop.c", f"{NATIVE}/resample.c"],
-                           depends=[f"{NATIVE}/resample.h"], libraries=["jpeg"], extra_compile_args=["-O2"])],
+    ext_modules=[] if not WANTED else [
+        Extension("imagenet_shards._jpeg_crop", [f"{NATIVE}/_jpeg_crop.c", f"{NATIVE}/resample.c"],
+                  depends=[f"{NATIVE}/resample.h"], libraries=["jpeg"], extra_compile_args=["-O2"])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

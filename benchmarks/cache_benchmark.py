@@ -4,14 +4,14 @@
         [--latency-ms 2] [--mbps 100] [--prefetch 0] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (datasets/testing/s3_server.py) and uploads it, and serves the same folder over http
+starts `weed mini` (imagenet_shards/testing/s3_server.py) and uploads it, and serves the same folder over http
 (tests/http_range_server.py) behind benchmarks/latency_proxy.py (--latency-ms before every request,
 --mbps for all bodies together), so that loopback does not hide the network. Then runs
 
     host_benchmark.py --compare OUT --formats img --split validation --compare-transport HTTP S3
         --cache-dir OUT/cache ...
 
-whose cache rows (datasets/hostbench/cache_epochs.py) read two whole epochs per loader: local
+whose cache rows (imagenet_shards/hostbench/cache_epochs.py) read two whole epochs per loader: local
 files, each copy uncached, and each copy through a fresh cache (cold, then warm): seconds, images/s,
 images per CPU-second, GETs and store bytes per epoch, and the cache's fills/hits. Writes
 OUT/cache_benchmark.json and prints the table and the goals (warm >= 0.95x local per CPU-second; warm
@@ -30,9 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from datasets import storage  # noqa: E402
+from imagenet_shards import storage  # noqa: E402
 from s3_benchmark import build_dataset  # noqa: E402
-from datasets.testing.s3_server import SeaweedServer  # noqa: E402
+from imagenet_shards.testing.s3_server import SeaweedServer  # noqa: E402
 
 
 def start(command) -> tuple:
@@ -70,7 +70,7 @@ def main():
         os.environ.update(server.env())
         storage.configure_s3(endpoint=server.endpoint)
         server.create_bucket("cachebench")
-        from datasets.tools.upload import upload_dataset
+        from imagenet_shards.tools.upload import upload_dataset
 
         remote = "s3://cachebench/img"
         assert upload_dataset(local, remote, progress=False).ok
@@ -100,8 +100,8 @@ def main():
               "goals": goals,
               "command": " ".join(sys.argv)}
     (args.out / "cache_benchmark.json").write_text(json.dumps(result, indent=1) + "\n")
-    from datasets.hostbench.cache_epochs import format_cache_table
-    from datasets.hostbench.report import format_goals
+    from imagenet_shards.hostbench.cache_epochs import format_cache_table
+    from imagenet_shards.hostbench.report import format_goals
 
     print(f"\nShard cache: {local} validation split, {args.workers} workers, batch {args.batch_size}; http behind "
           f"{args.latency_ms:g} ms per request and {args.mbps:g} MB/s; s3: SeaweedFS on loopback")

@@ -3,14 +3,14 @@
     python benchmarks/convert_benchmark.py [--out benchmark-output/convert] [--classes 10]
                                            [--train-per-class 100] [--val-per-class 20] [--repeats 2]
 
-Builds the sample dataset (datasets.sample, reused when present), warms the page cache, then
+Builds the sample dataset (imagenet_shards.sample, reused when present), warms the page cache, then
 measures, each the best of --repeats:
 
   bare img Resize(256)           PIL decode + Resize(256) + JPEG encode at quality 95, in memory,
                                  one process: what re-encoding costs with no I/O, hashing or tar
   bare tensor Resize+Crop        PIL decode + Resize(256) + CenterCrop(224) + .npy encode
   bare passthrough check         header parse + completeness check (no decode, no hashing)
-  convert img passthrough        datasets.convert.converter.convert, --workers 1 and 2 (the shards are
+  convert img passthrough        imagenet_shards.convert.converter.convert, --workers 1 and 2 (the shards are
                                  written to OUT/target, on the disk a user would write to)
   convert img Resize(256)        the same with --train/--validation-preprocess-steps Resize(256)
   convert tensor Resize+Crop     --format tensor, Resize(256) CenterCrop(224) for both splits
@@ -49,12 +49,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.convert.converter import convert  # noqa: E402
-from datasets.convert.encode import EncodeOptions, ShardToWrite, encode_payload, write_shard  # noqa: E402
-from datasets.convert.plan import ConvertOptions  # noqa: E402
-from datasets.convert.imagenet_source import open_source  # noqa: E402
-from datasets.formats.npy import encode_npy  # noqa: E402
-from datasets.preprocess import apply_steps, parse_steps  # noqa: E402
+from imagenet_shards.convert.converter import convert  # noqa: E402
+from imagenet_shards.convert.encode import EncodeOptions, ShardToWrite, encode_payload, write_shard  # noqa: E402
+from imagenet_shards.convert.plan import ConvertOptions  # noqa: E402
+from imagenet_shards.convert.imagenet_source import open_source  # noqa: E402
+from imagenet_shards.formats.npy import encode_npy  # noqa: E402
+from imagenet_shards.preprocess import apply_steps, parse_steps  # noqa: E402
 
 RESIZE = ("Resize(256)",)
 RESIZE_CROP = ("Resize(256)", "CenterCrop(224)")
@@ -68,7 +68,7 @@ BARE_FOR = {"img passthrough": "bare passthrough check", "img Resize(256)": "bar
 
 
 def build_source(out: Path, classes: int, train_per_class: int, val_per_class: int) -> Path:
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     source = out / "source"
     info = source / "sample_info.json"

@@ -38,11 +38,11 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from datasets.loader import TrainCrop, ValidationCrop, get_data  # noqa: E402
-from datasets.loader.device_decode import JpegDecoder  # noqa: E402
-from datasets.loader.device_resample import BatchResampler, crop_box  # noqa: E402
-from datasets.loader.jpeg_header import read_header  # noqa: E402
-from datasets.loader.pipeline import random_resized_crop_box  # noqa: E402
+from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data  # noqa: E402
+from imagenet_shards.loader.device_decode import JpegDecoder  # noqa: E402
+from imagenet_shards.loader.device_resample import BatchResampler, crop_box  # noqa: E402
+from imagenet_shards.loader.jpeg_header import read_header  # noqa: E402
+from imagenet_shards.loader.pipeline import random_resized_crop_box  # noqa: E402
 
 PIXEL_BOUND = 2.0
 

@@ -12,7 +12,7 @@ cache_dir: whole-shard GETs). Per instance: shard requests, bytes read, bytes ov
 share (the split's record bytes / N: 1.00 is every byte read once in all) and over the record bytes
 of the samples it delivered (whole shards through the cache also hold the samples the epoch's tail
 drops, and tar padding). Then each order's ledgers are verified and
-their distinct labels per batch put against a perfect shuffle (datasets.ledger): on a dataset
+their distinct labels per batch put against a perfect shuffle (imagenet_shards.ledger): on a dataset
 converted with --no-shuffle (class order) the loader's order alone does the mixing.
 """
 
@@ -32,9 +32,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from http_range_server import RangeHandler  # noqa: E402
 
-from datasets.ledger import read_ledgers, verify  # noqa: E402
-from datasets.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
-from datasets.loader.sources import resolve_source  # noqa: E402
+from imagenet_shards.ledger import read_ledgers, verify  # noqa: E402
+from imagenet_shards.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
+from imagenet_shards.loader.sources import resolve_source  # noqa: E402
 
 
 class CountingHandler(RangeHandler):

@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
-from datasets.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
+from imagenet_shards.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
 
 
 def flat(source, instances, workers, decode, partitions, batch_size) -> list:

@@ -8,7 +8,7 @@
 # machine with a registry makes both): .device-photos/ (the photos of ../shared/photos/large) and
 # .device-wheels/ (the small pure or manylinux wheels the loader needs beyond torch, torchvision,
 # numpy and Pillow). A failed step is logged and the next one runs. EARLIER=COMMIT (at prepare) also
-# carries that commit's datasets/, examples/ and benchmarks/, so that `parts` and `resnet50_earlier`
+# carries that commit's imagenet_shards/, examples/ and benchmarks/, so that `parts` and `resnet50_earlier`
 # measure it beside this checkout in the same run.
 set -u
 cd "$(dirname "$0")/.."
@@ -41,7 +41,10 @@ prepare() {  # on a machine with a registry, before the run: what the GPU host c
   done
   pip download -q --no-deps -d .device-wheels braceexpand==0.1.7 tqdm==4.70.1 webdataset==1.0.2
   rm -f .device-wheels/earlier.tar.gz
-  if [ -n "${EARLIER:-}" ]; then git archive "$EARLIER" datasets examples benchmarks | gzip > .device-wheels/earlier.tar.gz; fi
+  if [ -n "${EARLIER:-}" ]; then  # the library under its name at that commit (datasets/ before 0.1)
+    git archive "$EARLIER" $(git ls-tree --name-only "$EARLIER" imagenet_shards datasets) examples benchmarks \
+      | gzip > .device-wheels/earlier.tar.gz
+  fi
 }
 
 earlier_tree() {  # the carried earlier commit, unpacked once
@@ -57,16 +60,19 @@ environment() {
     "$PY" -c "import $module" 2>/dev/null || "$PY" -m pip install -q --no-deps --no-index --find-links .device-wheels \
       --target "$WORK/deps" "$module"
   done
-  "$PY" -c "import crc32c, braceexpand; import datasets.loader; print('datasets.loader imports')"
+  "$PY" -c "import crc32c, braceexpand; import imagenet_shards.loader; print('imagenet_shards.loader imports')"
 }
 
 native() {  # the region decoder against the host's libjpeg-turbo: setuptools, else the compiler directly
   cd native/jpeg_crop
-  "$PY" setup.py build_ext --inplace || cc -O2 -shared -fPIC $("$PY"-config --includes 2>/dev/null \
-    || "$PY" -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") _jpeg_crop.c resample.c \
-    -ljpeg -o "_jpeg_crop$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")"
+  # imagenet_shards/_jpeg_crop*.so here (this folder is on PYTHONPATH); a copy at the top level for an earlier commit
+  local suffix; suffix=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+  "$PY" setup.py build_ext --inplace || { mkdir -p imagenet_shards && cc -O2 -shared -fPIC $("$PY"-config --includes \
+    2>/dev/null || "$PY" -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") _jpeg_crop.c resample.c \
+    -ljpeg -o "imagenet_shards/_jpeg_crop$suffix"; }
+  cp "imagenet_shards/_jpeg_crop$suffix" "_jpeg_crop$suffix"
   cd ../..
-  "$PY" -c "from datasets.loader import jpeg_crop; print('decode path', jpeg_crop.decode_path())"
+  "$PY" -c "from imagenet_shards.loader import jpeg_crop; print('decode path', jpeg_crop.decode_path())"
 }
 
 dataset() {
@@ -86,7 +92,7 @@ check() {
 
 parts() {  # the decode and the crop/resize of one batch timed apart, and the earlier commit's resize
   local earlier=()
-  earlier_tree && earlier=(--resampler-from "$WORK/earlier/datasets/loader/device_resample.py")
+  earlier_tree && earlier=(--resampler-from "$(ls "$WORK"/earlier/{imagenet_shards,datasets}/loader/device_resample.py 2>/dev/null | head -1)")
   "$PY" benchmarks/device_decode_check.py --data "$WORK/img" --parts-only --jpegs "$WORK/source/train" \
     --batch-size 256 --repeats 20 "${earlier[@]}" ${PROFILE:+--profile} --json "$OUT/parts.json"
 }

@@ -246,7 +246,7 @@ def run_stage(name: str, command: list, samples: int, env=None) -> dict:
 
 def epoch_run(dataset: str, keys_dir: str) -> None:
     """One torchrun process: a whole validation epoch, keys written to keys_dir/rank-<r>.txt."""
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     loader = get_data(dataset, "validation", batch_size=BATCH_SIZE, workers=1, normalization="device",
                       with_keys=True)
@@ -259,7 +259,7 @@ def epoch_run(dataset: str, keys_dir: str) -> None:
 
 
 def train_run(dataset: str, batches: int) -> None:
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     loader = get_data(dataset, "train", batch_size=BATCH_SIZE, workers=2, normalization="device")
     done = samples = 0
@@ -273,8 +273,8 @@ def train_run(dataset: str, batches: int) -> None:
 
 def check_exactly_once(dataset: Path, keys_dir: Path, ranks: int) -> dict:
     """Every validation key read exactly once over the ranks: sorted byte arrays compared, no sets."""
-    from datasets.index import read_metadata, sample_index_name
-    from datasets.index import read_sample_columns
+    from imagenet_shards.index import read_metadata, sample_index_name
+    from imagenet_shards.index import read_sample_columns
 
     read = []
     for rank in range(ranks):

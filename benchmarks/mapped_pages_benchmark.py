@@ -1,4 +1,4 @@
-"""The cost of releasing shard-map pages per payload (datasets/formats/mapped_shards.py, issue 35).
+"""The cost of releasing shard-map pages per payload (imagenet_shards/formats/mapped_shards.py, issue 35).
 
     python benchmarks/mapped_pages_benchmark.py DIR [DIR ...] [--rounds 5] [--epochs 2] [--json OUT]
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import datasets.formats.mapped_shards as mapped_shards  # noqa: E402
-from datasets.loader import get_data  # noqa: E402
+import imagenet_shards.formats.mapped_shards as mapped_shards  # noqa: E402
+from imagenet_shards.loader import get_data  # noqa: E402
 
 MODES = ("keep", "release")
 

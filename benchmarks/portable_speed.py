@@ -40,14 +40,15 @@ TORCHVISION = "torchvision==0.28.0"
 SPLITS = ("train", "validation")
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
                                      "benchmark-output", ".pytest_cache", ".device-*")
-# One measurement, run by each environment's python: the --compare machinery on DIR/img, one JSON line.
+# One measurement, run by each environment's python: the --compare machinery on DIR/img, one JSON line. The
+# library's import name is the checkout's own ({package}: `datasets` before 0.1, `imagenet_shards` since).
 MEASURE = """
 import json, sys
 import PIL
-from datasets.hostbench.pipelines import loader_batches
-from datasets.hostbench.timing import measure_batches
-from datasets.launcher import Instance
-from datasets.loader import jpeg_crop
+from {package}.hostbench.pipelines import loader_batches
+from {package}.hostbench.timing import measure_batches
+from {package}.launcher import Instance
+from {package}.loader import jpeg_crop
 path, split, seconds, workers, batch = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 batches = loader_batches(path, split, batch, workers, "device", Instance(0, 1, "explicit"))
 figures = measure_batches(batches, warmup_batches=2, max_seconds=seconds, workers=workers)
@@ -59,14 +60,15 @@ print(json.dumps({"images_per_cpu_s": figures["images_per_cpu_s"], "images_per_s
 class Environment:
     """A python that runs MEASURE: its command's environment variables and a name for the table."""
 
-    def __init__(self, name: str, python: Path, pythonpath: str | None = None):
-        self.name, self.python, self.pythonpath = name, python, pythonpath
+    def __init__(self, name: str, python: Path, pythonpath: str | None = None, package: str = "imagenet_shards"):
+        self.name, self.python, self.pythonpath, self.package = name, python, pythonpath, package
 
     def measure(self, dataset: Path, split: str, seconds: float, workers: int, batch: int) -> dict:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if self.pythonpath:
             env["PYTHONPATH"] = self.pythonpath
-        result = subprocess.run([str(self.python), "-c", MEASURE, str(dataset), split, str(seconds), str(workers),
+        measure = MEASURE.replace("{package}", self.package)
+        result = subprocess.run([str(self.python), "-c", measure, str(dataset), split, str(seconds), str(workers),
                                  str(batch)],
                                 capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=900)
         if result.returncode != 0:
@@ -97,10 +99,16 @@ def stock_venv(folder: Path, checkout: Path, name: str) -> Environment:
         shutil.copytree(checkout, copy, ignore=COPY_IGNORE, symlinks=True)
         pip(python, *(() if fresh else ("--no-deps", "--force-reinstall")), copy)
         native = copy / "native" / "jpeg_crop"
-        if native.is_dir() and not _imports(python, "_jpeg_crop"):
+        package = library_name(checkout)
+        if native.is_dir() and package == "datasets" and not _imports(python, "_jpeg_crop"):
             # a checkout from before the one-step install (issue 32): the second step its README asked for
             pip(python, "--no-deps", "--force-reinstall", native)
-    return Environment(name, python)
+    return Environment(name, python, package=package)
+
+
+def library_name(checkout: Path) -> str:
+    """The checkout's import name: `imagenet_shards`, or `datasets` for a checkout from before 0.1 (issue 42)."""
+    return "imagenet_shards" if (checkout / "imagenet_shards" / "__init__.py").is_file() else "datasets"
 
 
 def _imports(python: Path, module: str) -> bool:

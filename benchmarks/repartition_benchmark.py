@@ -24,13 +24,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.index import SampleRecord, ShardRecord, encode_sample_index  # noqa: E402
-from datasets.formats.webdataset import tar_shard_name  # noqa: E402
-from datasets.index import parse_sample_columns  # noqa: E402
-from datasets.balance import POLICIES  # noqa: E402
-from datasets.repartition.plan import plan_split  # noqa: E402
-from datasets.repartition.source import group_records_by_shard  # noqa: E402
-from datasets.formats.tar import TarShardWriter  # noqa: E402
+from imagenet_shards.index import SampleRecord, ShardRecord, encode_sample_index  # noqa: E402
+from imagenet_shards.formats.webdataset import tar_shard_name  # noqa: E402
+from imagenet_shards.index import parse_sample_columns  # noqa: E402
+from imagenet_shards.balance import POLICIES  # noqa: E402
+from imagenet_shards.repartition.plan import plan_split  # noqa: E402
+from imagenet_shards.repartition.source import group_records_by_shard  # noqa: E402
+from imagenet_shards.formats.tar import TarShardWriter  # noqa: E402
 
 IMAGENET_TRAIN = 1_281_167
 SAMPLES_PER_SHARD = 1024

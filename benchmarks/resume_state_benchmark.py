@@ -19,7 +19,7 @@ import json
 import time
 from pathlib import Path
 
-from datasets.loader import DataSource, TrainCrop, get_data
+from imagenet_shards.loader import DataSource, TrainCrop, get_data
 
 SAMPLES = 1_331_167
 BATCH = 256

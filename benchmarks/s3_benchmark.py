@@ -3,13 +3,13 @@
     python benchmarks/s3_benchmark.py [--out benchmark-output/s3] [--val-per-class 50] [--seconds 2] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (datasets/testing/s3_server.py) and a Range-honouring http file server
+starts `weed mini` (imagenet_shards/testing/s3_server.py) and a Range-honouring http file server
 (tests/http_range_server.py, another process), and measures:
 
   upload        upload_dataset with 1 and 4 workers against a single-stream PUT of one 64 MB object
                 (boto3 put_object with ChecksumSHA256, the same path): MB/s, the best of --rounds;
   transports    `host_benchmark.py --compare OUT --formats img --split validation --compare-transport
-                HTTP S3` (datasets/hostbench/transports.py: the one implementation): the img device row
+                HTTP S3` (imagenet_shards/hostbench/transports.py: the one implementation): the img device row
                 over local files, http and s3 (images/s, images per CPU-second, MB/s, GETs per epoch,
                 time to first byte p50/p99) and the transport ceilings (raw ranged GETs, no decode).
 
@@ -34,15 +34,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from datasets import storage  # noqa: E402
-from datasets.dataset_folder import METADATA_FILE  # noqa: E402
-from datasets.testing.s3_server import SeaweedServer  # noqa: E402
+from imagenet_shards import storage  # noqa: E402
+from imagenet_shards.dataset_folder import METADATA_FILE  # noqa: E402
+from imagenet_shards.testing.s3_server import SeaweedServer  # noqa: E402
 
 def build_dataset(out: Path, val_per_class: int) -> Path:
     converted = out / "img"
     if (converted / METADATA_FILE).is_file():
         return converted
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     build_sample_dataset(out / "source", classes=10, train_per_class=1, val_per_class=val_per_class, seed=0,
                          layouts=("folder",))
@@ -55,7 +55,7 @@ def build_dataset(out: Path, val_per_class: int) -> Path:
 
 
 def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
-    from datasets.tools.upload import upload_dataset
+    from imagenet_shards.tools.upload import upload_dataset
 
     client = storage.s3_client().client
     blob = os.urandom(64 << 20)
@@ -80,10 +80,10 @@ def upload_rows(server: SeaweedServer, local: Path, bucket: str, repeats):
 
 def floor_rows(bucket: str, local: Path, repeats) -> list:
     """What the server gives one stream, to hold the transport ceiling against: the 64 MB object of the
-    PUT row read by datasets.storage (one ranged GET, no decode) and by curl on a presigned URL, and
+    PUT row read by imagenet_shards.storage (one ranged GET, no decode) and by curl on a presigned URL, and
     every validation shard by curl (one process, one connection). Best of `repeats`; MB/s over each
     transfer's own time (curl's start-up excluded); TTFB: curl's time_starttransfer."""
-    from datasets.hostbench.transports import read_ceiling
+    from imagenet_shards.hostbench.transports import read_ceiling
 
     client = storage.s3_client().client
     size = client.head_object(Bucket=bucket, Key="single/0")["ContentLength"]
@@ -97,7 +97,7 @@ def floor_rows(bucket: str, local: Path, repeats) -> list:
 
     for _ in range(repeats):
         figures = read_ceiling([f"s3://{bucket}/single/0"], [size])
-        keep("GET 64 MB object: datasets.storage", {k: figures[k] for k in ("seconds", "mb_per_s", "ttfb_ms_p50")})
+        keep("GET 64 MB object: imagenet_shards.storage", {k: figures[k] for k in ("seconds", "mb_per_s", "ttfb_ms_p50")})
         if not shutil.which("curl"):
             continue
         for name, keys, sizes in (("GET 64 MB object: curl, presigned URL", ["single/0"], [size]),
@@ -150,7 +150,7 @@ def main():
         server.create_bucket("bench")
         remote = "s3://bench/img"
         uploads = upload_rows(server, local, "bench", args.rounds)
-        from datasets.tools.upload import upload_dataset
+        from imagenet_shards.tools.upload import upload_dataset
 
         assert upload_dataset(local, remote, progress=False).ok
         http_base = f"http://127.0.0.1:{http_server.stdout.readline().strip()}/"
@@ -169,7 +169,7 @@ def main():
     for row in uploads:
         print(f"{row['row']:<36}{row['mb_per_s']:>9,.1f}")
     print(f"\n{'the server, one stream (floor)':<44}{'MB/s':>9}{'TTFB p50 ms':>13}")
-    for row in floors + [{"row": "GET every shard: datasets.storage (ceiling)", **ceiling}]:
+    for row in floors + [{"row": "GET every shard: imagenet_shards.storage (ceiling)", **ceiling}]:
         print(f"{row['row']:<44}{row['mb_per_s']:>9,.1f}{row['ttfb_ms_p50']:>13.1f}")
     s3_goal = next(g for g in compared["goals"] if g["goal"] == "s3_vs_local@s3")
     print(f"s3 / local images per CPU-second: {s3_goal.get('ratio', float('nan')):.2f} (goal >= 0.9); "

@@ -9,8 +9,8 @@ Warms the page cache, then measures per dataset, each the best of --repeats, int
 
   openssl dgst -sha256  the command-line tool on the same shards, through the page cache: the floor
                         (w2: two openssl processes, every other shard each: the floor for two workers)
-  sha256 (files)        datasets.fileio.sha256_file over every shard
-  validate w1 / w2      datasets.validate.converted.validate_converted with 1 and 2 worker processes
+  sha256 (files)        imagenet_shards.fileio.sha256_file over every shard
+  validate w1 / w2      imagenet_shards.validate.converted.validate_converted with 1 and 2 worker processes
   validate --deep w1    every payload's CRC32C checked and every payload decoded as well
 
 and sha256 over a buffer already in memory (the CPU bound), and writes the figures as JSON
@@ -32,12 +32,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets.fileio import sha256_file  # noqa: E402
-from datasets.formats import EncodedSample, get_format  # noqa: E402
-from datasets.index import (FORMAT_VERSION, ShardRecord, sample_index_name, write_metadata,  # noqa: E402
+from imagenet_shards.fileio import sha256_file  # noqa: E402
+from imagenet_shards.formats import EncodedSample, get_format  # noqa: E402
+from imagenet_shards.index import (FORMAT_VERSION, ShardRecord, sample_index_name, write_metadata,  # noqa: E402
                             write_sample_index)
-from datasets.formats.npy import encode_npy  # noqa: E402
-from datasets.validate.converted import validate_converted  # noqa: E402
+from imagenet_shards.formats.npy import encode_npy  # noqa: E402
+from imagenet_shards.validate.converted import validate_converted  # noqa: E402
 
 # The converter's default tensor shapes: train Resize(256) CenterCrop(256), validation CenterCrop(224).
 SAMPLE_SHAPES = {"train": (256, 256, 3), "validation": (224, 224, 3)}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Train a torchvision ResNet from ImageNet shards: a training loop to copy.
 
-It shows how the pieces fit: the launcher (torchrun, poprun, SLURM: `datasets.launcher`), the loader
+It shows how the pieces fit: the launcher (torchrun, poprun, SLURM: `imagenet_shards.launcher`), the loader
 (`get_data`, one share per instance), uint8 batches normalised on the accelerator
 (`NormalizeOnDevice`), DistributedDataParallel (nccl on GPUs, gloo on CPU), SGD with a cosine
 schedule, an optional strong-augmentation recipe, checkpoints every N steps and `--resume`.
@@ -23,7 +23,7 @@ batches (samples and pixels) the uninterrupted run would have had; with another 
 deals what no instance had delivered yet in that epoch (`load_state_dict` of the list). A checkpoint
 without loader states (written by an earlier version) is resumed by replaying the epoch's plan and
 skipping the batches already done. `--ledger DIR` writes each instance's order ledger at every
-epoch's end: `python -m datasets.ledger verify DIR/epoch0-*.json` proves the epoch delivered every
+epoch's end: `python -m imagenet_shards.ledger verify DIR/epoch0-*.json` proves the epoch delivered every
 sample once.
 
 Exit codes: 0 done, 1 a data problem, 2 a usage problem (bad options, a checkpoint that does not
@@ -53,32 +53,14 @@ def fail(message: str, code: int = 2):
     sys.exit(code)
 
 
-def require_this_datasets() -> None:
-    """Exit 2 with one line when `import datasets` gives another package (e.g. Hugging Face's)."""
-    import datasets
-
-    if not getattr(datasets, "IMAGENET_SHARDS", False):
-        where = getattr(datasets, "__file__", None) or list(getattr(datasets, "__path__", []))
-        fail(f"`import datasets` found another package of that name ({where}), e.g. Hugging Face's, before "
-             f"the ImageNet-shards library; put the library first (PYTHONPATH={REPO}) or use an environment "
-             f"without the other one")
-
-
-require_this_datasets()
-
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from datasets.errors import Error, exit_code  # noqa: E402
-from datasets.hostbench.timing import CpuMeter  # noqa: E402
-from datasets.launcher import LauncherError, detect_instance  # noqa: E402
-from datasets.loader import Cache, Normalization, TrainCrop, ValidationCrop, get_data  # noqa: E402
-from datasets.loader.sources import SourceError  # noqa: E402
-from datasets.loader.user_transforms import mixup_cutmix, strong_augmentation  # noqa: E402
-from datasets.loader.worker_shards import is_worker_death  # noqa: E402
-from datasets.normalization import NormalizeOnDevice  # noqa: E402
-from datasets.torchvision_cpu import torchvision  # noqa: E402
+from imagenet_shards.loader import (Cache, Normalization, NormalizeOnDevice, SourceError, TrainCrop,  # noqa: E402
+                                     ValidationCrop, get_data, is_worker_death, mixup_cutmix,
+                                     strong_augmentation)
+from imagenet_shards.training import CpuMeter, Error, LauncherError, detect_instance, exit_code, torchvision  # noqa: E402,E501
 
 CHECKPOINT_VERSION = 1
 MUST_MATCH = ("data", "seed", "batch_size", "world_size", "image_size", "strong_aug")  # for a skip-based resume

@@ -47,10 +47,10 @@ say "ACTIVE PIL: $active, PIL.__version__ = $version"
 
 # The region JPEG decoder (native/jpeg_crop) links the same system libjpeg-turbo as pillow-simd;
 # built after it so nothing reinstalls over it. Without it the loader decodes whole train JPEGs.
-say "building native/jpeg_crop (_jpeg_crop, region JPEG decode) against the system libjpeg-turbo"
+say "building native/jpeg_crop (imagenet_shards._jpeg_crop, region JPEG decode) against the system libjpeg-turbo"
 rm -rf native/jpeg_crop/build
 if "$PY" -m pip install -q --no-deps --no-cache-dir --force-reinstall ./native/jpeg_crop \
-   && "$PY" -c "import _jpeg_crop" 2>/dev/null; then
+   && "$PY" -c "from imagenet_shards import _jpeg_crop" 2>/dev/null; then
   jpeg_decode="crop (native/jpeg_crop: train JPEGs decode only the crop's region)"
 else
   jpeg_decode="pil (native/jpeg_crop build FAILED: train JPEGs are decoded whole, slower)"
@@ -59,7 +59,7 @@ rm -rf native/jpeg_crop/build native/jpeg_crop/*.egg-info
 echo "$jpeg_decode" > "$VENV/.jpeg-decode"
 say "ACTIVE JPEG TRAIN DECODE: $jpeg_decode"
 
-# `import torchvision` as a script's first line: the schema fix of datasets/torchvision_cpu.py as a lazy import
+# `import torchvision` as a script's first line: the schema fix of imagenet_shards/torchvision_cpu.py as a lazy import
 # hook in site-packages (a .pth line registers a finder; torch is imported only when torchvision is).
-say "installing the torchvision import hook (datasets/torchvision_hook.py)"
-"$PY" datasets/torchvision_hook.py "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+say "installing the torchvision import hook (imagenet_shards/torchvision_hook.py)"
+"$PY" imagenet_shards/torchvision_hook.py "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"

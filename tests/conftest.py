@@ -102,8 +102,8 @@ def reseal_index(dataset: Path, split: str) -> None:
     import json
     from collections import Counter
 
-    from datasets.dataset_folder import METADATA_FILE
-    from datasets.index import read_sample_index, write_metadata
+    from imagenet_shards.dataset_folder import METADATA_FILE
+    from imagenet_shards.index import read_sample_index, write_metadata
 
     metadata = json.loads((dataset / METADATA_FILE).read_text())
     entry = metadata["splits"][split]
@@ -172,7 +172,7 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope="session")
 def sample_source(tmp_path_factory):
     """An ImageNet-like source: folder layout (train/, validation/) and archive layout, seed 0."""
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     out = tmp_path_factory.mktemp("sample-source")
     build_sample_dataset(out, seed=0, **SAMPLE_SIZE)
@@ -201,8 +201,8 @@ def converted(tmp_path_factory, sample_source):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """A real SeaweedFS S3 server on loopback for the whole session (see datasets/testing/s3_server.py)."""
-    from datasets.testing.s3_server import SeaweedServer
+    """A real SeaweedFS S3 server on loopback for the whole session (see imagenet_shards/testing/s3_server.py)."""
+    from imagenet_shards.testing.s3_server import SeaweedServer
 
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
     yield server

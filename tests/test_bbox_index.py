@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from conftest import SAMPLES_PER_SHARD, run_main, run_script
-from datasets.cli.validate_dataset import main as validate_main
+from imagenet_shards.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash, list_images, write_reference_dataset
-from datasets.formats import format_names
-from datasets.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
-import datasets.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
-from datasets.loader import DataSource, TrainCrop, get_data
-from datasets.index import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
+from imagenet_shards.formats import format_names
+from imagenet_shards.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
+import imagenet_shards.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
+from imagenet_shards.loader import DataSource, TrainCrop, get_data
+from imagenet_shards.index import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
 
 CSV = "imagenet_2012_bounding_boxes.csv"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import run_script, run_scripts
-from datasets.cifar10 import FOLDER, CifarError, load_split, restricted_load
+from imagenet_shards.cifar10 import FOLDER, CifarError, load_split, restricted_load
 
 NAMES = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
 
@@ -47,7 +47,7 @@ def test_cifar_shaped_batches_load_as_hwc_images_with_labels_and_names(cifar):
 
 
 def test_the_loader_reads_cifar_batches(cifar):
-    from datasets.loader import ValidationCrop, get_data
+    from imagenet_shards.loader import ValidationCrop, get_data
 
     root, batches = cifar
     loader = get_data(str(root), "validation", batch_size=4, transform=ValidationCrop(image_size=32),

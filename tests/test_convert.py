@@ -26,11 +26,11 @@ from PIL import Image
 
 from conftest import (PYTHON, REPO, SAMPLES_PER_SHARD, SAMPLE_SIZE, convert, converted_ok, output_hashes, run_main,
                       run_script)
-from datasets.cli.validate_dataset import main as validate_main
+from imagenet_shards.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash
-from datasets.index import read_metadata
-from datasets.index import read_sample_index
-from datasets.preprocess import apply_steps, parse_steps
+from imagenet_shards.index import read_metadata
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.preprocess import apply_steps, parse_steps
 
 SPLIT_DIRS = {"train": "train", "validation": "validation"}
 
@@ -56,8 +56,8 @@ def convert_keeping_the_state(source: Path, folder: Path, copy: Path, *args) -> 
     """Convert in-process with the CLI's arguments; `copy` receives every .convert-state/ file as it was
     before the conversion removed the state (the library's on_published hook runs after each record)."""
     import create_webdataset
-    from datasets.convert.converter import convert as run_conversion
-    from datasets.convert.plan import ConvertOptions
+    from imagenet_shards.convert.converter import convert as run_conversion
+    from imagenet_shards.convert.plan import ConvertOptions
 
     parsed = create_webdataset.build_parser().parse_args(
         ["--source", str(source), "--target", str(folder), *map(str, args)])
@@ -131,7 +131,7 @@ def session_processes(session_id: int):
 @pytest.fixture(scope="module")
 def quirk_source(tmp_path_factory):
     """The sample dataset with every quirk injected (both layouts)."""
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     out = tmp_path_factory.mktemp("quirk-source")
     build_sample_dataset(out, classes=4, train_per_class=3, val_per_class=2, seed=1, quirks=True)
@@ -384,10 +384,10 @@ def test_an_instance_finishing_after_its_peer_removed_the_state_reports_complete
     """Two instances can reach finalize together: the one that comes second (the flock makes it wait) finds
     the state removed and metadata.json of its plan written, and reports the dataset complete, writing
     nothing. (Without the flock, on a network mount, its records vanish under it: same answer.)"""
-    from datasets.convert.plan import ConvertOptions, make_plan
-    from datasets.convert.target_state import finalize
-    from datasets.convert.imagenet_source import open_source
-    from datasets.launcher import Instance
+    from imagenet_shards.convert.plan import ConvertOptions, make_plan
+    from imagenet_shards.convert.target_state import finalize
+    from imagenet_shards.convert.imagenet_source import open_source
+    from imagenet_shards.launcher import Instance
 
     args = ("--seed", 5, "--splits", "train", "--samples-per-shard", 4)
     for index in (0, 1):
@@ -475,7 +475,7 @@ def test_a_state_left_by_a_crash_after_metadata_is_named_by_the_validator_and_re
 def test_a_dataset_whose_checksum_counts_its_state_is_resumed_without_it(sample_source, tmp_path):
     """The earlier version kept .convert-state/ inside metadata.json's checksum: the validator says so, and
     --resume verifies every shard against its record, rewrites metadata.json without it and removes it."""
-    from datasets.index import write_metadata
+    from imagenet_shards.index import write_metadata
 
     args = ("--seed", 0, "--splits", "validation", "--samples-per-shard", 4, "--workers", 1)
     target, state = tmp_path / "target", tmp_path / "state"
@@ -817,10 +817,10 @@ def test_full_disk_during_each_kind_of_write(sample_source, small_disk, referenc
 
 
 def test_fast_tar_member_header_is_byte_identical_to_tarfiles():
-    """datasets.formats.tar.member_header patches a template (the converter's hot path): same bytes as tarfile."""
+    """imagenet_shards.formats.tar.member_header patches a template (the converter's hot path): same bytes as tarfile."""
     import random
 
-    from datasets.formats.tar import _tarfile_member_header, member_header
+    from imagenet_shards.formats.tar import _tarfile_member_header, member_header
 
     rng = random.Random(0)
     for _ in range(3000):
@@ -835,9 +835,9 @@ def test_a_shard_whose_record_failed_is_not_recorded_again_while_stopping(tmp_pa
     that succeeds once space is freed would leave the error naming a file that is there, complete."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from datasets.convert.converter import run_in_pool
-    from datasets.convert.encode import EncodeOptions, ShardToWrite
-    from datasets.convert.failures import WriteFailure
+    from imagenet_shards.convert.converter import run_in_pool
+    from imagenet_shards.convert.encode import EncodeOptions, ShardToWrite
+    from imagenet_shards.convert.failures import WriteFailure
 
     encode = EncodeOptions("img", (), 95, 10**8, "fail")
     tasks = [ShardToWrite("train", n, f"train-{n:06d}.tar", (), encode) for n in range(4)]

@@ -7,9 +7,9 @@ import shutil
 import pytest
 
 from conftest import SAMPLES_PER_SHARD, run_script
-from datasets.index import read_metadata, sample_index_name
-from datasets.index import read_sample_index
-from datasets.dataset_folder import SPLITS
+from imagenet_shards.index import read_metadata, sample_index_name
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.dataset_folder import SPLITS
 
 
 def derive(parent, target, fmt, *extra):
@@ -40,7 +40,7 @@ def payloads(folder, split) -> dict:
 
 
 def loaded(folder, split="validation"):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     keys, labels = [], []
     for _, batch_labels, batch_keys in get_data(str(folder), split, batch_size=5, workers=0, with_keys=True):

@@ -16,14 +16,14 @@ import pytest
 import torch
 from PIL import Image
 
-from datasets.loader.batch_ring import BatchRing
-from datasets.loader.device_batches import JpegPacker, device_eligible
-from datasets.loader.device_decode import DeviceBatches, JpegDecoder
-from datasets.loader.device_resample import BatchResampler, center_crop_box, crop_box, mean_absolute_difference
-from datasets.loader.jpeg_header import device_refusal, read_header
-from datasets.loader.pipeline import ImagePipeline, center_crop_offsets, random_resized_crop_box, resized_size
+from imagenet_shards.loader.batch_ring import BatchRing
+from imagenet_shards.loader.device_batches import JpegPacker, device_eligible
+from imagenet_shards.loader.device_decode import DeviceBatches, JpegDecoder
+from imagenet_shards.loader.device_resample import BatchResampler, center_crop_box, crop_box, mean_absolute_difference
+from imagenet_shards.loader.jpeg_header import device_refusal, read_header
+from imagenet_shards.loader.pipeline import ImagePipeline, center_crop_offsets, random_resized_crop_box, resized_size
 
-PHOTOS = sorted((Path(__file__).resolve().parents[1] / "datasets" / "photos").rglob("*.jpg"))
+PHOTOS = sorted((Path(__file__).resolve().parents[1] / "imagenet_shards" / "photos").rglob("*.jpg"))
 
 
 def encoded(image: Image.Image, **options) -> bytes:
@@ -34,7 +34,7 @@ def encoded(image: Image.Image, **options) -> bytes:
 
 @pytest.fixture(scope="module")
 def photo():
-    assert PHOTOS, "datasets/photos has no JPEG"
+    assert PHOTOS, "imagenet_shards/photos has no JPEG"
     with Image.open(PHOTOS[0]) as image:
         return image.convert("RGB")
 

@@ -17,10 +17,10 @@ import pytest
 import torch
 from PIL import Image
 
-from datasets.ledger import main as ledger_main
-from datasets.loader import Normalization, Order, TrainCrop, UserTransform, ValidationCrop, get_data
-from datasets.loader.image_loader import SampleError
-from datasets.torchvision_cpu import transforms_v2 as v2
+from imagenet_shards.ledger import main as ledger_main
+from imagenet_shards.loader import Normalization, Order, TrainCrop, UserTransform, ValidationCrop, get_data
+from imagenet_shards.loader.image_loader import SampleError
+from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
 SIZE = 32  # small outputs: the CPU stand-in's matrix products stay cheap
 BOUND = 2.0
@@ -126,7 +126,7 @@ def test_jpegs_the_device_does_not_take_are_decoded_on_the_host_and_counted(samp
 
 
 def _not_device_jpeg(data: bytes) -> bool:
-    from datasets.loader.device_batches import device_eligible
+    from imagenet_shards.loader.device_batches import device_eligible
 
     return device_eligible(data) is not None
 

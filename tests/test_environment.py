@@ -9,7 +9,7 @@ from pathlib import Path
 import PIL
 from PIL import Image
 
-from datasets.torchvision_cpu import torchvision, transforms_v2
+from imagenet_shards.torchvision_cpu import torchvision, transforms_v2
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = dict(
@@ -61,7 +61,7 @@ def test_transforms_v2_and_imagefolder_work(tmp_path):
 
 def test_torchvision_fix_applies_only_to_the_known_failure():
     # A fresh interpreter: the import goes through the fix module and must not raise.
-    code = "from datasets.torchvision_cpu import torchvision, schemas_defined; print(schemas_defined)"
+    code = "from imagenet_shards.torchvision_cpu import torchvision, schemas_defined; print(schemas_defined)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() in {"True", "False"}
@@ -69,21 +69,21 @@ def test_torchvision_fix_applies_only_to_the_known_failure():
 
 def test_no_module_imports_torchvision_directly():
     offenders = []
-    for path in list((REPO / "datasets").rglob("*.py")) + list(REPO.glob("*.py")):
+    for path in list((REPO / "imagenet_shards").rglob("*.py")) + list(REPO.glob("*.py")):
         if path.name == "torchvision_cpu.py":
             continue
         if re.search(r"^\s*(import torchvision|from torchvision)", path.read_text(), re.M):
             offenders.append(str(path.relative_to(REPO)))
-    assert not offenders, f"import torchvision through datasets.torchvision_cpu: {offenders}"
+    assert not offenders, f"import torchvision through imagenet_shards.torchvision_cpu: {offenders}"
 
 
 def test_the_commands_that_read_indexes_do_not_import_torch():
     # torch's import is ~2.5 CPU-s a process: the converter, validator, inspector, balancer, uploader and the
     # ledger check pay it in every run, and the suite runs them hundreds of times (a source kind's top-level
     # `import torch` made test_inspect_dataset 7x slower)
-    modules = ["datasets.cli.create_webdataset", "datasets.cli.validate_dataset", "datasets.cli.inspect_dataset",
-               "datasets.cli.distributed_webdataset", "datasets.cli.upload_dataset", "datasets.cli.tar_tools",
-               "datasets.ledger", "datasets.sample"]
+    modules = ["imagenet_shards.cli.create_webdataset", "imagenet_shards.cli.validate_dataset", "imagenet_shards.cli.inspect_dataset",
+               "imagenet_shards.cli.distributed_webdataset", "imagenet_shards.cli.upload_dataset", "imagenet_shards.cli.tar_tools",
+               "imagenet_shards.ledger", "imagenet_shards.sample"]
     code = f"import sys; import {', '.join(modules)}; print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -116,7 +116,7 @@ def test_import_torchvision_first_works_with_the_setup_s_import_hook(tmp_path):
     plain = run(python, "-c", "import torchvision")
     needed = plain.returncode != 0
     assert not needed or "operator torchvision::nms does not exist" in plain.stderr, plain.stderr
-    installed = run(python, str(REPO / "datasets" / "torchvision_hook.py"), site)  # the setup script's command
+    installed = run(python, str(REPO / "imagenet_shards" / "torchvision_hook.py"), site)  # the setup script's command
     assert installed.returncode == 0, installed.stderr
 
     start = run(python, "-c", "import sys, _torchvision_schema_hook as h; "
@@ -128,9 +128,9 @@ def test_import_torchvision_first_works_with_the_setup_s_import_hook(tmp_path):
     first = run(python, "-c", "import torchvision; import torchvision.transforms.v2; import sys; "
                               "print(sys.modules['_torchvision_schema_hook'].schemas_defined, "
                               "torchvision.transforms.v2.RandomResizedCrop(8).size); "
-                              "assert not [name for name in sys.modules if name.split('.')[0] == 'datasets']; "
+                              "assert not [name for name in sys.modules if name.split('.')[0] == 'imagenet_shards']; "
                               f"sys.path.insert(0, {str(REPO)!r}); "
-                              "from datasets.torchvision_cpu import schemas_defined, transforms_v2; "
+                              "from imagenet_shards.torchvision_cpu import schemas_defined, transforms_v2; "
                               "print(schemas_defined)")
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == [str(needed), "(8,", "8)", str(needed)], first.stdout

@@ -1,4 +1,4 @@
-"""One DataLoader iteration across epochs (datasets/loader/epoch_runs.py), on the converted sample
+"""One DataLoader iteration across epochs (imagenet_shards/loader/epoch_runs.py), on the converted sample
 dataset (36 train / 12 validation samples): the workers run on into the next epoch, and what they
 hand over is exactly what a fresh loader gives for that epoch."""
 
@@ -9,9 +9,9 @@ import weakref
 import pytest
 import torch
 
-from datasets.launcher import Instance
-from datasets.loader.image_loader import SampleError, get_data
-from datasets.index import read_sample_index
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader.image_loader import SampleError, get_data
+from imagenet_shards.index import read_sample_index
 
 SINGLE = Instance(0, 1, "explicit")
 

@@ -1,4 +1,4 @@
-"""One exception root: every exception the package defines derives from datasets.errors.Error, usage errors
+"""One exception root: every exception the package defines derives from imagenet_shards.errors.Error, usage errors
 from its UsageError, each keeping the builtin base it had (so `except ValueError` still catches it)."""
 
 import importlib
@@ -7,13 +7,13 @@ import pkgutil
 
 import pytest
 
-import datasets
-from datasets.errors import EXIT_DATA, EXIT_USAGE, DatasetError, Error, UsageError, exit_code
+import imagenet_shards
+from imagenet_shards.errors import EXIT_DATA, EXIT_USAGE, DatasetError, Error, UsageError, exit_code
 
 
 def package_exceptions():
     found = {}
-    for info in pkgutil.walk_packages(datasets.__path__, "datasets."):
+    for info in pkgutil.walk_packages(imagenet_shards.__path__, "imagenet_shards."):
         if info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
@@ -30,18 +30,18 @@ def test_every_exception_the_package_defines_has_the_one_root():
 
 
 @pytest.mark.parametrize("module, name, base", [
-    ("datasets.storage", "StorageUnavailable", RuntimeError), ("datasets.storage", "ShardChangedError", OSError),
-    ("datasets.launcher", "LauncherError", ValueError), ("datasets.formats", "UnknownFormatError", ValueError),
-    ("datasets.loader.jpeg_crop", "JpegError", OSError), ("datasets.repartition.plan", "RepartitionUsageError", ValueError),
+    ("imagenet_shards.storage", "StorageUnavailable", RuntimeError), ("imagenet_shards.storage", "ShardChangedError", OSError),
+    ("imagenet_shards.launcher", "LauncherError", ValueError), ("imagenet_shards.formats", "UnknownFormatError", ValueError),
+    ("imagenet_shards.loader.jpeg_crop", "JpegError", OSError), ("imagenet_shards.repartition.plan", "RepartitionUsageError", ValueError),
 ])
 def test_todays_builtin_bases_are_kept(module, name, base):
     assert issubclass(getattr(importlib.import_module(module), name), base)
 
 
 @pytest.mark.parametrize("module, name", [
-    ("datasets.convert.failures", "UsageError"), ("datasets.tools.tar_shards", "UsageError"),
-    ("datasets.repartition.plan", "RepartitionUsageError"), ("datasets.validate.report", "ValidationUsageError"),
-    ("datasets.hostbench.run", "CannotStart"),
+    ("imagenet_shards.convert.failures", "UsageError"), ("imagenet_shards.tools.tar_shards", "UsageError"),
+    ("imagenet_shards.repartition.plan", "RepartitionUsageError"), ("imagenet_shards.validate.report", "ValidationUsageError"),
+    ("imagenet_shards.hostbench.run", "CannotStart"),
 ])
 def test_usage_errors_share_one_class_and_exit_2(module, name):
     cls = getattr(importlib.import_module(module), name)
@@ -49,6 +49,6 @@ def test_usage_errors_share_one_class_and_exit_2(module, name):
 
 
 def test_other_errors_exit_1():
-    from datasets.storage import StorageUnavailable
+    from imagenet_shards.storage import StorageUnavailable
 
     assert exit_code(DatasetError("x")) == exit_code(StorageUnavailable("x")) == exit_code(OSError()) == EXIT_DATA

@@ -8,7 +8,7 @@ Each trial damages one file at a seeded byte position (a flipped bit, a truncati
 bytes appended, the file deleted), then reads with the real stack.
 
 The oracle: the loader's output (key, label and a digest of the pixels of every sample) against the
-undamaged one; for validate_dataset.py and `python -m datasets.ledger verify`, the exit code. A trial
+undamaged one; for validate_dataset.py and `python -m imagenet_shards.ledger verify`, the exit code. A trial
 passes when the damage is named (exit 1, or an error / report / warning naming the file) or the output
 is unchanged. It fails on a traceback (an exception that is not the project's one-line Error, or one
 that does not name the file), a hang, or a changed output with no word.
@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from conftest import damage, flip_byte
 
-from datasets.errors import Error
-from datasets.launcher import Instance
-from datasets.loader import Cache, TrainCrop, ValidationCrop
+from imagenet_shards.errors import Error
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import Cache, TrainCrop, ValidationCrop
 
 FORMATS = ("img", "tensor", "tfrecord", "lmdb")
 INSTANCES = 3  # the repartition fuzzed: 12 validation samples in shards of 8 and 4, dealt to 3
@@ -48,7 +48,7 @@ def _digest(image) -> str:
 def read_split(dataset, split="validation", instance=(0, 1), workers=0, state=None, **options):
     """([(key, label, pixel digest)], [texts that may name a file: skips, cache events, warnings]) of one
     epoch of `split` read by `instance` (its state loaded first, when given)."""
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -108,7 +108,7 @@ def judged(what, name, read, reference, said_before=()):
 @pytest.fixture(scope="module")
 def repartitioned(converted, tmp_path_factory):
     """repartitioned(fmt) -> a copy of the converted dataset with a repartition for INSTANCES instances."""
-    from datasets.repartition.run import repartition
+    from imagenet_shards.repartition.run import repartition
 
     made = {}
 
@@ -164,8 +164,8 @@ def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, d
     trial 4) skipped a sample with a word naming the shard, not the index; a deleted one (tfrecord,
     trial 1) was a FileNotFoundError traceback. The manifest now records each instance index's size and
     sha256, and the loader holds the index against them."""
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.loader.sources import SourceError
 
     dataset = tmp_path / "img"
     shutil.copytree(repartitioned("img"), dataset)
@@ -216,7 +216,7 @@ LEDGER_TRIALS = 8  # per format
 def test_damage_to_a_saved_resume_state_is_named_or_changes_nothing(converted, tmp_path, fmt):
     """The state a user saves with the model (state_dict() as JSON), damaged, then loaded: a ResumeError
     (the project's one line) or the same batches as the undamaged state."""
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
 
     source = converted(fmt)
     loader = get_data(str(source), "train", 4, 0, normalization="device", transform=TrainCrop(image_size=32), with_keys=True,
@@ -249,7 +249,7 @@ def _changed_fields(ledger, original) -> list:
     """Where a ledger differs from the original in what its verdict stands on: what was delivered (keys,
     labels, padded, dropped, batches, per segment and instance), the epoch's header and the dataset's
     fingerprint. A changed description, `source` or unknown name leaves the verdict true."""
-    from datasets.ledger import ENTRY, HEADER
+    from imagenet_shards.ledger import ENTRY, HEADER
 
     changed = [name for name in HEADER if name != "dataset" and ledger.get(name) != original.get(name)]
     dataset, had_dataset = ledger.get("dataset"), original["dataset"]
@@ -262,8 +262,8 @@ def _changed_fields(ledger, original) -> list:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_damage_to_a_ledger_is_named_exit_1_or_verifies_the_same(converted, tmp_path, fmt, capsys):
-    from datasets.ledger import main as ledger_main
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.ledger import main as ledger_main
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
 
     source = converted(fmt)
     loader = get_data(str(source), "validation", 4, 0, normalization="device", transform=ValidationCrop(image_size=32),
@@ -305,8 +305,8 @@ def test_a_damaged_saved_state_is_a_resume_error(converted, edit):
     """Found by the resume-state fuzz (seed 'fuzz', tensor, trial 3): a flipped byte in the key "sha256"
     of a saved state was a KeyError traceback in load_state_dict. And a digit changed in "next" resumed
     at another batch with no word: a state now carries a digest of its content."""
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
-    from datasets.loader.resume import ResumeError
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.loader.resume import ResumeError
 
     def loader():
         return get_data(str(converted("img")), "train", 4, 0, normalization="device", transform=TrainCrop(image_size=32),
@@ -335,7 +335,7 @@ def test_validate_dataset_exits_1_on_damage_to_any_file_of_a_split(converted, tm
     """validate_dataset.py's exit code over every kind of file of a split (metadata.json's own fuzz is in
     test_metadata_digest.py): every damage is exit 1 (metadata.json records each file's size and sha256),
     never a traceback, a hang or exit 0."""
-    from datasets.cli.validate_dataset import main as validate_main
+    from imagenet_shards.cli.validate_dataset import main as validate_main
 
     source = converted(fmt)
     files = sorted(p.name for p in source.iterdir() if p.name.startswith(("validation", "samples-validation")))
@@ -380,8 +380,8 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
     import os
     import signal as signals
 
-    from datasets.loader import TrainCrop, ValidationCrop, get_data
-    from datasets.loader.worker_shards import WorkerDiedError
+    from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
+    from imagenet_shards.loader.worker_shards import WorkerDiedError
 
     source = converted("lmdb")
     loader = get_data(str(source), "train", 4, 2, normalization="device", transform=TrainCrop(image_size=32),
@@ -410,7 +410,7 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
 def test_a_worker_death_is_told_apart_wherever_torch_raises_it():
     # torch raises it from its SIGCHLD handler wherever the main process is (the soak, seed 5: in a training
     # step's backward); examples/train_imagenet.py turns it into one line with is_worker_death
-    from datasets.loader.worker_shards import is_worker_death
+    from imagenet_shards.loader.worker_shards import is_worker_death
 
     assert is_worker_death(RuntimeError("DataLoader worker (pid 8044) is killed by signal: Bus error. It is possible"))
     assert is_worker_death(RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly"))

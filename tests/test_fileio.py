@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from datasets.fileio import HashingAtomicWriter, atomic_write_bytes, hash_file, sha256_file
+from imagenet_shards.fileio import HashingAtomicWriter, atomic_write_bytes, hash_file, sha256_file
 
 
 def test_hashing_writer_describes_what_it_published(tmp_path):

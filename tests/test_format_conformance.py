@@ -1,4 +1,4 @@
-"""Every registered format (datasets.formats.FORMATS) meets the same contract, tested the same way.
+"""Every registered format (imagenet_shards.formats.FORMATS) meets the same contract, tested the same way.
 
 For each format, on the conftest sample dataset converted by create_webdataset.py (36 train and
 12 validation samples in shards of 8, so the last shard of each split is partial):
@@ -28,13 +28,13 @@ import pytest
 from PIL import Image
 
 from conftest import run_script
-from datasets.formats import FORMATS, get_format
-from datasets.index import encode_sample_index, read_metadata
-from datasets.index import read_sample_index
-from datasets.loader import DataSource, Order, get_data
-from datasets.loader.image_loader import SampleError
-from datasets.formats.shard_check import ERROR
-from datasets.validate.validator import validate
+from imagenet_shards.formats import FORMATS, get_format
+from imagenet_shards.index import encode_sample_index, read_metadata
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.loader import DataSource, Order, get_data
+from imagenet_shards.loader.image_loader import SampleError
+from imagenet_shards.formats.shard_check import ERROR
+from imagenet_shards.validate.validator import validate
 
 FORMAT_NAMES = sorted(FORMATS)
 SPLITS = {"train": 36, "validation": 12}

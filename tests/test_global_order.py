@@ -1,4 +1,4 @@
-"""The global train order (get_data's order="global"; datasets/loader/global_order.py).
+"""The global train order (get_data's order="global"; imagenet_shards/loader/global_order.py).
 
 Pure planner checks on integers, then the loader on the converted sample dataset (36 train samples,
 shards of 8): the same flat key sequence for (instances, workers) = (1, 0), (2, 2) and (4, 1),
@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from conftest import PYTHON, REPO
-from datasets.balance import instance_counts
-from datasets.ledger import main as ledger_main
-from datasets.loader import DataSource, GlobalOrder, TrainCrop, get_data
-from datasets.loader.global_order import FlatLayout, check_layout, deal_batches, flat_sequence, plan_flat
-from datasets.loader.share_plan import PlanError
+from imagenet_shards.balance import instance_counts
+from imagenet_shards.ledger import main as ledger_main
+from imagenet_shards.loader import DataSource, GlobalOrder, TrainCrop, get_data
+from imagenet_shards.loader.global_order import FlatLayout, check_layout, deal_batches, flat_sequence, plan_flat
+from imagenet_shards.loader.share_plan import PlanError
 
 SEED, BATCH, PARTITIONS = 7, 3, 12  # 12: 2, 3 and 4 instances divide it
 
@@ -155,8 +155,8 @@ def test_a_flat_batch_is_augmented_alike_at_any_scale(img):
 RANKS = """
 import json, os, signal, sys
 import torch.distributed as dist
-from datasets.launcher import detect_instance
-from datasets.loader import GlobalOrder, get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import GlobalOrder, get_data
 phase, source, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 dist.init_process_group("gloo")
 instance = detect_instance()
@@ -220,8 +220,8 @@ def test_torchrun_2x2_reads_the_flat_sequence_and_a_kill_resumed_on_3_continues_
 def test_scattered_rows_read_shard_by_shard_give_what_the_runs_give(img, monkeypatch):
     """The block-shuffled order's reads (source_kinds/shards.py: a chunk read one shard at a time, then
     handed out in item order) yield the same tuples as reading run by run, a damaged payload included."""
-    from datasets.loader.source_kinds import ReadContext, shards
-    from datasets.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import ReadContext, shards
+    from imagenet_shards.loader.sources import resolve_source
 
     source = resolve_source(str(img), "train")
     context = ReadContext(source, source.columns, True, False, 0)

@@ -114,7 +114,7 @@ def test_compare_defaults_to_seconds(cli, tmp_path):
 
 
 def test_measure_excludes_warmup_and_stops_at_the_batch_limit():
-    from datasets.hostbench.timing import measure_batches
+    from imagenet_shards.hostbench.timing import measure_batches
 
     pulled = []
 
@@ -133,14 +133,14 @@ def test_measure_excludes_warmup_and_stops_at_the_batch_limit():
 
 
 def test_measure_runs_to_the_end_of_the_data_without_a_limit():
-    from datasets.hostbench.timing import measure_batches
+    from imagenet_shards.hostbench.timing import measure_batches
 
     figures = measure_batches((([0, 0], None) for _ in range(5)), warmup_batches=1)
     assert figures["batches"] == 4 and figures["images"] == 8
 
 
 def test_too_little_data_for_the_warmup_is_a_clear_error():
-    from datasets.hostbench.timing import BenchmarkError, measure_batches
+    from imagenet_shards.hostbench.timing import BenchmarkError, measure_batches
 
     with pytest.raises(BenchmarkError, match="warm-up"):
         measure_batches((([0], None) for _ in range(2)), warmup_batches=3)
@@ -153,7 +153,7 @@ def test_cpu_meter_counts_a_live_child_process():
     """A child that burns CPU and is still alive: RUSAGE_CHILDREN would count nothing."""
     import resource
 
-    from datasets.hostbench.timing import CpuMeter
+    from imagenet_shards.hostbench.timing import CpuMeter
 
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\ntime.sleep(30)\n"
     meter = CpuMeter()
@@ -182,7 +182,7 @@ def test_cpu_meter_counts_a_live_child_process():
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 def test_cpu_meter_does_not_count_its_own_reads_of_proc():
     """The scans of /proc are the measurement's cost: this process's figure leaves them out."""
-    from datasets.hostbench.timing import CpuMeter
+    from imagenet_shards.hostbench.timing import CpuMeter
 
     meter = CpuMeter()
     meter.start()
@@ -198,7 +198,7 @@ def test_cpu_meter_does_not_count_its_own_reads_of_proc():
 
 
 def test_combined_instances_use_the_slowest_time():
-    from datasets.hostbench.timing import combine_instances, measurement_figures
+    from imagenet_shards.hostbench.timing import combine_instances, measurement_figures
 
     fast = measurement_figures(images=100, batches=10, seconds=1.0, cpu_seconds=1.0, waits=[0.1] * 10,
                                bytes_per_image=10.0, workers=2)
@@ -212,7 +212,7 @@ def test_combined_instances_use_the_slowest_time():
 
 
 def test_goals_met_not_met_and_not_measured():
-    from datasets.hostbench.comparison import evaluate_goals
+    from imagenet_shards.hostbench.comparison import evaluate_goals
 
     def row(id, **figures):
         return {"id": id, **figures}
@@ -257,8 +257,8 @@ def test_a_goal_pairs_each_round_with_its_reference_rows_round():
     """Each row's median round can come from a fast round for one row and a slow one for the other:
     the goal's ratio is the median of the rounds' own ratios, and falls back to the medians' ratio
     where the rounds do not line up."""
-    from datasets.hostbench.comparison import evaluate_goals
-    from datasets.hostbench.report import format_goals
+    from imagenet_shards.hostbench.comparison import evaluate_goals
+    from imagenet_shards.hostbench.report import format_goals
 
     loader = {"id": "img/device", "images_per_cpu_s": 1000.0, "images_per_s": 1000.0,
               "by_round": {"images_per_cpu_s": [900.0, 1000.0, None, 1100.0]}}
@@ -283,10 +283,10 @@ def test_compare_of_a_folder_without_a_dataset_exits_2_in_one_line(tmp_path):
 
 
 def test_discovery_refuses_an_empty_directory_and_names_a_second_source_of_a_format(tmp_path, sample_source):
-    from datasets.hostbench.timing import BenchmarkError
-    from datasets.hostbench.comparison import plan_rows
-    from datasets.hostbench.discovery import discover_sources
-    from datasets.launcher import Instance
+    from imagenet_shards.hostbench.timing import BenchmarkError
+    from imagenet_shards.hostbench.comparison import plan_rows
+    from imagenet_shards.hostbench.discovery import discover_sources
+    from imagenet_shards.launcher import Instance
 
     with pytest.raises(BenchmarkError, match="found no image folder"):
         discover_sources(tmp_path)
@@ -420,7 +420,7 @@ def test_torchrun_two_instances_report_each_and_the_aggregate():
 def test_the_table_keeps_figures_in_line_under_long_labels():
     """A label longer than the row column (e.g. "..., crop decode, verify off") widens it: every
     line's img/s figure ends at the same column as the header's."""
-    from datasets.hostbench.report import format_table
+    from imagenet_shards.hostbench.report import format_table
 
     def row(label, rate):
         return {"label": label, "images_per_s": rate, "images_per_s_per_worker": rate, "images_per_cpu_s": rate,
@@ -437,7 +437,7 @@ def test_the_table_keeps_figures_in_line_under_long_labels():
 def test_stored_at_output_size_reads_the_stored_steps_with_the_step_type():
     from types import SimpleNamespace
 
-    from datasets.hostbench.pipelines import stored_at_output_size
+    from imagenet_shards.hostbench.pipelines import stored_at_output_size
 
     def source(steps):
         return SimpleNamespace(metadata={"validation_transform_pipeline": steps})

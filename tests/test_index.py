@@ -2,12 +2,12 @@
 
 import pytest
 
-from datasets.errors import DatasetError
-from datasets.index import SampleRecord, encode_sample_index, parse_sample_columns
+from imagenet_shards.errors import DatasetError
+from imagenet_shards.index import SampleRecord, encode_sample_index, parse_sample_columns
 
 
 def parse_sample_index(data: bytes, source="<index>"):
-    """Every record of an index's bytes, through the one reader (datasets.index.columns)."""
+    """Every record of an index's bytes, through the one reader (imagenet_shards.index.columns)."""
     return list(parse_sample_columns(data.splitlines(), source).iter_records())
 
 
@@ -76,7 +76,7 @@ def test_an_index_of_the_earlier_version_is_refused_naming_the_command_that_re_c
 def test_payload_problem_checks_the_records_crc32c():
     import crc32c
 
-    from datasets.index import payload_problem
+    from imagenet_shards.index import payload_problem
 
     payload = b"some payload bytes"
     record = RECORDS[0]._replace(payload_crc32c=crc32c.crc32c(payload))

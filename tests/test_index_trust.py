@@ -32,7 +32,7 @@ def test_a_tfindex_with_non_text_bytes_is_named_exit_1(copy_of):
 
 
 def test_reading_a_non_text_tfindex_raises_the_format_error_naming_it(copy_of):
-    from datasets.formats.tfrecord import TFRecordFormatError, read_tfrecord_index
+    from imagenet_shards.formats.tfrecord import TFRecordFormatError, read_tfrecord_index
 
     index = copy_of("tfrecord") / "train-00000-of-00005.tfindex"
     index.write_bytes(b"0 12\n\x80\x81 9\n")
@@ -43,7 +43,7 @@ def test_reading_a_non_text_tfindex_raises_the_format_error_naming_it(copy_of):
 def _edit_index(dataset, split, edit, reseal=False):
     """Edit the split's index lines; with `reseal`, metadata.json records the edited index's size and
     sha256 (a buggy writer, a careful editor), so only the counts and keys can tell."""
-    from datasets.index import read_metadata, write_metadata
+    from imagenet_shards.index import read_metadata, write_metadata
 
     path = dataset / f"samples-{split}.index.tsv"
     lines = path.read_bytes().split(b"\n")
@@ -58,7 +58,7 @@ def _edit_index(dataset, split, edit, reseal=False):
 
 
 def _first_batch_keys(dataset, split="train", **options):
-    from datasets.loader import Order, get_data
+    from imagenet_shards.loader import Order, get_data
 
     loader = get_data(str(dataset), split, batch_size=64, workers=0, with_keys=True,
                       order=Order(shuffle=False, drop_last=False), **options)
@@ -67,7 +67,7 @@ def _first_batch_keys(dataset, split="train", **options):
 
 @pytest.mark.parametrize("fmt", ["tensor", "img", "tfrecord", "lmdb"])
 def test_the_loader_names_a_duplicated_index_line(copy_of, fmt):
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader.sources import SourceError
 
     dataset = copy_of(fmt)
     path = _edit_index(dataset, "train", lambda lines: lines.insert(1, lines[3]))
@@ -78,7 +78,7 @@ def test_the_loader_names_a_duplicated_index_line(copy_of, fmt):
 
 
 def test_the_loader_names_a_dropped_index_line_and_a_key_listed_twice(copy_of):
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader.sources import SourceError
 
     dataset = copy_of("tensor")
     path = _edit_index(dataset, "validation", lambda lines: lines.pop(2), reseal=True)
@@ -101,7 +101,7 @@ def test_the_loader_names_a_dropped_index_line_and_a_key_listed_twice(copy_of):
 def test_the_loader_names_an_index_whose_bytes_are_not_the_ones_metadata_records(copy_of, fmt):
     """A flipped label digit keeps every count and key (it delivered a wrong label with no word); a
     flipped key byte that is no longer UTF-8 (it broke the loader with a UnicodeDecodeError)."""
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader.sources import SourceError
 
     dataset = copy_of(fmt)
     def flip_label(lines):

@@ -8,9 +8,9 @@ import crc32c
 import pytest
 
 from conftest import SAMPLE_SIZE, run_script
-from datasets.formats import format_names
-from datasets.index import read_metadata, sample_index_name
-from datasets.index import read_sample_index
+from imagenet_shards.formats import format_names
+from imagenet_shards.index import read_metadata, sample_index_name
+from imagenet_shards.index import read_sample_index
 from test_plot_layout import text_outside_figure
 
 TRAIN = SAMPLE_SIZE["classes"] * SAMPLE_SIZE["train_per_class"]
@@ -84,8 +84,8 @@ def test_contact_sheet_of_every_format(converted, sample_source, tmp_path, fmt, 
 def test_contact_sheet_labels_tiles_and_keeps_text_inside(converted, sample_source):
     import matplotlib.pyplot as plt
 
-    from datasets.inspect import reading, statistics
-    from datasets.inspect.sheet import contact_sheet
+    from imagenet_shards.inspect import reading, statistics
+    from imagenet_shards.inspect.sheet import contact_sheet
 
     opened = reading.open_dataset(str(converted("img")), synset_file=str(sample_source / "synsets.txt"))
     view = opened.splits["train"]
@@ -151,7 +151,7 @@ def test_extracted_folder(sample_source):
 
 
 def test_quirks_are_counted(tmp_path):
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     build_sample_dataset(tmp_path / "quirky", seed=0, classes=2, train_per_class=6, val_per_class=2, quirks=True)
     quirks = json.loads((tmp_path / "quirky" / "quirks.json").read_text())
@@ -219,7 +219,7 @@ def test_over_http_reads_the_index_and_the_shown_samples_only(converted, tmp_pat
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Counting, directory=str(dataset)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        from datasets.inspect import reading
+        from imagenet_shards.inspect import reading
 
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         opened = reading.open_dataset(url, ("train",))

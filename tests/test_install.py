@@ -84,10 +84,10 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
          "--no-progress", "--samples-per-shard", 4], work)
     assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
     # What was installed, and a batch through the installed loader: one interpreter (a torch import less)
-    load = ("import PIL, _jpeg_crop; from datasets.loader import jpeg_crop; "
-            "from datasets.torchvision_cpu import torchvision, transforms_v2; "
+    load = ("import PIL, _jpeg_crop; from imagenet_shards.loader import jpeg_crop; "
+            "from imagenet_shards.torchvision_cpu import torchvision, transforms_v2; "
             "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__); "
-            "from datasets.loader import TrainCrop, get_data; "
+            "from imagenet_shards.loader import TrainCrop, get_data; "
             "loader = get_data('cmp/img', 'train', batch_size=4, transform=TrainCrop(image_size=64)); "
             "images, labels = next(iter(loader)); print(tuple(images.shape), len(labels))")
     loaded = run([python, "-c", load], work)
@@ -132,7 +132,7 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
 
     run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
          "--val-per-class", 1, "--layout", "folder", "--workers", 1], tmp_path)
-    load = ("from datasets.loader import TrainCrop, get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
+    load = ("from imagenet_shards.loader import TrainCrop, get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
             "[next(iter(get_data('source', 'train', batch_size=2, transform=TrainCrop(image_size=32)))) "
             "for _ in range(2)]")
     loaded = run([python, "-c", load], tmp_path)

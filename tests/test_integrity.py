@@ -16,10 +16,10 @@ import shutil
 import pytest
 
 from conftest import run_main, run_script
-from datasets.cli.validate_dataset import main as validate_main
-from datasets.errors import DatasetError
-from datasets.index import read_metadata, read_sample_index
-from datasets.loader import get_data
+from imagenet_shards.cli.validate_dataset import main as validate_main
+from imagenet_shards.errors import DatasetError
+from imagenet_shards.index import read_metadata, read_sample_index
+from imagenet_shards.loader import get_data
 
 # The formats the earlier version wrote (the payload sha256 index predates lmdb).
 EARLIER_VERSION_FORMATS = ["img", "tensor", "tfrecord"]
@@ -50,7 +50,7 @@ def write_legacy_index_and_metadata(target):
     (target / "metadata.json").write_text(json.dumps(metadata, indent=1) + "\n")
 
 
-# The earlier version's header, written out here (not derived from datasets.index) so this stays what it wrote.
+# The earlier version's header, written out here (not derived from imagenet_shards.index) so this stays what it wrote.
 LEGACY_COLUMNS = ["key", "shard", "label", "record_offset", "record_size", "payload_offset", "payload_size",
                   "payload_sha256", "members"]
 

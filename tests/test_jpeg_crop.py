@@ -1,4 +1,4 @@
-"""The region JPEG decode (native/jpeg_crop, datasets.loader.jpeg_crop) against PIL's whole-image decode.
+"""The region JPEG decode (native/jpeg_crop, imagenet_shards.loader.jpeg_crop) against PIL's whole-image decode.
 
 Without DCT scaling the train output must equal the whole-image path's pixel for pixel; with it
 (draft, crop >= 2x the output on both axes) it must equal the draft path's, and stay within the
@@ -14,19 +14,19 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datasets.loader import jpeg_crop
-from datasets.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
+from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
-# The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on datasets/photos and
+# The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on imagenet_shards/photos and
 # ../shared/photos/large at 128, 160 and 224 px: mean of the per-image mean abs difference 1.2,
 # per-image mean <= 7.6, max <= 108 (docs/crop-decode.md).
 DCT_MEAN_BOUND, DCT_IMAGE_MEAN_BOUND, DCT_MAX_BOUND = 1.5, 8.0, 120
 
 
 def _photos():
-    bundled = sorted((REPO / "datasets" / "photos").rglob("*.jp*g"))
+    bundled = sorted((REPO / "imagenet_shards" / "photos").rglob("*.jp*g"))
     large = sorted(SHARED_LARGE.rglob("*.jpg"))[::7] if SHARED_LARGE.is_dir() else []
     return bundled + large
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from datasets.launcher import (
+from imagenet_shards.launcher import (
     Instance,
     LauncherError,
     add_instance_arguments,
@@ -306,7 +306,7 @@ def test_argparse_rejects_bad_values(argv, expected, capsys):
 # lines (print writes the text and the newline separately when unbuffered).
 WORKER = """
 import dataclasses, json, os
-from datasets.launcher import detect_instance
+from imagenet_shards.launcher import detect_instance
 instance = detect_instance()
 with open(f"instance-{os.getpid()}.json", "w") as handle:
     json.dump(dataclasses.asdict(instance), handle)

@@ -10,7 +10,7 @@ import layout  # noqa: E402
 
 
 def _package(tmp_path, files):
-    root = tmp_path / "datasets"
+    root = tmp_path / "imagenet_shards"
     for name, text in {"__init__.py": "", **files}.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -19,7 +19,7 @@ def _package(tmp_path, files):
 
 
 def test_a_clean_package_meets_every_goal(tmp_path):
-    root = _package(tmp_path, {"fileio.py": "", "index.py": "from datasets import fileio\n"})
+    root = _package(tmp_path, {"fileio.py": "", "index.py": "from imagenet_shards import fileio\n"})
     result = layout.survey(root)
     assert (result["cycles"], result["upward_imports"], result["big_modules"], result["long_functions"]) == ([], [], [], [])
     assert layout.main(["--root", str(root)]) == 0
@@ -28,18 +28,18 @@ def test_a_clean_package_meets_every_goal(tmp_path):
 def test_cycles_upward_imports_and_sizes_are_each_reported(tmp_path):
     long_function = "def f():\n" + "    x = 1\n" * 85
     root = _package(tmp_path, {
-        "fileio.py": "def g():\n    from datasets.loader import reader\n",  # a lazy import counts
+        "fileio.py": "def g():\n    from imagenet_shards.loader import reader\n",  # a lazy import counts
         "loader/__init__.py": "",
-        "loader/reader.py": "from datasets import fileio\n" + long_function + "#\n" * 600,
-        "index.py": "from datasets import formats\n",
-        "formats/__init__.py": "from datasets.index import x\n",
+        "loader/reader.py": "from imagenet_shards import fileio\n" + long_function + "#\n" * 600,
+        "index.py": "from imagenet_shards import formats\n",
+        "formats/__init__.py": "from imagenet_shards.index import x\n",
         "mystery.py": "",
     })
     result = layout.survey(root)
-    assert any("datasets.fileio" in c and "datasets.loader.reader" in c for c in result["cycles"])
-    assert "datasets.fileio -> datasets.loader.reader" in result["upward_imports"]
-    assert "datasets.index -> datasets.formats" in result["upward_imports"]
-    assert [m["module"] for m in result["big_modules"]] == ["datasets/loader/reader.py"]
+    assert any("imagenet_shards.fileio" in c and "imagenet_shards.loader.reader" in c for c in result["cycles"])
+    assert "imagenet_shards.fileio -> imagenet_shards.loader.reader" in result["upward_imports"]
+    assert "imagenet_shards.index -> imagenet_shards.formats" in result["upward_imports"]
+    assert [m["module"] for m in result["big_modules"]] == ["imagenet_shards/loader/reader.py"]
     assert result["long_functions"][0]["function"].endswith(" f")
     assert result["unplaced_units"] == ["mystery"]
     assert layout.main(["--root", str(root)]) == 1
@@ -55,14 +55,14 @@ def test_source_kind_names_compared_outside_the_registry_are_reported(tmp_path):
         "same_as.py": 'def f(source, layout):\n    return source.kind in ("shards", "x") or layout == "shards"\n',
     })
     result = layout.survey(root)
-    assert result["kind_name_comparisons"] == ["datasets/loader/resume.py:2 'webdataset'",
-                                               "datasets/same_as.py:2 'shards'"]
+    assert result["kind_name_comparisons"] == ["imagenet_shards/loader/resume.py:2 'webdataset'",
+                                               "imagenet_shards/same_as.py:2 'shards'"]
     assert layout.main(["--root", str(root)]) == 1
 
 
 def test_private_attributes_of_other_objects_are_reported_with_the_exemptions(tmp_path):
     root = _package(tmp_path, {"fileio.py": (
-        "import os\nimport torch\nfrom datasets import index\n"
+        "import os\nimport torch\nfrom imagenet_shards import index\n"
         "class A:\n"
         "    def f(self, other, row):\n"
         "        self._mine = other._theirs\n"  # reported
@@ -71,7 +71,7 @@ def test_private_attributes_of_other_objects_are_reported_with_the_exemptions(tm
         "        return index._hidden\n"  # the package's own module: reported
     )})
     result = layout.survey(root)
-    assert result["private_accesses"] == ["datasets/fileio.py: index._hidden", "datasets/fileio.py: other._theirs"]
+    assert result["private_accesses"] == ["imagenet_shards/fileio.py: index._hidden", "imagenet_shards/fileio.py: other._theirs"]
     assert layout.main(["--root", str(root)]) == 1
 
 
@@ -84,8 +84,8 @@ def test_a_module_file_name_used_twice_is_reported_with_the_exemptions(tmp_path)
     })
     (tmp_path / "tar_tools.py").write_text("")
     (tmp_path / "validate_dataset.py").write_text("")
-    assert layout.same_names(root) == ["sources.py: datasets/hostbench/sources.py, datasets/loader/sources.py",
-                                       "tar_tools.py: datasets/tar_tools.py, tar_tools.py"]
+    assert layout.same_names(root) == ["sources.py: imagenet_shards/hostbench/sources.py, imagenet_shards/loader/sources.py",
+                                       "tar_tools.py: imagenet_shards/tar_tools.py, tar_tools.py"]
     assert layout.main(["--root", str(root)]) == 1
 
 

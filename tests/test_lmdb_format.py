@@ -14,14 +14,14 @@ import lmdb
 import pytest
 
 from conftest import run_script
-from datasets.hostbench.stock_baselines import STOCK_BASELINES
-from datasets.formats.lmdb_format import MAGIC, LMDBFormatError, decode_value, encode_value
-from datasets.index import read_metadata
-from datasets.loader import get_data
+from imagenet_shards.hostbench.stock_baselines import STOCK_BASELINES
+from imagenet_shards.formats.lmdb_format import MAGIC, LMDBFormatError, decode_value, encode_value
+from imagenet_shards.index import read_metadata
+from imagenet_shards.loader import get_data
 
 
 def index_records(target, split):
-    from datasets.index import read_sample_index
+    from imagenet_shards.index import read_sample_index
 
     metadata = read_metadata(target)
     return read_sample_index(target / metadata["splits"][split]["index"]["name"])

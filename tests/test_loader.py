@@ -1,4 +1,4 @@
-"""datasets.loader.image_loader on the converted sample dataset (36 train / 12 validation samples, shards of 8).
+"""imagenet_shards.loader.image_loader on the converted sample dataset (36 train / 12 validation samples, shards of 8).
 
 Real stack throughout: real shards from create_webdataset.py, real DataLoader workers, real HTTP
 servers (`python -m http.server`, and a Range-capable one), torchvision as the reference.
@@ -22,16 +22,16 @@ import torch
 from PIL import Image
 
 from conftest import REPO, run_script
-from datasets.index import read_sample_index
-from datasets.launcher import Instance
-from datasets.loader import DataSource, Normalization, Order, TrainCrop, ValidationCrop
-from datasets.loader.image_loader import SampleError, get_data
-from datasets.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
-from datasets.formats.npy import decode_npy
-from datasets.loader.pipeline import plan_steps
-from datasets.preprocess import parse_stored_steps
-from datasets.formats.tar import iter_tar_samples
-from datasets.torchvision_cpu import transforms
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import DataSource, Normalization, Order, TrainCrop, ValidationCrop
+from imagenet_shards.loader.image_loader import SampleError, get_data
+from imagenet_shards.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
+from imagenet_shards.formats.npy import decode_npy
+from imagenet_shards.loader.pipeline import plan_steps
+from imagenet_shards.preprocess import parse_stored_steps
+from imagenet_shards.formats.tar import iter_tar_samples
+from imagenet_shards.torchvision_cpu import transforms
 from http_range_server import RangeHandler, serve as serve_with_ranges
 
 SINGLE = Instance(0, 1, "explicit")
@@ -139,7 +139,7 @@ def test_stored_step_that_runtime_upsamples_is_a_warning(tensor):
 def test_a_stored_pipeline_that_is_not_steps_is_an_error_naming_metadata_json(img, tmp_path):
     import json
 
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader.sources import SourceError
 
     target = tmp_path / "img"
     shutil.copytree(img, target)
@@ -238,8 +238,8 @@ def test_batches_kept_by_the_caller_are_never_overwritten(img, normalization):
 def test_labels_cross_the_worker_boundary_as_arrays_and_arrive_as_int64_tensors(img):
     """A worker's message holds the labels as a numpy array (a tensor would cost a shared-memory
     segment per batch); DataLoader hands the message over as it is; the batch has int64 labels."""
-    from datasets.loader.batch_ring import BatchBuilder, BatchRing
-    from datasets.loader.image_loader import as_sent
+    from imagenet_shards.loader.batch_ring import BatchBuilder, BatchRing
+    from imagenet_shards.loader.image_loader import as_sent
 
     builder = BatchBuilder(2, 8, False, False, torch.float32, None, None, False, BatchRing(1, 3), 0)
     for label, key in ((3, "a"), (7, "b")):
@@ -471,7 +471,7 @@ def test_http_range_requests(img):
 
 WORKER_UNDER_TMPDIR = """
 import sys
-from datasets.loader import get_data
+from imagenet_shards.loader import get_data
 loader = get_data(sys.argv[1], "train", 4, 1, normalization="device", instance=(0, 1))
 print(len(next(iter(loader))[0]), flush=True)
 """
@@ -481,7 +481,7 @@ def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(con
     """Found by benchmarks/soak.py (seed 1, under pytest's long tmp_path): workers pass batches through a
     Unix socket in TMPDIR; past its 108-byte path the worker's send failed in a background thread and the
     training waited for ever. Now get_data's first iteration names the folder (UsageError, exit 1 here)."""
-    from datasets.loader.image_loader import LISTENER_SUFFIX, UNIX_SOCKET_PATH
+    from imagenet_shards.loader.image_loader import LISTENER_SUFFIX, UNIX_SOCKET_PATH
 
     base = Path(tempfile.mkdtemp(prefix="t", dir="/tmp"))  # pytest's tmp_path may itself be too long
     long = base / ("t" * (UNIX_SOCKET_PATH - LISTENER_SUFFIX - len(str(base)) - 1))  # the socket's path: 108 bytes,
@@ -502,11 +502,11 @@ def test_workers_under_a_tmpdir_too_long_for_a_socket_are_refused_not_a_hang(con
 
 
 def test_the_image_folder_listing_is_torchvision_s(sample_source, tmp_path):
-    """datasets.dataset_folder.image_folder_samples lists a folder as torchvision's ImageFolder does (it is
+    """imagenet_shards.dataset_folder.image_folder_samples lists a folder as torchvision's ImageFolder does (it is
     what resolving a folder source uses, so that listing one does not import torchvision): the same classes,
     paths and order, and the same errors."""
-    from datasets.dataset_folder import image_folder_samples
-    from datasets.torchvision_cpu import torchvision
+    from imagenet_shards.dataset_folder import image_folder_samples
+    from imagenet_shards.torchvision_cpu import torchvision
 
     folder_module = torchvision.datasets.folder
     for split in ("train", "validation"):

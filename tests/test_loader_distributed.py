@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_scripts
-from datasets.index import read_sample_index
+from imagenet_shards.index import read_sample_index
 
 BATCH = 3
 FORMATS = ("img", "tfrecord", "lmdb")
@@ -24,8 +24,8 @@ CONFIGS = (("validation", "spread"), ("train", "drop"), ("train", "pad"))
 
 RANK_SCRIPT = """
 import json, sys
-from datasets.launcher import detect_instance
-from datasets.loader import Order, get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import Order, get_data
 
 out_dir, batch, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3:]  # sources: FORMAT=PATH
 instance = detect_instance()
@@ -54,7 +54,7 @@ print(instance.describe(), "samples:", {k: len(v["keys"]) for k, v in result.ite
 
 @pytest.fixture(scope="module")
 def uneven_source(tmp_path_factory):
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     root = tmp_path_factory.mktemp("uneven")
     build_sample_dataset(root / "source", seed=1, classes=5, train_per_class=7, val_per_class=5)

@@ -18,14 +18,14 @@ import warnings
 import pytest
 from conftest import damage
 
-from datasets.launcher import Instance
+from imagenet_shards.launcher import Instance
 
 TRIALS = 24  # per format: every file of the split at least once, then drawn; ~0.1-0.3 s a trial
 
 
 def _read(dataset):
     """[(key, label, sha256 of the pixels)], [skip reasons with their shard], [warning texts]."""
-    from datasets.loader import ValidationCrop, get_data
+    from imagenet_shards.loader import ValidationCrop, get_data
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

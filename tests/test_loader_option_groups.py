@@ -1,4 +1,4 @@
-"""get_data's option groups (datasets/loader/options.py, issue 34): the built-in recipes as TrainCrop /
+"""get_data's option groups (imagenet_shards/loader/options.py, issue 34): the built-in recipes as TrainCrop /
 ValidationCrop give the batches the earlier keywords gave for the same seed (so a resume state saved
 before the change continues exactly), and each earlier keyword still works, with a DeprecationWarning
 naming the new form, giving what its group gives.
@@ -15,8 +15,8 @@ import warnings
 import pytest
 import torch
 
-from datasets.launcher import Instance
-from datasets.loader import Cache, DataSource, Normalization, Order, TrainCrop, UserTransform, ValidationCrop, get_data
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import Cache, DataSource, Normalization, Order, TrainCrop, UserTransform, ValidationCrop, get_data
 
 SINGLE = Instance(0, 1, "explicit")
 BATCHES = 3
@@ -144,7 +144,7 @@ def test_the_new_form_warns_nothing_and_a_keyword_get_data_never_had_is_a_type_e
 
 
 def test_a_user_transform_takes_its_settings_in_user_transform(img):
-    from datasets.torchvision_cpu import transforms_v2 as v2
+    from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
     transform = v2.Compose([v2.RandomResizedCrop(64, antialias=True), v2.RandomHorizontalFlip()])
     old = earlier(img, "train", 4, 0, transform=transform, use_draft=False, **TRAIN)

@@ -5,12 +5,12 @@ import re
 import numpy as np
 import pytest
 
-from datasets.launcher import Instance
-from datasets.loader import ValidationCrop
-from datasets.loader.image_loader import get_data
-from datasets.loader.payloads import PAYLOADS, PayloadKind, get_payload
-from datasets.loader.source_kinds import SOURCE_KINDS, SourceKind, UnknownSourceKindError
-from datasets.loader.sources import FolderItem, Source
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import ValidationCrop
+from imagenet_shards.loader.image_loader import get_data
+from imagenet_shards.loader.payloads import PAYLOADS, PayloadKind, get_payload
+from imagenet_shards.loader.source_kinds import SOURCE_KINDS, SourceKind, UnknownSourceKindError
+from imagenet_shards.loader.sources import FolderItem, Source
 
 SINGLE = Instance(0, 1, "explicit")
 SIZE = 8

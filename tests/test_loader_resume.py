@@ -1,4 +1,4 @@
-"""Mid-epoch resume (ImageLoader.state_dict / load_state_dict) and the order ledger (datasets.ledger).
+"""Mid-epoch resume (ImageLoader.state_dict / load_state_dict) and the order ledger (imagenet_shards.ledger).
 
 On the converted sample dataset (36 train / 12 validation samples, shards of 8). In-process tests
 simulate instances with `instance=(i, N)`; the torchrun test kills a real 2-process job with
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import PYTHON, REPO, run_script
-from datasets.ledger import main as ledger_main
-from datasets.loader import DataSource, Order, TrainCrop, get_data
-from datasets.loader.resume import ResumeError, buffer_order, shuffled
+from imagenet_shards.ledger import main as ledger_main
+from imagenet_shards.loader import DataSource, Order, TrainCrop, get_data
+from imagenet_shards.loader.resume import ResumeError, buffer_order, shuffled
 
 SEED = 7
 
@@ -175,8 +175,8 @@ def test_state_is_small_and_json():
 
 KILLED = """
 import json, os, sys, time
-from datasets.launcher import detect_instance
-from datasets.loader import Order, get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import Order, get_data
 source, out = sys.argv[1], sys.argv[2]
 instance = detect_instance()
 held = []
@@ -199,8 +199,8 @@ time.sleep(600)
 
 RESUMED = """
 import glob, json, sys
-from datasets.launcher import detect_instance
-from datasets.loader import Order, get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import Order, get_data
 source, states, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 instance = detect_instance()
 result = {}
@@ -290,7 +290,7 @@ def test_torchrun_kill_9_mid_epoch_then_resume_on_2_and_3(img, tmp_path, capsys)
     ledger["entries"][-1]["labels"].pop()
     ledger["entries"][-1]["batches"][-1] -= 1
     ledger_file.write_text(json.dumps(ledger))
-    verdict = run_script("-m", "datasets.ledger", "verify", *(out / f"ledger-validation-{i}.json" for i in range(3)))
+    verdict = run_script("-m", "imagenet_shards.ledger", "verify", *(out / f"ledger-validation-{i}.json" for i in range(3)))
     assert verdict.returncode == 1 and lost in verdict.stdout and "FAILED" in verdict.stdout
 
 
@@ -302,8 +302,8 @@ def test_a_state_of_the_shard_kind_under_its_old_name_still_loads(img):
 
     import numpy as np
 
-    from datasets.loader.source_kinds import SHARDS, get_source_kind
-    from datasets.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import SHARDS, get_source_kind
+    from imagenet_shards.loader.sources import resolve_source
 
     source = resolve_source(img, "train")
     assert source.kind == "shards" and get_source_kind("webdataset") is SHARDS

@@ -1,4 +1,4 @@
-"""datasets/formats/mapped_shards.py: a process's maps of local shards are reused while the file is
+"""imagenet_shards/formats/mapped_shards.py: a process's maps of local shards are reused while the file is
 the same file, and what a reader sees is always the file as it is now."""
 
 import mmap
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_script
 
-from datasets.formats.mapped_shards import MappedShards
+from imagenet_shards.formats.mapped_shards import MappedShards
 
 
 def test_a_map_is_reused_until_the_file_changes(tmp_path):
@@ -140,7 +140,7 @@ def _resident_pages(view) -> int:
 @pytest.fixture(scope="module")
 def many_shards(tmp_path_factory):
     """A tensor dataset of 96 train samples (~200 KB each) in 12 shards: ~19 MB read an epoch."""
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     source = tmp_path_factory.mktemp("many-shards-source")
     build_sample_dataset(source, seed=0, classes=4, train_per_class=24, val_per_class=1)
@@ -169,7 +169,7 @@ def test_a_worker_keeps_no_pages_of_a_train_split_read_once(many_shards):
     after each of the main process's first 6 batches (the worker is up to 5 ahead, still in epoch 1:
     the next epoch finds its maps kept, so they pay and keep their pages). Before, every page read
     stayed (~17 MB of the 18.4 by then, up to 512 MiB); now payloads' pages go as they are decoded."""
-    from datasets.loader import Order, TrainCrop, get_data
+    from imagenet_shards.loader import Order, TrainCrop, get_data
 
     shard_bytes = sum(p.stat().st_size for p in many_shards.glob("train-*.tar"))
     loader = get_data(str(many_shards), "train", batch_size=8, workers=1, transform=TrainCrop(image_size=32),

@@ -1,4 +1,4 @@
-"""metadata.json protects itself (datasets.metadata_digest), and a seeded fuzz of a converted dataset.
+"""metadata.json protects itself (imagenet_shards.metadata_digest), and a seeded fuzz of a converted dataset.
 
 The fuzz applies tens of seeded mutations (shards, sample indexes, metadata.json) to copies of the
 converted sample dataset and validates each in-process: none may validate clean, raise anything but
@@ -14,10 +14,10 @@ import warnings
 import pytest
 
 from conftest import run_script
-from datasets.index import parse_metadata
-from datasets.metadata_digest import ABSENT, DIGEST_KEY, EDITED, MALFORMED, OK, canonical_bytes, digest_status, sealed
-from datasets.validate.report import ValidationUsageError
-from datasets.validate.validator import validate
+from imagenet_shards.index import parse_metadata
+from imagenet_shards.metadata_digest import ABSENT, DIGEST_KEY, EDITED, MALFORMED, OK, canonical_bytes, digest_status, sealed
+from imagenet_shards.validate.report import ValidationUsageError
+from imagenet_shards.validate.validator import validate
 
 
 def load(ds):
@@ -82,7 +82,7 @@ def test_a_dataset_written_before_the_digest_validates_with_a_note(dataset):
 
 
 def test_the_loader_warns_once_about_an_edited_metadata_json(dataset):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     meta = load(dataset)
     meta["exif_orientation"] = -1

@@ -1,4 +1,4 @@
-"""Weighted mixing (datasets/loader/mix.py): a Mix of two converted datasets in two formats with
+"""Weighted mixing (imagenet_shards/loader/mix.py): a Mix of two converted datasets in two formats with
 different class tables (the sample dataset as img: 36 train samples, 4 classes; a second one as
 tfrecord: 35 samples, 5 classes, 3 of them shared) gives exact per-epoch counts, one label space,
 resumes and verifies in the ledger."""
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import run_script
-from datasets.ledger import main as ledger_main
-from datasets.loader import GlobalOrder, Mix, get_data
-from datasets.loader.mix import MixError, decode_items, largest_remainder, mix_groups
-from datasets.loader.sources import SourceError
+from imagenet_shards.ledger import main as ledger_main
+from imagenet_shards.loader import GlobalOrder, Mix, get_data
+from imagenet_shards.loader.mix import MixError, decode_items, largest_remainder, mix_groups
+from imagenet_shards.loader.sources import SourceError
 
 
 def test_largest_remainder_is_exact_and_stated():
@@ -35,7 +35,7 @@ def test_mix_groups_take_exact_counts_repeating_or_subsampling_by_shard_runs():
         assert len(set(items.tolist())) == 27  # a repeat is another item (its pass)
         assert sorted(rows[(sources == 0) & (passes == 0)].tolist()) == list(range(10))  # whole passes first
         assert passes.max() == 2 and (passes[sources == 1] == 0).all()
-    from datasets.loader.share_plan import GroupedOrder
+    from imagenet_shards.loader.share_plan import GroupedOrder
 
     big = mix_groups([(np.array([0]), np.array([3])), (np.array([0]), np.array([10**9]))], [12, 1], 0, 0)
     items = GroupedOrder(*big).take(np.arange(13))  # the small source's 4th pass is past 2**31
@@ -46,7 +46,7 @@ def test_mix_groups_take_exact_counts_repeating_or_subsampling_by_shard_runs():
 
 @pytest.fixture(scope="module")
 def two_datasets(converted, tmp_path_factory):
-    from datasets.sample import build_sample_dataset
+    from imagenet_shards.sample import build_sample_dataset
 
     root = tmp_path_factory.mktemp("mix-other")
     build_sample_dataset(root / "source", seed=1, classes=5, train_per_class=7, val_per_class=5)

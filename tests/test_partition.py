@@ -1,10 +1,10 @@
-"""The planning rules of datasets/loader/share_plan.py, on plain integers."""
+"""The planning rules of imagenet_shards/loader/share_plan.py, on plain integers."""
 
 from collections import Counter
 
 import pytest
 
-from datasets.loader.share_plan import (
+from imagenet_shards.loader.share_plan import (
     PlanError,
     balance,
     batches_in,
@@ -81,8 +81,8 @@ def test_pad_gives_equal_counts_and_names_its_repeats(total, count):
 @pytest.mark.parametrize("count", COUNTS)
 def test_the_loader_deals_the_counts_a_repartition_writes(total, count):
     """One policy module: at run time each instance gets what a repartition for N would give it."""
-    from datasets.balance import POLICIES
-    from datasets.repartition.plan import instance_targets
+    from imagenet_shards.balance import POLICIES
+    from imagenet_shards.repartition.plan import instance_targets
 
     for policy in POLICIES:
         if policy == "drop" and total < count:

@@ -1,4 +1,4 @@
-"""pin_memory: batches come pinned in the ring's own page-locked buffers (datasets/loader/batch_ring.py).
+"""pin_memory: batches come pinned in the ring's own page-locked buffers (imagenet_shards/loader/batch_ring.py).
 
 The CUDA tests run where a GPU is (the device machine; CI has none and skips them): every batch is
 copied to the GPU with non_blocking=True and let go at once, as a training loop does, behind a
@@ -13,9 +13,9 @@ import pickle
 import pytest
 import torch
 
-from datasets.launcher import Instance
-from datasets.loader.batch_ring import BatchRing
-from datasets.loader.image_loader import get_data
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader.batch_ring import BatchRing
+from imagenet_shards.loader.image_loader import get_data
 
 SINGLE = Instance(0, 1, "explicit")
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -68,7 +68,7 @@ def test_pinned_batches_copied_asynchronously_equal_the_unpinned_epoch(img, work
 
 @cuda
 def test_a_refused_page_lock_falls_back_to_pinned_copies(img, monkeypatch):
-    from datasets.loader import batch_ring
+    from imagenet_shards.loader import batch_ring
 
     monkeypatch.setattr(batch_ring, "page_lock", lambda tensor: None)
     loader = get_data(img, "validation", 4, 2, instance=SINGLE, normalization="device", pin_memory=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from datasets.formats import format_names
+from imagenet_shards.formats import format_names
 
 
 def _row(label, kind, fmt, normalization="device", value=1000.0):
@@ -37,7 +37,7 @@ def text_outside_figure(figure) -> list:
 def test_comparison_plot_title_and_goals_stay_inside_the_image(goal_count):
     import matplotlib.pyplot as plt
 
-    from datasets.hostbench.report import comparison_figure
+    from imagenet_shards.hostbench.report import comparison_figure
 
     rows = [_row("bare decode+augment, 1 process (the ceiling)", "ceiling", "img", "host")]
     rows += [_row(f"{fmt}, device normalisation", "loader", fmt) for fmt in format_names()]

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from datasets.loader.pipeline import plan_steps, runtime_steps
-from datasets.preprocess import (
+from imagenet_shards.loader.pipeline import plan_steps, runtime_steps
+from imagenet_shards.preprocess import (
     CenterCrop,
     PreprocessError,
     RandomHorizontalFlip,
@@ -111,7 +111,7 @@ STEPS = ["Resize(256)", "CenterCrop(224)", "Resize(256) CenterCrop(224)", "Resiz
 
 
 def test_pixels_equal_torchvisions_transforms():
-    from datasets.torchvision_cpu import transforms
+    from imagenet_shards.torchvision_cpu import transforms
 
     rng = np.random.default_rng(0)
     for width, height in SIZES:

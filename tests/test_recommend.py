@@ -10,7 +10,7 @@ import math
 import pytest
 
 from conftest import run_script
-from datasets.hostbench.recommend import candidates, recommend
+from imagenet_shards.hostbench.recommend import candidates, recommend
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from conftest import flip_byte, run_main, run_script, run_scripts
-from datasets.cli.validate_dataset import main as validate_main
+from imagenet_shards.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash, write_reference_dataset, write_tar
-from datasets.index import read_metadata, sample_index_name
-from datasets.index import read_sample_index
+from imagenet_shards.index import read_metadata, sample_index_name
+from imagenet_shards.index import read_sample_index
 
 SAMPLES_PER_SHARD = 8
 
@@ -132,7 +132,7 @@ class _CreatesAFile:
 
 
 def test_a_malicious_pth_is_refused_without_running_it(tmp_path):
-    from datasets.reference.pth import PthFormatError, decode_pth
+    from imagenet_shards.reference.pth import PthFormatError, decode_pth
 
     marker = tmp_path / "pwned"
     buffer = io.BytesIO()
@@ -149,7 +149,7 @@ def test_a_malicious_pth_is_refused_without_running_it(tmp_path):
     ({"image": torch.zeros(3, 4, 5, dtype=torch.uint8)}, "holds a dict"),
 ])
 def test_a_pth_that_is_not_a_plain_uint8_chw_tensor_is_named(value, message):
-    from datasets.reference.pth import PthFormatError, decode_pth
+    from imagenet_shards.reference.pth import PthFormatError, decode_pth
 
     buffer = io.BytesIO()
     torch.save(value, buffer)
@@ -193,13 +193,13 @@ def test_our_img_output_carries_the_reference_checksum_bbox_and_no_side_file_nam
 
 def at_32_px(split: str):
     """The split's recipe at 32 px (small images: quick tests)."""
-    from datasets.loader import TrainCrop, ValidationCrop
+    from imagenet_shards.loader import TrainCrop, ValidationCrop
 
     return TrainCrop(image_size=32) if split == "train" else ValidationCrop(image_size=32)
 
 
 def loaded_keys(source, split, workers=0, **options):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     loader = get_data(str(source), split, batch_size=5, workers=workers, with_keys=True, transform=at_32_px(split),
                       **options)
@@ -236,7 +236,7 @@ def _torch_bytes(value):
 
 
 def test_a_bad_pth_is_a_named_per_sample_error_and_a_malicious_one_does_not_run(reference, tmp_path):
-    from datasets.loader.image_loader import SampleError
+    from imagenet_shards.loader.image_loader import SampleError
 
     dataset = reference("tensor")
     marker = tmp_path / "pwned"
@@ -255,7 +255,7 @@ def test_a_bad_pth_is_a_named_per_sample_error_and_a_malicious_one_does_not_run(
 
 @pytest.mark.parametrize("split", ["train", "validation"])
 def test_a_split_in_which_every_sample_fails_raises(reference, split):
-    from datasets.loader.image_loader import SampleError
+    from imagenet_shards.loader.image_loader import SampleError
 
     dataset = reference("tensor")
     for shard in dataset.glob(f"{split}-*.tar"):
@@ -330,7 +330,7 @@ def test_host_benchmark_bad_input_is_one_line_never_a_traceback(tmp_path, refere
 
 @pytest.mark.parametrize("fmt", ["img", "tensor"])
 def test_distributed_webdataset_adopts_a_reference_dataset_then_repartitions_it(reference, fmt):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     dataset = reference(fmt)
     shards = {p.name: p.read_bytes() for p in dataset.glob("*.tar")}
@@ -425,7 +425,7 @@ def test_our_img_repartition_reads_the_way_the_reference_loader_reads_it(convert
 
 
 def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(converted, tmp_path):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     dataset = tmp_path / "earlier"
     dataset.mkdir()
@@ -450,7 +450,7 @@ def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(convert
 def test_bbox_crop_prefers_crops_overlapping_the_box_with_x_and_y_extents_kept_apart():
     import random
 
-    from datasets.loader.pipeline import bbox_crop_box, random_resized_crop_box
+    from imagenet_shards.loader.pipeline import bbox_crop_box, random_resized_crop_box
 
     width, height, scale, ratio = 400, 300, (0.08, 1.0), (3 / 4, 4 / 3)
     bbox = [0.0, 0.8, 1.0, 1.0]  # a wide strip along the bottom: x extent 400 px, y extent 60 px
@@ -504,7 +504,7 @@ def test_the_converter_stores_the_union_of_each_train_images_boxes(sample_source
 def test_use_bbox_info_steers_the_crops_of_samples_with_a_box(sample_source, tmp_path, adopted):
     """Without boxes the option changes nothing; with a box on every sample the crops change
     (which crop is chosen is tested above)."""
-    from datasets.loader import DataSource, get_data
+    from imagenet_shards.loader import DataSource, get_data
 
     stems = [path.stem for path, _ in __import__("reference_layout").list_images(sample_source / "train")]
     with_boxes, without = tmp_path / "boxes", tmp_path / "none"

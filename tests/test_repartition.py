@@ -1,4 +1,4 @@
-"""distributed_webdataset.py / datasets.repartition: equal shares per instance, minimal copying, nothing lost.
+"""distributed_webdataset.py / imagenet_shards.repartition: equal shares per instance, minimal copying, nothing lost.
 
 Three layers, fastest first:
   * the planning matrix on synthetic index records (pure functions, hundreds of cases in a second):
@@ -25,31 +25,31 @@ import crc32c
 import numpy as np
 import pytest
 
-from datasets.formats import get_format
-from datasets.dataset_folder import REPARTITION_MANIFEST
+from imagenet_shards.formats import get_format
+from imagenet_shards.dataset_folder import REPARTITION_MANIFEST
 
 from conftest import PYTHON, REPO, flip_byte, run_script
-from datasets.fileio import hash_file, sha256_file
-from datasets.dataset_folder import METADATA_FILE
-from datasets.errors import DatasetError
-from datasets.index import SampleRecord, ShardRecord, sample_index_name, write_metadata, write_sample_index
-from datasets.formats.webdataset import tar_shard_name
-from datasets.formats.npy import encode_npy
-from datasets.index import read_sample_index
-from datasets.repartition.plan import (
+from imagenet_shards.fileio import hash_file, sha256_file
+from imagenet_shards.dataset_folder import METADATA_FILE
+from imagenet_shards.errors import DatasetError
+from imagenet_shards.index import SampleRecord, ShardRecord, sample_index_name, write_metadata, write_sample_index
+from imagenet_shards.formats.webdataset import tar_shard_name
+from imagenet_shards.formats.npy import encode_npy
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.repartition.plan import (
     RepartitionUsageError,
     assign_whole_shards,
     instance_targets,
     plan_split,
     remainder_records,
 )
-from datasets.dataset_folder import repartition_dir
-from datasets.repartition.request import Request, decide
-from datasets.repartition.run import repartition
-from datasets.repartition.source import group_records_by_shard
-from datasets.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
-from datasets.formats.tfrecord import read_tfrecord_index, tfrecord_index_path, tfrecord_shard_name
-from datasets.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples
+from imagenet_shards.dataset_folder import repartition_dir
+from imagenet_shards.repartition.request import Request, decide
+from imagenet_shards.repartition.run import repartition
+from imagenet_shards.repartition.source import group_records_by_shard
+from imagenet_shards.formats.tar import TarShardWriter, iter_tar_members, iter_tar_samples
+from imagenet_shards.formats.tfrecord import read_tfrecord_index, tfrecord_index_path, tfrecord_shard_name
+from imagenet_shards.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples
 
 NS = (1, 2, 3, 4, 7, 8)
 POLICY_NAMES = ("spread", "drop", "pad")
@@ -187,7 +187,7 @@ def test_targets_and_default_policies():
     assert instance_targets(10, 4, "drop") == [2, 2, 2, 2]
     assert instance_targets(10, 4, "pad") == [3, 3, 3, 3]
     assert instance_targets(12, 4, "pad") == [3, 3, 3, 3]
-    from datasets.balance import default_policy
+    from imagenet_shards.balance import default_policy
 
     assert default_policy("train") == "drop" and default_policy("validation") == "spread"
 
@@ -560,7 +560,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(small_datasets):
 
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    from datasets.repartition.run import repartition
+    from imagenet_shards.repartition.run import repartition
     target, n, event, after, policies = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
     seen = 0
     def progress(what, **info):
@@ -789,7 +789,7 @@ def test_real_conversion_for_every_instance_count(real_dataset, fmt, per_shard):
     before = snapshot(target)
     # The command's main in this process for each count (a subprocess would only add its imports, ~0.5 CPU-s
     # a run); the --overwrite run below is the command line itself.
-    from datasets.cli.distributed_webdataset import main
+    from imagenet_shards.cli.distributed_webdataset import main
 
     for n in NS:
         assert main(["--target", str(target), "--num-instances", str(n), "--quiet"]) == 0
@@ -832,8 +832,8 @@ def test_remainder_shards_are_standard_tar(real_dataset):
 
 E2E_SCRIPT = """
 import json, sys
-from datasets.launcher import detect_instance
-from datasets.loader import get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import get_data
 
 source, out_dir = sys.argv[1], sys.argv[2]
 instance = detect_instance()

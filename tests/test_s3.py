@@ -1,4 +1,4 @@
-"""s3:// datasets against a real SeaweedFS on loopback (datasets/testing/s3_server.py): upload, load, fail loudly."""
+"""s3:// datasets against a real SeaweedFS on loopback (imagenet_shards/testing/s3_server.py): upload, load, fail loudly."""
 
 import json
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import run_script, run_scripts
-from datasets import storage
-from datasets.dataset_folder import METADATA_FILE
-from datasets.launcher import Instance
-from datasets.loader import Order, get_data
+from imagenet_shards import storage
+from imagenet_shards.dataset_folder import METADATA_FILE
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import Order, get_data
 
 SINGLE = Instance(0, 1, "test")
 DATASET_BUCKET = "datasets"
@@ -18,7 +18,7 @@ DATASET_BUCKET = "datasets"
 @pytest.fixture
 def s3_env(s3_server, monkeypatch):
     """This process talks to the session server (credentials from the environment, --s3-endpoint)."""
-    from datasets.testing.s3_server import client_environment
+    from imagenet_shards.testing.s3_server import client_environment
 
     with client_environment(monkeypatch, s3_server, s3_server.endpoint, retries=2):
         yield s3_server
@@ -150,7 +150,7 @@ def test_wrong_secret_fails_fast_naming_the_credential_source(s3_env, uploaded, 
 def test_missing_bucket_and_missing_dataset_are_named(s3_env):
     with pytest.raises(storage.StorageUnavailable, match="no such bucket 'no-such-bucket'"):
         get_data("s3://no-such-bucket/ds", "validation", 4, 0, instance=SINGLE)
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.loader.sources import SourceError
 
     with pytest.raises(SourceError, match=f"s3://{DATASET_BUCKET}/nothing-here/: not a converted dataset"):
         get_data(f"s3://{DATASET_BUCKET}/nothing-here", "validation", 4, 0, instance=SINGLE)
@@ -254,7 +254,7 @@ def test_validator_names_missing_and_extra_objects(s3_server, converted, s3_buck
 
 
 def test_validator_exits_2_when_the_endpoint_is_unreachable(s3_server):
-    from datasets.testing.s3_server import free_port_pairs
+    from imagenet_shards.testing.s3_server import free_port_pairs
 
     dead = f"http://127.0.0.1:{free_port_pairs(1)[0]}"
     result = run_script("validate_dataset.py", f"s3://{DATASET_BUCKET}/img0", "--s3-endpoint", dead, "--s3-retries", 1,
@@ -274,8 +274,8 @@ def test_host_benchmark_reads_s3(s3_server, uploaded):
 RANK_SCRIPT = """
 import json, sys
 import torch
-from datasets.launcher import detect_instance
-from datasets.loader import Order, get_data
+from imagenet_shards.launcher import detect_instance
+from imagenet_shards.loader import Order, get_data
 
 local, remote, out_dir = sys.argv[1:4]
 instance = detect_instance()
@@ -350,7 +350,7 @@ def test_head_check_without_a_stored_checksum_falls_back_to_the_md5_etag(convert
     """For servers that keep no SHA256: size plus ETag = md5 (single-part only; multipart ETags refused)."""
     import hashlib
 
-    from datasets.tools.upload import local_files, object_matches
+    from imagenet_shards.tools.upload import local_files, object_matches
 
     item = next(f for f in local_files(converted("img")) if f.name.endswith(".tar"))
     md5 = hashlib.md5(item.path.read_bytes()).hexdigest()
@@ -404,8 +404,8 @@ def test_loader_names_a_sample_corrupted_at_rest(s3_env, converted, s3_bucket):
     import base64
     import hashlib
 
-    from datasets.index import read_metadata
-    from datasets.index import read_sample_index
+    from imagenet_shards.index import read_metadata
+    from imagenet_shards.index import read_sample_index
 
     local = converted("img")
     target = f"s3://{s3_bucket}/ds"
@@ -434,7 +434,7 @@ def test_host_benchmark_compares_the_same_dataset_locally_over_http_and_over_s3(
     """--compare-transport: the img device row over each copy, GETs per epoch, TTFB and the transport ceilings;
     every GET the report counts is one the servers saw (a proxy in front of SeaweedFS, a counting http server),
     DataLoader workers' GETs included."""
-    from datasets.testing.fault_proxy import FaultProxy
+    from imagenet_shards.testing.fault_proxy import FaultProxy
     from http_range_server import RangeHandler, serve
 
     local, remote = converted("img"), uploaded("img")

@@ -9,10 +9,10 @@ import shutil
 import pytest
 
 from conftest import reseal_index, run_script, run_scripts
-from datasets.index import encode_sample_index
-from datasets.index import read_sample_index
-from datasets.tools.same_as import LOSSY_BOUND, same_as
-from datasets.validate.report import ValidationUsageError
+from imagenet_shards.index import encode_sample_index
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.tools.same_as import LOSSY_BOUND, same_as
+from imagenet_shards.validate.report import ValidationUsageError
 
 
 def copy_of(converted, fmt, tmp_path):

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from datasets import sample
-from datasets.sample import build_sample_dataset
+from imagenet_shards import sample
+from imagenet_shards.sample import build_sample_dataset
 
 from conftest import run_script
 
@@ -309,7 +309,7 @@ def test_errors_name_the_problem(tmp_path):
 
 def test_cli_builds_and_prints_summary(tmp_path):
     out = tmp_path / "cli"
-    result = run_script("-m", "datasets.sample", "--out", out, "--classes", 2, "--train-per-class", 3,
+    result = run_script("-m", "imagenet_shards.sample", "--out", out, "--classes", 2, "--train-per-class", 3,
                         "--val-per-class", 1, "--seed", 5, "--layout", "folder", "--quirks")
     assert result.returncode == 0, result.stderr
     assert re.search(r"train\s+6 images\s+mean\s+[\d.]+ KB\s+mean \d+x\d+ px", result.stdout), result.stdout
@@ -317,21 +317,21 @@ def test_cli_builds_and_prints_summary(tmp_path):
     assert "ImageNet ~110 KB" in result.stdout and "built in" in result.stdout
     assert len(list(out.glob("train/*/*.JPEG"))) == 6 and not (out / sample.TRAIN_TAR).exists()
 
-    bad = run_script("-m", "datasets.sample", "--out", out, "--classes", "0")
+    bad = run_script("-m", "imagenet_shards.sample", "--out", out, "--classes", "0")
     assert bad.returncode != 0 and "--classes must be >= 1" in bad.stderr
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "x").write_text("x")
-    refused = run_script("-m", "datasets.sample", "--out", foreign, "--classes", 2)
+    refused = run_script("-m", "imagenet_shards.sample", "--out", foreign, "--classes", 2)
     assert refused.returncode == 1 and str(foreign) in refused.stderr and "not empty" in refused.stderr
 
 
 def test_the_demo_runs_its_commands_from_the_checkout():
-    # `make demo` ran every step from datasets/ once the demo moved to datasets/tools/ (REPO one level
-    # short): `python -m datasets.sample` was not found and the README's first command failed
-    from datasets.tools import demo
+    # `make demo` ran every step from imagenet_shards/ once the demo moved to imagenet_shards/tools/ (REPO one level
+    # short): `python -m imagenet_shards.sample` was not found and the README's first command failed
+    from imagenet_shards.tools import demo
 
-    assert (demo.REPO / "validate_dataset.py").is_file() and (demo.REPO / "datasets").is_dir()
+    assert (demo.REPO / "validate_dataset.py").is_file() and (demo.REPO / "imagenet_shards").is_dir()
     steps = list(demo.demo_steps(demo.REPO / "demo-output", 2, 2, 1))
     scripts = [part for _, command in steps for part in command if str(part).endswith(".py")]
     assert scripts and all((demo.REPO / part).is_file() for part in scripts), scripts

@@ -1,4 +1,4 @@
-"""The columnar sample index (datasets.index.columns) against the text index, and what it is for:
+"""The columnar sample index (imagenet_shards.index.columns) against the text index, and what it is for:
 a DataLoader worker's private memory does not grow with the size of the index."""
 
 import hashlib
@@ -9,9 +9,9 @@ import shutil
 import numpy as np
 import pytest
 
-from datasets.errors import DatasetError
-from datasets.index import SampleRecord, encode_sample_index, write_metadata, write_sample_index
-from datasets.index import (check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns,
+from imagenet_shards.errors import DatasetError
+from imagenet_shards.index import SampleRecord, encode_sample_index, write_metadata, write_sample_index
+from imagenet_shards.index import (check_columns_match, columns_from_records, parse_sample_columns, read_sample_columns,
                             read_sample_index)
 
 
@@ -98,7 +98,7 @@ def _private_bytes(pid) -> int:
 def _epoch_worker_private(dataset, instance):
     """Private memory (bytes) of the one DataLoader worker after two validation epochs (the first
     epoch's plan is made before the fork; the (persistent) worker makes the second's itself)."""
-    from datasets.loader import ValidationCrop, get_data
+    from imagenet_shards.loader import ValidationCrop, get_data
 
     loader = get_data(str(dataset), "validation", batch_size=4, workers=1, instance=instance,
                       transform=ValidationCrop(image_size=32), with_keys=True)
@@ -147,7 +147,7 @@ def test_worker_memory_does_not_grow_with_the_index(converted, tmp_path):
 
 
 def test_keys_found_by_hash_table_and_duplicates_named_in_order():
-    from datasets.index import KeyTable
+    from imagenet_shards.index import KeyTable
 
     records = _records(200)
     records = records[:150] + [records[7]._replace(shard="train-000099.tar"), records[3], records[7]] + records[150:]
@@ -161,7 +161,7 @@ def test_keys_found_by_hash_table_and_duplicates_named_in_order():
 
 
 def test_shard_groups_build_one_shards_records_when_asked():
-    from datasets.index import ShardGroups
+    from imagenet_shards.index import ShardGroups
 
     records = _records(500)
     columns = read_sample_columns_of(records)
@@ -180,7 +180,7 @@ def read_sample_columns_of(records):
 
 
 def test_the_index_is_written_as_a_stream_with_the_same_bytes(tmp_path):
-    from datasets.index import INDEX_CHUNK_LINES
+    from imagenet_shards.index import INDEX_CHUNK_LINES
 
     records = _records(INDEX_CHUNK_LINES * 2 + 5)
     info = write_sample_index(tmp_path / "a.index.tsv", (r for r in records))  # a generator: consumed once

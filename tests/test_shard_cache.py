@@ -1,5 +1,5 @@
-"""The node-local shard cache (datasets/shard_cache/, get_data(cache=...)) against the real SeaweedFS
-(datasets/testing/s3_server.py), with the fault proxy (datasets/testing/fault_proxy.py, test_s3_faults' fixture) in front of it
+"""The node-local shard cache (imagenet_shards/shard_cache/, get_data(cache=...)) against the real SeaweedFS
+(imagenet_shards/testing/s3_server.py), with the fault proxy (imagenet_shards/testing/fault_proxy.py, test_s3_faults' fixture) in front of it
 counting every GET by key."""
 
 import json
@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from conftest import PYTHON, REPO, run_script
-from datasets import storage
-from datasets.index import read_metadata
-from datasets.index import read_sample_index
-from datasets.launcher import Instance
-from datasets.loader import Cache, Order, get_data
-from datasets.shard_cache import CacheError, ShardCache, parse_size
+from imagenet_shards import storage
+from imagenet_shards.index import read_metadata
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import Cache, Order, get_data
+from imagenet_shards.shard_cache import CacheError, ShardCache, parse_size
 from test_s3 import upload_cli
 from test_s3_faults import proxy  # noqa: F401  (the fault proxy in front of the session server, as the fixture)
 
@@ -105,7 +105,7 @@ def test_cold_epoch_fills_each_shard_once_and_warm_epochs_fetch_nothing(proxy, d
 
 RANK_SCRIPT = """
 import json, os, sys
-from datasets.loader import get_data
+from imagenet_shards.loader import get_data
 target, local, cache, out, mode = sys.argv[1:6]
 out = out.replace("RANK", os.environ.get("RANK", ""))  # torchrun: one file per rank
 instance = (0, 1) if mode == "whole" else None  # "whole": each process reads the whole split
@@ -226,7 +226,7 @@ def test_a_corrupted_or_changed_cached_shard_is_dropped_fetched_again_and_report
 
 KILLED_SCRIPT = """
 import sys
-from datasets.loader import get_data
+from imagenet_shards.loader import get_data
 loader = get_data(sys.argv[1], "validation", 4, 0, normalization="device", instance=(0, 1), cache=sys.argv[2])
 for batch in loader:
     pass
@@ -372,7 +372,7 @@ def test_an_entry_truncated_while_a_reader_follows_its_fetch_is_fetched_again_no
     # the soak (seed 5, 640 steps): an entry truncated on its disk while a reader still followed the fetch
     # through the part file's descriptor; its remaining samples failed and were replaced. The fetch's bytes
     # had matched metadata.json, so the damage was local: the run is now read again from a fresh fetch.
-    from datasets.shard_cache import fill as fill_module
+    from imagenet_shards.shard_cache import fill as fill_module
 
     local = converted("img")
     follow = fill_module.Follower.readinto
@@ -421,7 +421,7 @@ def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_serve
     """--compare-transport with --cache-dir: two whole epochs of the local, uncached and cached loaders; the
     cold epoch fetches every shard once into the cache (store bytes = the split's shard bytes), the warm one
     nothing; every GET counted is one the server saw."""
-    from datasets.testing.fault_proxy import FaultProxy
+    from imagenet_shards.testing.fault_proxy import FaultProxy
 
     local = converted("img")
     remote = upload(s3_server, local, f"s3://{s3_bucket}/ds")

@@ -1,4 +1,4 @@
-"""The converter's columnar source listing (datasets/convert/source_listing.py): its memory per sample,
+"""The converter's columnar source listing (imagenet_shards/convert/source_listing.py): its memory per sample,
 its canonical order, the shuffle's order and what a worker receives."""
 
 import hashlib
@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import PYTHON, REPO
-from datasets.convert.imagenet_source import ImageNetSourceError, open_source
-from datasets.convert.source_listing import SourceSample
+from imagenet_shards.convert.imagenet_source import ImageNetSourceError, open_source
+from imagenet_shards.convert.source_listing import SourceSample
 
 CLASSES = ("n01440764", "n01443537", "n01484850")
 
@@ -28,7 +28,7 @@ def _folder_source(root, per_class, nested=False):
 
 HELD = """
 import sys, tracemalloc
-from datasets.convert.imagenet_source import open_source
+from imagenet_shards.convert.imagenet_source import open_source
 
 def held(root):
     tracemalloc.start()

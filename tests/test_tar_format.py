@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from datasets.formats.tar import TarShardWriter, iter_tar_members
+from imagenet_shards.formats.tar import TarShardWriter, iter_tar_members
 
 SAMPLES = [
     ("n01_0001", [("cls", b"0"), ("json", b'{"class":"n01"}'), ("jpg", bytes(range(256)) * 40)]),  # payload > 4 KB

@@ -9,9 +9,9 @@ import tarfile
 import pytest
 
 from conftest import REPO, SAMPLE_SIZE
-from datasets.formats import format_names
-from datasets.index import read_metadata, sample_index_name
-from datasets.index import read_sample_index
+from imagenet_shards.formats import format_names
+from imagenet_shards.index import read_metadata, sample_index_name
+from imagenet_shards.index import read_sample_index
 
 TAR_FORMATS = ["img", "tensor"]
 TRAIN = SAMPLE_SIZE["classes"] * SAMPLE_SIZE["train_per_class"]
@@ -30,7 +30,7 @@ def ok(result):
 def validates(folder):
     """validate_dataset's main in this process (its command line is tested in test_validate.py; a subprocess
     here would only add its imports): exit 0 and "Dataset OK."."""
-    from datasets.cli.validate_dataset import main
+    from imagenet_shards.cli.validate_dataset import main
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
@@ -147,7 +147,7 @@ def test_shuffle_is_reproducible_and_the_seed_matters(converted, tmp_path):
 
 
 def test_output_loads_with_get_data(converted, tmp_path):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     ok(tools("split", converted("img"), "--split", "validation", "--out", tmp_path / "out", "--samples-per-shard", 5))
     loader = get_data(str(tmp_path / "out"), "validation", batch_size=4, workers=0, with_keys=True)

@@ -18,10 +18,10 @@ import pytest
 import conftest
 from conftest import PYTHON, REPO, flip_byte, output_hashes, run_script
 from reference_layout import folder_dirhash
-from datasets.index import read_metadata
-from datasets.index import read_sample_index
-from datasets.formats.tf_example import parse_example, serialize_example
-from datasets.formats.tfrecord import (
+from imagenet_shards.index import read_metadata
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.formats.tf_example import parse_example, serialize_example
+from imagenet_shards.formats.tfrecord import (
     FRAMING_SIZE,
     HEADER_SIZE,
     frame_record,
@@ -30,7 +30,7 @@ from datasets.formats.tfrecord import (
     read_tfrecord_index,
     tfrecord_index_path,
 )
-from datasets.formats.tfslim_imagenet import LABEL_OFFSET
+from imagenet_shards.formats.tfslim_imagenet import LABEL_OFFSET
 
 
 def convert(source, target, *args):
@@ -169,7 +169,7 @@ def problems_of(report):
 
 
 def test_validator_passes_a_clean_tfrecord_dataset_deeply(converted):
-    from datasets.validate.validator import validate
+    from imagenet_shards.validate.validator import validate
 
     report = validate(converted("tfrecord"), deep=True)
     assert report.ok and not report.warnings, [p.line() for p in report.problems]
@@ -205,7 +205,7 @@ def test_validator_names_a_flipped_byte_by_shard_and_record_number(converted, tm
 
 
 def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
-    from datasets.validate.validator import validate
+    from imagenet_shards.validate.validator import validate
 
     target = damaged_copy(converted, tmp_path)
     # Truncated inside its last record.
@@ -242,8 +242,8 @@ def test_validator_truncation_index_file_and_wrong_label(converted, tmp_path):
 
 
 def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(converted, tmp_path):
-    from datasets.repartition.run import repartition
-    from datasets.validate.validator import validate
+    from imagenet_shards.repartition.run import repartition
+    from imagenet_shards.validate.validator import validate
 
     target = damaged_copy(converted, tmp_path)
     result = repartition(target, 3)
@@ -275,7 +275,7 @@ def test_repartition_copies_records_with_their_crcs_and_names_a_flipped_byte(con
 
 
 def test_repartition_refuses_a_source_shard_with_a_flipped_byte_naming_the_record(converted, tmp_path):
-    from datasets.repartition.run import repartition
+    from imagenet_shards.repartition.run import repartition
 
     target = damaged_copy(converted, tmp_path)
     plan = repartition(target, 3, dry_run=True).plans[0]
@@ -329,8 +329,8 @@ def write_tfslim_shards(directory, split, labels, shards):
 def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(tmp_path):
     from collections import Counter
 
-    from datasets.launcher import Instance
-    from datasets.loader import DataSource, get_data
+    from imagenet_shards.launcher import Instance
+    from imagenet_shards.loader import DataSource, get_data
 
     labels = [1 + (7 * n) % 1000 for n in range(1000)]  # TF-slim: 1..1000, each once
     paths = write_tfslim_shards(tmp_path, "validation", labels, shards=3)
@@ -355,9 +355,9 @@ def test_loader_reads_tfslim_files_without_metadata_as_0_to_999_with_a_message(t
 
 
 def test_loader_refuses_to_guess_the_label_offset(tmp_path):
-    from datasets.launcher import Instance
-    from datasets.loader import DataSource, get_data
-    from datasets.loader.sources import SourceError
+    from imagenet_shards.launcher import Instance
+    from imagenet_shards.loader import DataSource, get_data
+    from imagenet_shards.loader.sources import SourceError
 
     write_tfslim_shards(tmp_path, "train", [1, 2, 3, 4, 5, 6, 7, 8, 9], shards=2)  # 0-based or 1-based?
     with pytest.raises(SourceError, match="cannot tell whether the labels start at 0 or at 1.*give the label offset"):
@@ -371,8 +371,8 @@ def test_loader_reads_a_tfslim_shard_over_http_equal_to_local(tmp_path):
     import socket
     import sys
 
-    from datasets.launcher import Instance
-    from datasets.loader import get_data
+    from imagenet_shards.launcher import Instance
+    from imagenet_shards.loader import get_data
 
     paths = write_tfslim_shards(tmp_path, "validation", [1000, *range(1, 40)], shards=1)
     with socket.socket() as probe:

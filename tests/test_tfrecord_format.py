@@ -14,8 +14,8 @@ import crc32c
 import pytest
 from PIL import Image
 
-from datasets.formats.tf_example import example_feature_spans, parse_example
-from datasets.formats.tfrecord import (
+from imagenet_shards.formats.tf_example import example_feature_spans, parse_example
+from imagenet_shards.formats.tfrecord import (
     TFRecordFormatError,
     TFRecordShardWriter,
     find_tfrecord_shards,
@@ -25,7 +25,7 @@ from datasets.formats.tfrecord import (
     tfrecord_index_path,
     tfrecord_shard_name,
 )
-from datasets.formats.tfslim_imagenet import (
+from imagenet_shards.formats.tfslim_imagenet import (
     FEATURE_ENCODED,
     FEATURE_LABEL,
     LABEL_OFFSET,
@@ -182,7 +182,7 @@ def test_our_example_parser_agrees_with_protobuf(shard):
 def test_our_example_encoding_is_protobufs_deterministic_serialization(features):
     from tfrecord import example_pb2
 
-    from datasets.formats.tf_example import serialize_example
+    from imagenet_shards.formats.tf_example import serialize_example
 
     def feature(value, dtype):
         values = value if isinstance(value, list) else [value]
@@ -197,7 +197,7 @@ def test_our_example_encoding_is_protobufs_deterministic_serialization(features)
 def test_our_masked_crc_equals_the_tfrecord_packages():
     from tfrecord.writer import TFRecordWriter
 
-    from datasets.formats.tfrecord import masked_crc32c
+    from imagenet_shards.formats.tfrecord import masked_crc32c
 
     for data in (b"", b"a", struct.pack("<Q", 123456), bytes(range(256)) * 40):
         assert struct.pack("<I", masked_crc32c(data)) == TFRecordWriter.masked_crc(data)
@@ -210,7 +210,7 @@ def test_writing_and_reading_do_not_import_torch(tmp_path):
     import sys
 
     code = (
-        "import sys; from datasets.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples\n"
+        "import sys; from imagenet_shards.formats.tfslim_imagenet import TFSlimShardWriter, iter_tfrecord_samples\n"
         f"with TFSlimShardWriter({str(tmp_path / 'x')!r}) as w: w.add_image('k', 0, 'n0', b'jpeg', 1, 1, 'k.JPEG')\n"
         f"assert [s['__key__'] for s in iter_tfrecord_samples({str(tmp_path / 'x')!r}, 1)] == ['k']\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tfrecord', 'google')))"
@@ -393,7 +393,7 @@ def test_a_label_below_the_offset_is_an_error_not_a_negative_class(tmp_path):
 
 
 def test_a_record_that_is_not_an_example_is_named(tmp_path):
-    from datasets.formats.tfrecord import frame_record
+    from imagenet_shards.formats.tfrecord import frame_record
 
     path = tmp_path / "train-00000-of-00001"
     path.write_bytes(frame_record(b"\x0a\x05abc"))  # field 1 announces 5 bytes, 3 follow
@@ -404,15 +404,15 @@ def test_a_record_that_is_not_an_example_is_named(tmp_path):
 
 
 def open_example_bytes():
-    from datasets.formats.tf_example import serialize_example
-    from datasets.formats.tfslim_imagenet import imagenet_example_features
+    from imagenet_shards.formats.tf_example import serialize_example
+    from imagenet_shards.formats.tfslim_imagenet import imagenet_example_features
 
     return serialize_example(imagenet_example_features("k", 0, "n0", tiny_jpeg(), 8, 8, "k.JPEG"))
 
 
 def test_check_shard_names_every_corrupt_record_and_scans_agree_with_the_writer(shard, tmp_path):
-    from datasets.formats.tfrecord import check_tfrecord_framing, header_entries, index_entries
-    from datasets.formats.tfslim_imagenet import scan_tfrecord_shard
+    from imagenet_shards.formats.tfrecord import check_tfrecord_framing, header_entries, index_entries
+    from imagenet_shards.formats.tfslim_imagenet import scan_tfrecord_shard
 
     path, _, written = shard
     expected = [(w.record_offset, w.record_size) for w in written]

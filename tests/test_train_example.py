@@ -79,7 +79,7 @@ def test_killed_and_resumed_run_continues_with_the_right_samples(converted, tmp_
         assert got[key] == expected[key], f"rank {key[0]} step {key[1]}"
     ledgers = sorted(str(p) for p in (tmp_path / "ledger").glob("epoch0-rank*.json"))
     assert len(ledgers) == 2
-    verified = subprocess.run([PYTHON, "-m", "datasets.ledger", "verify", *ledgers], capture_output=True, text=True,
+    verified = subprocess.run([PYTHON, "-m", "imagenet_shards.ledger", "verify", *ledgers], capture_output=True, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=120)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
@@ -116,35 +116,48 @@ def test_a_checkpoint_of_another_run_is_refused(converted, tmp_path, capsys):
     assert "was written by another run" in err and err.strip().count("\n") == 0, err
 
 
-def test_another_datasets_package_imported_first_is_one_clear_line(tmp_path):
-    """A package named `datasets` (as Hugging Face's) imported before the library: one line, exit 2."""
+def test_another_datasets_package_imported_first_changes_nothing(tmp_path):
+    """A package named `datasets` (as Hugging Face's) first on sys.path: both import in one interpreter, each
+    its own (the library's name is `imagenet_shards`, issue 42)."""
     fake = tmp_path / "elsewhere" / "datasets"
     fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("load_dataset = None\n")
-    code = (f"import sys; sys.path.insert(0, {str(fake.parent)!r}); import datasets; import runpy; "
-            f"sys.argv = ['train_imagenet.py', '--data', 'synthetic']; runpy.run_path({str(SCRIPT)!r}, "
-            f"run_name='__main__')")
+    (fake / "__init__.py").write_text("def load_dataset(name):\n    return 'hugging face ' + name\n")
+    code = (f"import sys; sys.path.insert(0, {str(fake.parent)!r}); import datasets; "
+            "from imagenet_shards.loader import get_data, GlobalOrder; import imagenet_shards; "
+            "print(datasets.load_dataset('x')); print(imagenet_shards.__file__)")
     result = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0, result.stderr
-    assert "found another package of that name" in result.stderr and str(fake) in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["hugging face x", str(REPO / "imagenet_shards" / "__init__.py")]
 
 
-def test_the_library_named_for_hugging_face_code(tmp_path):
-    """Code written for Hugging Face's `datasets` that gets this one fails on its first attribute, saying so."""
-    result = subprocess.run([PYTHON, "-c", "import datasets; datasets.load_dataset('imagenet-1k')"],
-                            capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
+def test_the_old_name_is_an_alias_with_a_deprecation_warning():
+    """`datasets` in the checkout: the same modules as `imagenet_shards` (not copies), one DeprecationWarning;
+    `python -m datasets.X` runs; Hugging Face's API asked of it fails on its first attribute, saying so."""
+    code = ("import warnings, pickle; warnings.simplefilter('always'); "
+            "import datasets.loader, imagenet_shards.loader, imagenet_shards.loader.options as options; "
+            "from datasets.loader.options import Cache; from datasets import storage; "
+            "print(datasets.loader is imagenet_shards.loader, Cache is options.Cache, storage.__name__, "
+            "imagenet_shards.loader.__spec__.name, pickle.loads(pickle.dumps(Cache)) is Cache)")
+    result = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True", "imagenet_shards.storage", "imagenet_shards.loader", "True"]
+    assert result.stderr.count("DeprecationWarning") == 1 and "is now `imagenet_shards`" in result.stderr
+    ledger = subprocess.run([PYTHON, "-m", "datasets.ledger", "--help"], capture_output=True, text=True,
+                            timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+    assert ledger.returncode == 0 and "verify" in ledger.stdout, ledger.stderr
+    wrong = subprocess.run([PYTHON, "-c", "import datasets; datasets.load_dataset('imagenet-1k')"],
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert wrong.returncode == 1
+    last = wrong.stderr.strip().splitlines()[-1]
     assert "not Hugging Face's `datasets`" in last and "ImageNet-shards library" in last
 
 
-def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
+def test_pip_install_editable_beside_another_datasets_in_site_packages(tmp_path):
     """`pip install -e .` into a throwaway environment (the pinned stack reached through a .pth, so
-    nothing is downloaded and .venv is not touched): the library imports from anywhere; with
-    another `datasets` package installed there too (as Hugging Face's would be), importing the
-    loader is refused in one line naming both."""
+    nothing is downloaded and .venv is not touched) that already has another `datasets` package (as
+    Hugging Face's would be): the library imports from anywhere, and `datasets` stays the other one."""
     import sysconfig
 
     env_dir = tmp_path / "env"
@@ -153,25 +166,21 @@ def test_pip_install_editable_and_another_datasets_in_site_packages(tmp_path):
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
     (site / "pinned-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    # No native build: an editable install would put _jpeg_crop into the checkout, over .venv's (setup.py)
+    (site / "datasets").mkdir()
+    (site / "datasets" / "__init__.py").write_text("load_dataset = 'hugging face'\n")
+    # No native build: an editable install would put the module into the checkout, over .venv's (setup.py)
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "DATASETS_NATIVE_BUILD": "0"}
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                               "--no-index", "-e", str(REPO)], capture_output=True, text=True, env=env,
                              timeout=300, cwd=tmp_path)
     assert install.returncode == 0, install.stdout + install.stderr
-    probe = "import datasets, datasets.loader; print(datasets.__file__)"
+    probe = ("import datasets, imagenet_shards, imagenet_shards.loader; "
+             "print(datasets.load_dataset); print(imagenet_shards.__file__)")
     found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
                            timeout=120)
-    assert found.returncode == 0 and found.stdout.strip() == str(REPO / "datasets" / "__init__.py"), found.stderr
-
-    (site / "datasets").mkdir()
-    (site / "datasets" / "__init__.py").write_text("load_dataset = None\n")
-    shadowed = subprocess.run([str(python), "-c", "from datasets.loader import get_data"], capture_output=True,
-                              text=True, env=env, cwd=tmp_path, timeout=120)
-    assert shadowed.returncode == 1
-    last = shadowed.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: `datasets` is another package of that name"), shadowed.stderr
-    assert str(site / "datasets") in last and str(REPO / "datasets") in last
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines() == ["hugging face", str(REPO / "imagenet_shards" / "__init__.py")]
+    assert (site / "datasets" / "__init__.py").read_text() == "load_dataset = 'hugging face'\n"
 
 
 def test_a_missing_dataset_is_one_line_and_exit_2(tmp_path):

@@ -13,19 +13,19 @@ import pytest
 import torch
 from PIL import Image
 
-from datasets.formats import FORMATS
-from datasets.launcher import Instance
-from datasets.loader import jpeg_crop
-from datasets.loader import Order, UserTransform
-from datasets.loader.image_loader import get_data
-from datasets.loader.pipeline import FLIP, RANDOM_RESIZED_CROP, RESIZE
-from datasets.loader.user_transforms import (TorchRandom, TransformError, build_user_pipeline, mixup_cutmix,
+from imagenet_shards.formats import FORMATS
+from imagenet_shards.launcher import Instance
+from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.loader import Order, UserTransform
+from imagenet_shards.loader.image_loader import get_data
+from imagenet_shards.loader.pipeline import FLIP, RANDOM_RESIZED_CROP, RESIZE
+from imagenet_shards.loader.user_transforms import (TorchRandom, TransformError, build_user_pipeline, mixup_cutmix,
                                              split_transform, strong_augmentation)
-from datasets.torchvision_cpu import transforms_v2 as v2
+from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
 SINGLE = Instance(0, 1, "explicit")
 PHOTOS = sorted(glob.glob("/work/shared/photos/**/*.jp*g", recursive=True)) or \
-    sorted(glob.glob("datasets/photos/**/*.jp*g", recursive=True))
+    sorted(glob.glob("imagenet_shards/photos/**/*.jp*g", recursive=True))
 DECODE_PATHS = [jpeg_crop.PIL_FULL] + ([jpeg_crop.CROP] if jpeg_crop.available() else [])
 
 
@@ -145,7 +145,7 @@ def test_fused_rrc_and_flip_equal_torchvision_through_the_loader(converted, samp
     loader = get_data(dataset, "train", 4, 0, normalization="device", instance=SINGLE, with_keys=True,
                       transform=UserTransform(transform, use_draft=False), order=Order(shuffle_buffer=1))
     images, _, keys = _all(loader)
-    from datasets.formats.tar import iter_tar_samples
+    from imagenet_shards.formats.tar import iter_tar_samples
     from pathlib import Path
     payloads = {}
     for shard in sorted(Path(dataset).glob("train-*.tar")):
@@ -190,7 +190,7 @@ def test_mixup_cutmix_labels_sum_to_one(converted, normalization):
 
 def test_mixup_on_uint8_is_the_float_mix_rounded(converted):
     """Device normalisation: the uint8 batch holds the float mix, rounded (off by at most 0.5)."""
-    from datasets.loader.user_transforms import BatchTransform
+    from imagenet_shards.loader.user_transforms import BatchTransform
 
     images = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
     labels = torch.tensor([0, 1, 2, 3])

@@ -19,17 +19,17 @@ import crc32c
 import pytest
 
 from conftest import flip_byte, run_script, run_scripts
-from datasets.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
-from datasets.validate import raw_checksum
-from datasets.fileio import sha256_file
-from datasets.index import encode_sample_index
-from datasets.index import read_sample_index
-from datasets.formats import FORMATS
-from datasets.metadata_digest import sealed
-from datasets.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
-from datasets.formats.webdataset import WebDatasetFormat
-from datasets.formats.shard_check import ERROR, WARNING
-from datasets.validate.validator import validate
+from imagenet_shards.reference.checksum import IMAGENET, list_files, md5_sha256_of_file, reference_checksum
+from imagenet_shards.validate import raw_checksum
+from imagenet_shards.fileio import sha256_file
+from imagenet_shards.index import encode_sample_index
+from imagenet_shards.index import read_sample_index
+from imagenet_shards.formats import FORMATS
+from imagenet_shards.metadata_digest import sealed
+from imagenet_shards.formats.tar import TarShardWriter, _checksum_ok, iter_tar_samples
+from imagenet_shards.formats.webdataset import WebDatasetFormat
+from imagenet_shards.formats.shard_check import ERROR, WARNING
+from imagenet_shards.validate.validator import validate
 
 # The fault matrix edits tar members and headers: the registry's WebDataset tar formats.
 TAR_FORMATS = [name for name, fmt in FORMATS.items() if isinstance(fmt, WebDatasetFormat)]
@@ -83,7 +83,7 @@ def reseal(ds, index_records=None, split="train"):
                 shard["sha256"], shard["bytes"] = sha256_file(ds / shard["name"])
         index = ds / entry["index"]["name"]
         entry["index"]["sha256"], entry["index"]["bytes"] = sha256_file(index)
-    write_metadata(ds, sealed(meta))  # its own digest too (datasets.metadata_digest)
+    write_metadata(ds, sealed(meta))  # its own digest too (imagenet_shards.metadata_digest)
 
 
 def rewrite_shard(path, change):
@@ -516,7 +516,7 @@ def test_fast_header_checksum_equals_the_plain_byte_sum():
 
 
 def test_keys_in_several_shards_are_found_by_hash_and_named_in_order():
-    from datasets.validate.converted import _KeyList, _keys_in_several_shards
+    from imagenet_shards.validate.converted import _KeyList, _keys_in_several_shards
 
     checked = [("a", _KeyList(["k1", "k2", "k2", "k3"])), ("b", _KeyList([])), ("c", _KeyList(["k3", "k9", "k1"]))]
     assert _keys_in_several_shards(checked) == {"k1": ["a", "c"], "k3": ["a", "c"]}

@@ -16,9 +16,9 @@ import torch
 from PIL import Image
 
 from test_jpeg_crop import PHOTOS, _encoded, quirk_payload
-from datasets.loader import ValidationCrop, jpeg_crop
-from datasets.loader.pipeline import ImagePipeline, PipelineError
-from datasets.launcher import Instance
+from imagenet_shards.loader import ValidationCrop, jpeg_crop
+from imagenet_shards.loader.pipeline import ImagePipeline, PipelineError
+from imagenet_shards.launcher import Instance
 
 SINGLE = Instance(0, 1, "explicit")
 STEPS = ("Resize", "CenterCrop")
@@ -171,7 +171,7 @@ def test_resize_into_equals_pil_resize_windows(payloads, simd_level):
 
 
 def _validation_images(source, decode, **options):
-    from datasets.loader import get_data
+    from imagenet_shards.loader import get_data
 
     loader = get_data(str(source), "validation", 5, 0, normalization="device", instance=SINGLE, with_keys=True,
                       jpeg_decode=decode, **options)

@@ -1,7 +1,7 @@
 """The package's shape in one screen: module sizes, long functions, import cycles, upward imports,
 comparisons of a source kind's name, access to another object's private attributes.
 
-    python tools/layout.py [--root datasets] [--json FILE]
+    python tools/layout.py [--root imagenet_shards] [--json FILE]
 
 Goals (issue #20): no module over 600 lines, no function over 80, no import cycle, no import that
 runs against the layering below. Issue #34: no comparison of a source kind's name (`x.kind ==
@@ -36,7 +36,7 @@ ROLE_NAMES = {"__init__", "__main__", "plan", "cli", "report", "run", "base"}
 # Docs with a size goal: {path under the repository: most lines} (issue 34: a method, not a lab log).
 DOC_LINES = {"docs/crop-decode.md": 150}
 # Functions with a parameter goal: {"path under the package: function": most parameters} (issue 34: get_data
-# takes groups, datasets/loader/options.py). Every parameter counts, *args and **kwargs included.
+# takes groups, imagenet_shards/loader/options.py). Every parameter counts, *args and **kwargs included.
 PARAMETER_GOALS = {"loader/image_loader.py: get_data": 20}
 INIT_PARAMETERS = 12  # a class __init__'s parameters besides self (issue 34)
 SCRIPT_DIRS = ("examples",)  # besides the repository root's scripts: functions held to FUNCTION_LINES too
@@ -44,14 +44,14 @@ REGISTRY_DIRS = {("loader", "source_kinds"), ("loader", "payloads")}  # entries 
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 # Private attributes of other objects still read, each with the issue that removes it: "path: obj._name".
 PRIVATE_ALLOWED = {
-    "datasets/loader/batch_ring.py: self.buffers[key].untyped_storage()._cdata":
+    "imagenet_shards/loader/batch_ring.py: self.buffers[key].untyped_storage()._cdata":
         "issue 34: torch has no public storage use count",
-    "datasets/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage":
+    "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage":
         "issue 34: torch has no public shared-storage constructor",
-    "datasets/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
+    "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
         "issue 34: torch has no public shared-storage constructor",
-    "datasets/loader/user_transforms.py: crop._log_ratio": "issue 34: torchvision's RandomResizedCrop, being edited",
-    "datasets/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
+    "imagenet_shards/loader/user_transforms.py: crop._log_ratio": "issue 34: torchvision's RandomResizedCrop, being edited",
+    "imagenet_shards/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
 }
 
 # Bottom to top. Units in one tuple are peers and must not import each other.
@@ -71,7 +71,7 @@ LAYERS = [
     ("loader",),
     ("sample", "tools", "inspect", "ledger"),  # tools over the library (tools/: modules behind one script each)
     ("hostbench", "testing"),  # applications; testing: real servers for tests and soaks
-    ("cli",),  # the commands (top-level scripts, console entry points)
+    ("cli", "training"),  # the commands (top-level scripts, console entry points); a training script's imports
 ]
 
 
@@ -322,7 +322,7 @@ def survey(root: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1] / "datasets"))
+    parser.add_argument("--root", default=str(Path(__file__).resolve().parents[1] / "imagenet_shards"))
     parser.add_argument("--json", help="also write the survey as JSON to this file")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
@@ -338,7 +338,7 @@ def main(argv=None) -> int:
         ("units not placed in LAYERS", result["unplaced_units"]),
         ("source kind names compared outside loader/source_kinds/", result["kind_name_comparisons"]),
         ("private attributes of other objects", result["private_accesses"]),
-        ("module file names used twice (datasets/ and the root's scripts)", result["same_names"]),
+        ("module file names used twice (imagenet_shards/ and the root's scripts)", result["same_names"]),
         (f"functions over {FUNCTION_LINES} lines in the scripts and {', '.join(SCRIPT_DIRS)}/",
          [f"{f['function']}: {f['lines']}" for f in result["script_long_functions"]]),
         ("docs over their size goal", result["long_docs"]),

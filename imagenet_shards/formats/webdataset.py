@@ -1,0 +1,238 @@
+"""The `img` and `tensor` formats: WebDataset tar shards of JPEG or uint8 .npy payloads.
+
+Bytes (see imagenet_shards.formats.tar for the container): `<split>-%06d.tar`, each sample three
+members in this order, all under the sample's key:
+
+    <key>.cls    the class index, ASCII decimal
+    <key>.json   the sample's description (source, class, sizes, steps, quirks), sorted keys
+    <key>.jpg    img: the JPEG (source bytes when passed through, else re-encoded)
+    <key>.npy    tensor: a uint8 HWC array in .npy format (imagenet_shards.formats.npy)
+
+A sample's SampleRecord spans its first header to the end of its last member's padding, so a
+repartition copies it byte for byte with `add_raw_record`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterator, Optional
+
+import numpy as np
+
+from imagenet_shards.formats.base import EncodedSample, ShardFormat
+from imagenet_shards.formats.mapped_shards import lend_payload, mapped_shard
+from imagenet_shards.formats.npy import encode_npy
+from imagenet_shards.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
+from imagenet_shards.formats.tar_check import check_tar_shard
+from imagenet_shards.index import SampleRecord, payload_crc32c
+
+SHARD_FILE = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<number>\d{6})\.tar(?P<partial>\.partial)?$")
+TENSOR_LAYOUT = "HWC"
+# Estimate of a tensor payload when the steps give no fixed size: about what JPEG compresses away.
+TENSOR_BYTES_PER_SOURCE_BYTE = 8
+
+
+def tar_shard_name(split: str, number: int) -> str:
+    return f"{split}-{number:06d}.tar"
+
+
+
+def sample_members(label: int, info: dict, payload_extension: str, payload: bytes):
+    """The tar members of one sample, in the contract's order."""
+    info_bytes = json.dumps(info, sort_keys=True, separators=(",", ":")).encode()
+    return [("cls", str(label).encode()), ("json", info_bytes), (payload_extension, payload)]
+
+
+class TarSampleWriter(TarShardWriter):
+    """A tar shard writer that takes encoded samples (the format-level `add_sample`)."""
+
+    def __init__(self, path, payload_extension: str):
+        super().__init__(path)
+        self.payload_extension = payload_extension
+
+    def add_sample(self, sample: EncodedSample, shard_name: str) -> SampleRecord:
+        written = self.add_members(sample.key, sample_members(sample.label, sample.info, self.payload_extension,
+                                                              sample.payload))
+        payload_member = written.members[self.payload_extension]
+        return SampleRecord(
+            key=sample.key, shard=shard_name, label=sample.label,
+            record_offset=written.record_offset, record_size=written.record_size,
+            payload_offset=payload_member.data_offset, payload_size=payload_member.size,
+            payload_crc32c=payload_crc32c(sample.payload),
+            members=";".join(f"{ext}:{m.header_offset}" for ext, m in written.members.items()),
+        )
+
+
+def _payload_member(record: SampleRecord):
+    """(extension, header offset) of the member whose data is the record's payload."""
+    best = None
+    for item in record.members.split(";"):
+        ext, _, offset = item.partition(":")
+        if offset and int(offset) < record.payload_offset and (best is None or int(offset) > best[1]):
+            best = (ext, int(offset))
+    return best
+
+
+def _truncated(location, size: int, key: str, start: int, end: int) -> str:
+    return f"TarFormatError: {location}: truncated: the shard is {size} bytes, sample {key!r} needs bytes {start}-{end}"
+
+
+def _name_mismatch(view, header: int, name: bytes) -> Optional[str]:
+    """None if the member header at `header` carries `name` (<key>.<ext>; its first 100 bytes for a
+    long name), else the reason."""
+    stored = bytes(view[header:header + 100]).split(b"\0", 1)[0]
+    if stored == name or (len(name) >= 100 and stored == name[:100]):
+        return None
+    return (f"at byte {header} the shard holds {stored.decode(errors='replace')!r}, its index says "
+            f"{name.decode()!r}: the shard does not match its index")
+
+
+def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
+    """`read_indexed_payloads` for rows of a columnar index: (row, extension, payload view, None) or
+    (row, None, None, reason), the same checks, from the index's columns (payload offset, size, its
+    member's header offset and extension) without building a record or parsing members: the
+    loader's per-sample path for local shards."""
+    try:
+        size, view = mapped_shard(location)
+    except OSError as error:
+        reason = f"cannot read the shard: {error.strerror or error}"
+        for row in rows.tolist():
+            yield row, None, None, reason
+        return
+    starts = columns.record_offsets[rows]
+    fields = zip(rows.tolist(), starts.tolist(), (starts + columns.record_sizes[rows]).tolist(),
+                 columns.payload_offsets[rows].tolist(), columns.payload_sizes[rows].tolist(),
+                 columns.payload_headers[rows].tolist(), columns.payload_exts[rows].tolist())
+    exts = [ext.encode() for ext in columns.exts]
+    keys, key_offsets = columns.keys, columns.key_offsets
+    for row, start, end, payload, length, header, ext in fields:
+        if end > size:
+            reason = _truncated(location, size, columns.key(row), start, end)
+        elif header < 0:
+            reason = f"the index lists no payload member for {columns.key(row)!r} ({columns.members(row)})"
+        else:
+            key = keys[key_offsets[row]:key_offsets[row + 1]].tobytes()
+            reason = _name_mismatch(view, header, key + b"." + exts[ext])
+        if reason is not None:
+            yield row, None, None, reason
+        else:
+            yield row, columns.exts[ext], lend_payload(view, payload, payload + length), None
+
+
+def read_indexed_payloads(run) -> Iterator[tuple]:
+    """The fast path for local shards: (record, extension, payload view, None) per record, or
+    (record, None, None, reason).
+
+    The sample index already says where each payload is, so no tar header is parsed: the shard
+    is mapped once and each payload is a zero-copy slice. What is checked per sample: the sample
+    lies inside the file (a truncated shard is reported, for this and every later sample), and
+    the payload member's header carries the expected name `<key>.<ext>` (a shard that does not
+    match its index is an error). Header checksums are not verified here (the http path and
+    validate_dataset.py do).
+    """
+    try:
+        size, view = mapped_shard(run.location)
+    except OSError as error:
+        reason = f"cannot read the shard: {error.strerror or error}"
+        for record in run.records:
+            yield record, None, None, reason
+        return
+    for record in run.records:
+        end = record.record_offset + record.record_size
+        if end > size:
+            yield record, None, None, _truncated(run.location, size, record.key, record.record_offset, end)
+            continue
+        member = _payload_member(record)
+        if member is None:
+            yield record, None, None, f"the index lists no payload member for {record.key!r} ({record.members})"
+            continue
+        ext, header_offset = member
+        reason = _name_mismatch(view, header_offset, f"{record.key}.{ext}".encode())
+        if reason is not None:
+            yield record, None, None, reason
+            continue
+        start, stop = record.payload_offset, record.payload_offset + record.payload_size
+        yield record, ext, bytes(view[start:stop]) if run.copied else lend_payload(view, start, stop), None
+
+
+class WebDatasetFormat(ShardFormat):
+    record_alignment = BLOCK
+    remainder_suffix = ".tar"
+    reference_loader_reads = True  # img: .cls, .jpg, .json with "bbox", as the reference writes them
+
+    def __init__(self, name, payload_extension, description):
+        self.name = name
+        self.payload_extension = payload_extension
+        self.stores_jpeg = payload_extension == "jpg"
+        self.description = description
+
+    def shard_name(self, split, number, count):
+        return tar_shard_name(split, number)
+
+    def is_shard_file(self, name):
+        return bool(SHARD_FILE.match(name))
+
+    def open_writer(self, path):
+        return TarSampleWriter(path, self.payload_extension)
+
+    def finished_size(self, record_bytes):
+        return TarShardWriter.finished_size(record_bytes)
+
+    def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
+        return iter_tar_samples(location, offset=start, stop_at=stop, stream=stream)
+
+    def read_payloads(self, run):
+        return read_indexed_payloads(run) if run.records and run.records[0].members else None
+
+    def read_payload_rows(self, location, columns, rows):
+        return read_indexed_payload_rows(location, columns, rows) if len(rows) and columns.members(rows[0]) else None
+
+    def check_shard(self, task):
+        return check_tar_shard(task)
+
+
+_npy_headers = {}  # (height, width) -> .npy header of a uint8 HWC array of that shape
+_tensor_buffer = bytearray()
+
+
+def tensor_npy(image) -> memoryview:
+    """The uint8 HWC .npy of an RGB PIL image: encode_npy's exact bytes, built without numpy.
+
+    The bytes are written into one buffer reused from sample to sample, valid until the next
+    call: allocating ~150 KB per sample costs more than the copy itself (fresh pages fault in),
+    and numpy's round trip (asarray + np.save) costs ~7x the raw copy.
+    """
+    global _tensor_buffer
+    key = (image.height, image.width)
+    header = _npy_headers.get(key)
+    if header is None:
+        probe = np.zeros((image.height, image.width, 3), dtype=np.uint8)
+        header = _npy_headers[key] = encode_npy(probe)[: -probe.size]
+    size = len(header) + image.height * image.width * 3
+    if len(_tensor_buffer) != size:
+        _tensor_buffer = bytearray(size)
+    _tensor_buffer[: len(header)] = header
+    _tensor_buffer[len(header):] = image.tobytes()
+    return memoryview(_tensor_buffer)
+
+
+class TensorFormat(WebDatasetFormat):
+    reference_loader_reads = False  # .npy HWC: the reference reads .pth (torch.save of CHW)
+    # Train keeps 256x256 so the loader's RandomResizedCrop still has room.
+    default_steps = {"train": ("Resize(256)", "CenterCrop(256)"), "validation": ("Resize(256)", "CenterCrop(224)")}
+
+    def encode_image(self, image, quality):
+        return tensor_npy(image)
+
+    def estimated_payload_bytes(self, source_bytes, fixed_size):
+        if fixed_size is not None:
+            return fixed_size[0] * fixed_size[1] * 3 + 128  # .npy header: 128 bytes for these shapes
+        return source_bytes * TENSOR_BYTES_PER_SOURCE_BYTE
+
+    def metadata_fields(self):
+        return {"tensor_layout": TENSOR_LAYOUT}
+
+
+IMG = WebDatasetFormat("img", "jpg", "WebDataset tar shards of JPEG")
+TENSOR = TensorFormat("tensor", "npy", "WebDataset tar shards of uint8 .npy")
