@@ -18,13 +18,21 @@ import numpy as np
 
 from imagenet_shards.launcher import Instance
 from imagenet_shards.loader.batch_ring import SharedFlags
-from imagenet_shards.loader.global_order import FlatLayout, check_layout, flat_sequence, plan_flat
+from imagenet_shards.loader.global_order import (FlatLayout, GlobalOrder, check_layout, default_partitions,
+                                                 flat_sequence, plan_flat)
 from imagenet_shards.loader.resume import SubOrder, plan_items, plan_segment
 from imagenet_shards.loader.share_plan import epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
 from imagenet_shards.loader.sources import Source, load_own_share
 
 log = logging.getLogger(__name__)
+
+
+def resolved_order(order: GlobalOrder, total: int, batch_size: int, instances: int) -> GlobalOrder:
+    """`order` with G (default: the per-rank batch x the instance count) and P (default_partitions) filled in."""
+    g = int(order.global_batch_size or batch_size * instances)
+    partitions = int(order.partitions or default_partitions(total, g))
+    return GlobalOrder(partitions=partitions, block=int(order.block), global_batch_size=g)
 
 
 class EpochPlanner:
@@ -39,7 +47,8 @@ class EpochPlanner:
         # order="global" (a global_order.GlobalOrder; None: today's order): the epoch's flat sequence
         self.order, self.layout, self._flat = order, None, {}
         if order is not None:
-            self.layout = FlatLayout(source.total, int(order.partitions), batch_size, policy)
+            self.order = order = resolved_order(order, source.total, batch_size, instance.count)
+            self.layout = FlatLayout(source.total, order.partitions, order.global_batch_size, policy)
             check_layout(self.layout, instance.count)
             self._padded_mask = self.layout.padded_mask()
         self.own_share, self._padded_rows = None, {}
@@ -114,7 +123,9 @@ class EpochPlanner:
         """What a resume state records of the order (None: today's)."""
         if self.order is None:
             return None
-        return {**self.order.to_json(), "batch_size": self.batch_size}
+        order = self.order
+        return {"name": "global", "partitions": order.partitions, "block": int(order.block),
+                "global_batch_size": order.global_batch_size}
 
     def shard_sequence(self, epoch: int):
         """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order."""

@@ -71,7 +71,7 @@ from imagenet_shards.formats.mapped_shards import release_payload
 from imagenet_shards.launcher import Instance, detect_instance
 from imagenet_shards.normalization import Normalization, normalization_location
 from imagenet_shards.loader.epoch_planner import EpochPlanner
-from imagenet_shards.loader.global_order import order_setting
+from imagenet_shards.loader.global_order import order_setting, per_rank_batch
 from imagenet_shards.loader.options import Cache, DataSource, Order, transform_setting, with_keywords
 from imagenet_shards.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
 from imagenet_shards.loader import jpeg_crop, worker_shards
@@ -392,7 +392,7 @@ def device_decode_asked(jpeg_decode, location: str) -> bool:
     return True
 
 
-def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
+def get_data(source, split: str = "train", batch_size: Optional[int] = None, workers: int = 0, *,
              transform=None, batch_transform=None, normalization="host", order=None, cache=None,
              instance=None, seed: int = 0, epoch: int = 0, train: Optional[bool] = None, on_error: str = "skip",
              jpeg_decode: Optional[str] = None, with_keys: bool = False, pin_memory: bool = False,
@@ -412,8 +412,11 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     normalization   "host" (float batches), "device"/"ipu" (uint8 NCHW; wrap the model in
                     imagenet_shards.normalization.NormalizeOnDevice), or a Normalization(location, dtype, mean, std,
                     channels_last).
-    order           None, "shards", "global", GlobalOrder(partitions=P) or an Order(policy, shuffle, drop_last,
-                    shuffle_buffer, sequence): who gets which samples when (imagenet_shards/loader/global_order.py).
+    batch_size      samples per batch of this instance (default 64); under GlobalOrder(global_batch_size=G)
+                    derived as G / the instance count (a batch_size given must equal it).
+    order           None, "shards", "global", GlobalOrder(global_batch_size=G, partitions=P) or an Order(policy,
+                    shuffle, drop_last, shuffle_buffer, sequence): who gets which samples when
+                    (imagenet_shards/loader/global_order.py).
     cache           None, a directory, or Cache(directory, limit, remote_paths, prefetch): docs/shard-cache.md.
     instance        a launcher.Instance or (index, count); default: detected from the launcher.
     train           the split's defaults (recipe, policy, shuffle, drop_last) are train's (default: split == "train").
@@ -464,10 +467,12 @@ def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, 
     if device_decode:
         check_device_pipeline(pipeline)  # what the device cannot run is refused now, not at the first batch
     say_pipeline_notes(resolved.description, pipeline, notes)
+    global_order = train_order(order.sequence, policy)
+    batch_size = per_rank_batch(order_setting(order.sequence), batch_size, instance.count)
     check_options(on_error, policy, batch_size)
     planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch,
                            shuffle=shuffle, drop_last=drop_last, use_repartition=source.use_repartition,
-                           order=train_order(order.sequence, policy))
+                           order=global_order)
     boxes = source.use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps
     shuffle_buffer = order.shuffle_buffer if shuffle and planner.order is None else 0
     read_loop = ReadLoop(ReadContext(resolved, planner.columns, source.verify, boxes, seed), pipeline, batch_size,

@@ -37,15 +37,15 @@ GOOD_KEPT = 4096
 
 
 class FlatTag(NamedTuple):
-    """order="global": a worker's batches are augmented by their flat batch number, not by (instance, worker)."""
+    """order="global": each sample is augmented by its flat position, not by (instance, worker, batch)."""
 
     seed: int
     epoch: int
-    batch_ids: object  # the worker's batches' flat numbers, in its order
+    sample_ids: object  # the worker's items' flat positions, in its order
 
-    def name(self, batch: int) -> str:
-        flat = int(self.batch_ids[batch]) if batch < len(self.batch_ids) else f"x{batch}"  # x: past the plan
-        return f"{self.seed}/{self.epoch}/flat{flat}"
+    def name(self, index: int) -> str:
+        flat = int(self.sample_ids[index]) if index < len(self.sample_ids) else f"x{index}"  # x: past the plan
+        return f"{self.seed}/{self.epoch}/g{flat}"
 
 
 class SampleError(Error, RuntimeError):
@@ -80,16 +80,16 @@ class ReadLoop:
         return cache.take_events() if cache is not None else {}
 
     def batches(self, items, plan, epoch, workers, segment, start, report, shared, ring, byte_ring=None,
-                batch_ids=None):
+                sample_ids=None):
         """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
         shuffle buffer's order (0: none), computed on indices (resume.buffer_order), each batch
         augmented with its own generator, so a resumed worker yields what the uninterrupted one would have.
-        `batch_ids` (order="global"): each of the worker's batches' flat batch number, which then seeds
-        its augmentation, so that a flat batch is augmented alike whatever the instance and worker counts."""
+        `sample_ids` (order="global"): each of the worker's items' flat position, which then seeds its
+        augmentation, so that a sample is augmented alike whatever the instance and worker counts."""
         logical, worker = workers
         tag = (self.context.seed, epoch, segment, self.instance_index, logical)
-        if batch_ids is not None:
-            tag = FlatTag(self.context.seed, epoch, batch_ids)
+        if sample_ids is not None:
+            tag = FlatTag(self.context.seed, epoch, sample_ids)
         size, first_batch, position = self.shuffle_buffer, int(start[0]), int(start[1])
         if position == 0:
             raw = self._raw_samples(items)
@@ -104,10 +104,13 @@ class ReadLoop:
                                self.dtype, self.scale, self.bias, shared, ring, worker,
                                None if packer else self.batch_transform, packer)
         progress = builder.progress = [logical, first_batch, position]
-        rng = self._augment_rng(tag, first_batch)
+        per_sample = isinstance(tag, FlatTag)
+        rng = self._augment_rng(tag, first_batch * self.batch_size if per_sample else first_batch)
         good = []
         context, key = self.context, self.kind.key
         for item, shard, label, payload, kind, error in raw:
+            if per_sample:
+                rng = self._augment_rng(tag, progress[2])
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder, rng, shard)
@@ -122,7 +125,8 @@ class ReadLoop:
                 report.batches += 1
                 progress[1] += 1
                 yield builder.emit()
-                rng = self._augment_rng(tag, progress[1])
+                if not per_sample:
+                    rng = self._augment_rng(tag, progress[1])
         deficit = len(items) - first_batch * self.batch_size - report.samples
         if deficit > 0 and plan.policy != "spread":
             yield from self._substitute(good, deficit, builder, report, rng, worker)
@@ -136,8 +140,9 @@ class ReadLoop:
                 yield builder.emit()
 
     def _augment_rng(self, tag, batch: int):
-        """The generator of one batch's augmentation; a user transform's torch draws are seeded alike,
-        so that a resumed worker draws what the uninterrupted one did."""
+        """The generator of one batch's augmentation (of one sample's, item index `batch`, under the global
+        order); a user transform's torch draws are seeded alike, so that a resumed worker draws what the
+        uninterrupted one did."""
         if isinstance(tag, FlatTag):
             name = tag.name(batch)
             if self.torch_random is not None:

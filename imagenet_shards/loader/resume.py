@@ -261,7 +261,7 @@ def epoch_of(identity: dict, epoch: int) -> Epoch:
     """The Epoch (planner of delivered positions) of a loader's identity: today's order or the global one."""
     layout, total, order = None, identity["dataset"]["samples"], identity.get("order")
     if order is not None:
-        layout = FlatLayout(total, order["partitions"], order["batch_size"], identity["policy"])
+        layout = FlatLayout(total, order["partitions"], order["global_batch_size"], identity["policy"])
         total = len(layout)
     return Epoch(total, identity["seed"], epoch, identity["policy"], identity["drop_last"], layout)
 
@@ -288,9 +288,21 @@ def check_identity(state: dict, identity: dict) -> None:
         raise ResumeError(f"the state is from another dataset: {theirs['description']} ({theirs['samples']} samples, "
                           f"fingerprint {theirs['sha256']}); this loader reads {ours['description']} "
                           f"({ours['samples']} samples, fingerprint {ours['sha256']})")
+    check_global_batch(state.get("order"), identity["order"])
     for name in FIXED:
         if state.get(name) != identity[name]:
             raise ResumeError(f"the state has {name} {state.get(name)!r}, this loader {name} {identity[name]!r}")
+
+
+def check_global_batch(theirs, ours) -> None:
+    """A state of the global order saved with another global batch size G is refused in one line."""
+    if not (isinstance(theirs, dict) and isinstance(ours, dict)):
+        return
+    before, now = theirs.get("global_batch_size"), ours.get("global_batch_size")
+    if before != now:
+        raise ResumeError(f"the state was saved with global batch size {before}, this loader's is {now}: the global "
+                          f"order resumes with the same G only (keep GlobalOrder(global_batch_size={before}) and "
+                          f"change the instance count or the per-rank batch)")
 
 
 def load(states, identity: dict, instance: int, current: Segment) -> Optional[Resume]:
@@ -406,7 +418,7 @@ def plan_items(sequence, plan: InstancePlan) -> InstancePlan:
         return SubOrder(sequence, positions).take(np.arange(len(positions)))
     return InstancePlan(at(plan.items), plan.batch_size, plan.drop_last, plan.policy, plan.instance_counts,
                         at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided,
-                        plan.batch_ids)
+                        plan.sample_ids)
 
 
 def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
