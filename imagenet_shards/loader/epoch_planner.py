@@ -18,14 +18,22 @@ import numpy as np
 
 from imagenet_shards.launcher import Instance
 from imagenet_shards.loader.batch_ring import SharedFlags
-from imagenet_shards.loader.global_order import (FlatLayout, GlobalOrder, check_layout, default_partitions,
-                                                 flat_sequence, plan_flat)
+from imagenet_shards.loader.global_order import FlatLayout, GlobalOrder, check_layout, default_partitions, plan_flat
+from imagenet_shards.loader.global_mix import MixLayout
+from imagenet_shards.loader.mix import mix_groups
 from imagenet_shards.loader.resume import SubOrder, plan_items, plan_segment
-from imagenet_shards.loader.share_plan import epoch_order, plan_instance, plan_own_share
+from imagenet_shards.loader.share_plan import GroupedOrder, epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
 from imagenet_shards.loader.sources import Source, load_own_share
 
 log = logging.getLogger(__name__)
+
+
+def flat_layout(source: Source, order: GlobalOrder, policy: str):
+    """The global order's layout: global_order.FlatLayout, or global_mix.MixLayout for a Mix."""
+    if source.mix is not None:
+        return MixLayout(tuple(int(c) for c in source.mix.counts), order.partitions, order.global_batch_size, policy)
+    return FlatLayout(source.total, order.partitions, order.global_batch_size, policy)
 
 
 def resolved_order(order: GlobalOrder, total: int, batch_size: int, instances: int) -> GlobalOrder:
@@ -48,7 +56,7 @@ class EpochPlanner:
         self.order, self.layout, self._flat = order, None, {}
         if order is not None:
             self.order = order = resolved_order(order, source.total, batch_size, instance.count)
-            self.layout = FlatLayout(source.total, order.partitions, order.global_batch_size, policy)
+            self.layout = flat_layout(source, order, policy)
             check_layout(self.layout, instance.count)
             self._padded_mask = self.layout.padded_mask()
         self.own_share, self._padded_rows = None, {}
@@ -124,17 +132,25 @@ class EpochPlanner:
         if self.order is None:
             return None
         order = self.order
-        return {"name": "global", "partitions": order.partitions, "block": int(order.block),
-                "global_batch_size": order.global_batch_size}
+        identity = {"name": "global", "partitions": order.partitions, "block": int(order.block),
+                    "global_batch_size": order.global_batch_size}
+        if isinstance(self.layout, MixLayout):
+            identity["sources"] = list(self.layout.counts)
+        return identity
 
     def shard_sequence(self, epoch: int):
-        """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order."""
+        """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order; a Mix's
+        under the global order: its sources' runs one source after the other (global_mix.py)."""
+        mix = self.source.mix
+        if mix is not None and self.order is not None:
+            ranges = [part.columns.group_ranges() for part in mix.parts]
+            return GroupedOrder(*mix_groups(ranges, mix.counts, self.seed, epoch, self.shuffle)[:2])
         return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
 
     def flat(self, epoch: int):
         """order="global": the epoch's global_order.FlatSequence (one kept: 1.28M positions are 10 MB)."""
         if epoch not in self._flat:
-            self._flat = {epoch: flat_sequence(self.layout, self.seed, epoch, self.order.block if self.shuffle else None)}
+            self._flat = {epoch: self.layout.flat(self.seed, epoch, self.order.block if self.shuffle else None)}
         return self._flat[epoch]
 
     def epoch_sequence(self, epoch: int):

@@ -182,6 +182,9 @@ class FlatLayout:
             out.append(k * int(self.global_batch) + offsets[k, p] + j - consumed[k, p])
         return out
 
+    def flat(self, seed: int, epoch: int, block) -> "FlatSequence":
+        return flat_sequence(self, seed, epoch, block)
+
     def padded_mask(self) -> np.ndarray:
         """True at the flat positions that repeat a sample of their partition ("pad")."""
         mask = np.zeros(len(self), dtype=bool)

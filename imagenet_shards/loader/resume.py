@@ -35,6 +35,7 @@ from typing import Optional
 
 import numpy as np
 
+from imagenet_shards.loader.global_mix import MixLayout
 from imagenet_shards.loader.global_order import FlatLayout, plan_flat
 from imagenet_shards.loader.share_plan import InstancePlan, plan_instance
 from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
@@ -261,7 +262,11 @@ def epoch_of(identity: dict, epoch: int) -> Epoch:
     """The Epoch (planner of delivered positions) of a loader's identity: today's order or the global one."""
     layout, total, order = None, identity["dataset"]["samples"], identity.get("order")
     if order is not None:
-        layout = FlatLayout(total, order["partitions"], order["global_batch_size"], identity["policy"])
+        if order.get("sources"):
+            layout = MixLayout(tuple(order["sources"]), order["partitions"], order["global_batch_size"],
+                               identity["policy"])
+        else:
+            layout = FlatLayout(total, order["partitions"], order["global_batch_size"], identity["policy"])
         total = len(layout)
     return Epoch(total, identity["seed"], epoch, identity["policy"], identity["drop_last"], layout)
 
