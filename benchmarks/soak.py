@@ -11,7 +11,9 @@ mid-body, stalls past the read timeout, an outage within the retries and one pas
 stop with one line naming the store; the restart carries on once it is back), a bit flipped in a cached
 shard, a cached shard truncated, and SIGKILL of a rank, of a DataLoader worker, of the whole job and of
 rank 0 in the middle of a checkpoint's write. After each fault that ends the job the soak restarts it
-from the last checkpoint (--resume), on 2 ranks or, in a rank-change schedule, on 1, 2 or 3.
+from the last checkpoint (--resume), on 2 ranks or, in a rank-change schedule, on 1, 2 or 4, the
+global batch kept (train_imagenet.py --global-batch-size: order="global", per-rank batch G/N), so a
+rank-change run is checked to train on the reference's global batch at every step.
 
 Then the checker (imagenet_shards/testing/soak_check.py). Writes DIR/soak.json and prints a table; exit 0 when
 every check passed, 1 otherwise. The reference run (same steps and seed, no faults) is kept in
@@ -96,6 +98,8 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
         if not equal:
             problems.append(f"final parameters {digest} differ from the reference's {reference['digest']}")
         problems += soak_check.check_batches(out / "logs" / "keys", Path(reference["root"]) / "logs" / "keys")
+    else:  # the global order, G kept: the same global batch at each step on any rank count
+        problems += soak_check.check_global_batches(out / "logs" / "keys", Path(reference["root"]) / "logs" / "keys")
     faults = [fault.as_dict() for fault in schedule.faults]
     problems += soak_check.check_cache_faults(faults, run.jobs)
     for fault in faults:

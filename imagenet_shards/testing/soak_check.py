@@ -89,6 +89,38 @@ def check_batches(keys_dir: Path, reference_dir: Path) -> list:
     return problems
 
 
+def global_batches(keys_dir: Path) -> dict:
+    """step -> [the set of keys of every rank's batch, per rank count that logged the step on all its ranks]
+    (the last record of each (rank count, rank, step): a replayed step overwrites)."""
+    found = {}
+    for path in sorted(keys_dir.glob("rank*.jsonl")):
+        rank = int(path.stem[4:])
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line cut by a kill
+            found[(record["step"], record.get("ranks", 0), rank)] = record["keys"]
+    out = {}
+    for step, ranks in sorted({(step, ranks) for step, ranks, _ in found}):
+        if all((step, ranks, rank) in found for rank in range(ranks)):
+            out.setdefault(step, []).append(set().union(*(found[(step, ranks, r)] for r in range(ranks))))
+    return out
+
+
+def check_global_batches(keys_dir: Path, reference_dir: Path) -> list:
+    """A rank-change run under the global order: every step's global batch (every rank's keys of that step,
+    on whatever rank count ran it) is the reference's."""
+    got, expected = global_batches(keys_dir), global_batches(reference_dir)
+    differ = [step for step, batches in sorted(got.items())
+              if step in expected and any(batch != expected[step][0] for batch in batches)]
+    problems = [] if sorted(got) == sorted(expected) else \
+        [f"steps logged on every rank differ from the reference's: {len(got)} against {len(expected)}"]
+    if differ:
+        problems.append(f"{len(differ)} global batch(es) differ from the reference's, first at step {differ[0]}")
+    return problems
+
+
 def check_cache_faults(faults: list, jobs: list) -> list:
     """Each corrupted cache entry: named in a job's log after the corruption, or never read again."""
     problems = []

@@ -56,7 +56,7 @@ class Settings:
 
     def training_args(self) -> list:
         return ["--data", f"s3://{BUCKET}/img", "--arch", self.arch, "--image-size", self.image_size,
-                "--batch-size", self.batch_size, "--workers", self.workers, "--max-steps", self.steps,
+                "--global-batch-size", self.batch_size * RANKS, "--workers", self.workers, "--max-steps", self.steps,
                 "--epochs", 10_000, "--seed", self.seed, "--no-val", "--checkpoint-every", self.checkpoint_every,
                 "--print-every", 10_000, "--cache-limit", self.cache_limit]
 

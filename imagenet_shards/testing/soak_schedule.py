@@ -4,8 +4,8 @@ time, so that a seed names its run.
 Every schedule holds each fault kind at least once (a short CI schedule covers them all); a longer run
 draws more, one fault every SPACING steps or so. A schedule is "same-count" (every restart on 2 ranks:
 the final weights must equal the uninterrupted run's) or, for one seed in three, "rank-change" (each
-restart after a process fault on 1, 2 or 3 ranks, as the seed says: the loader's N->M resume, proved by
-the ledgers).
+restart after a process fault on 1, 2 or 4 ranks, as the seed says: the loader's N->M resume under the
+global order with the global batch kept, proved by the ledgers and by every step's global batch).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ ENDS_THE_JOB = PROCESS_FAULTS + ("outage_past_retries",)
 SPACING = 6  # steps between faults, on average, beyond one of each kind
 STORE_LEAD = 6  # a store fault comes this many steps before the end at least: a later one may meet no request
 RANKS = 2
+RESTART_RANKS = (1, 2, 4)  # a rank-change schedule's restarts: each divides the global batch and P (issue 43)
 
 
 @dataclass
@@ -78,7 +79,7 @@ def draw_schedule(seed: int, steps: int, checkpoint_every: int) -> Schedule:
         pool = [s for s in pool if s not in taken] or [s for s in range(first, last + 1) if s not in taken]
         step = rng.choice(pool)
         taken.add(step)
-        ranks = rng.choice((1, 2, 3)) if rank_change and kind in PROCESS_FAULTS else RANKS
+        ranks = rng.choice(RESTART_RANKS) if rank_change and kind in PROCESS_FAULTS else RANKS
         faults.append(Fault(step, kind, ranks))
     faults.sort(key=lambda fault: fault.step)
     return Schedule(seed, steps, any(fault.ranks_after != RANKS for fault in faults), faults)
