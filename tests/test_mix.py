@@ -139,3 +139,16 @@ def test_a_70_30_mix_under_the_global_order_exact_counts_and_each_global_batch_w
         loader.write_ledger(tmp_path / f"ledger-{i}.json")
     assert ledger_main(["verify", *(str(tmp_path / f"ledger-{i}.json") for i in range(2))]) == 0
     assert "OK: every sample" in capsys.readouterr().out
+
+
+def test_the_shard_cache_serves_each_source_of_a_mix(two_datasets, tmp_path):
+    """Each source's shards are cached under the one directory, each keyed by its dataset; a second epoch
+    reads them from there (the same keys as without the cache)."""
+    img, tfrecord = two_datasets
+    mix = Mix([(img, 0.7), (tfrecord, 0.3)])
+    plain = [k for _, _, keys in make(mix, order=GlobalOrder(global_batch_size=3)) for k in keys]
+    loader = make(mix, order=GlobalOrder(global_batch_size=3), cache=str(tmp_path / "cache"))
+    assert [k for _, _, keys in loader for k in keys] == plain
+    assert len([d for d in (tmp_path / "cache").iterdir() if d.is_dir()]) == 2  # one entry folder per source
+    assert sum(1 for _ in (tmp_path / "cache").rglob("*.tar")) + sum(1 for _ in (tmp_path / "cache").rglob("*.tfrecord")) \
+        == sum(1 for _ in img.glob("train/*.tar")) + sum(1 for _ in tfrecord.glob("train/*.tfrecord"))

@@ -88,7 +88,7 @@ from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, ke
 from imagenet_shards.loader.sources import resolve_source
 from imagenet_shards.loader.user_transforms import build_pipeline
 from imagenet_shards.errors import UsageError
-from imagenet_shards.shard_cache import open_cache, warn_cache_problems
+from imagenet_shards.shard_cache import open_cache, parse_size, warn_cache_problems
 
 __all__ = ["ImageLoader", "ImageStream", "SampleError", "get_data"]
 
@@ -459,8 +459,7 @@ def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, 
     resolved = resolve_source(source.location, split, instance.count, recipe.image_size or 224,
                               source.synthetic_length, seed, source.use_repartition, source.label_offset)
     if cache is not None:
-        resolved.cache = open_cache(cache.directory, resolved.metadata, resolved.description, cache.limit,
-                                    cache.remote_paths, cache.prefetch)
+        open_caches(resolved, cache)
     pipeline, notes, torch_random, batch_transform = build_pipeline(
         recipe, batch_transform, train, resolved.stored_steps, None if device_decode else jpeg_decode,
         get_source_kind(resolved.kind).output_sized)
@@ -480,6 +479,18 @@ def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, 
                          normalization=normalization, batch_transform=batch_transform, torch_random=torch_random,
                          device_decode=device_decode)
     return ImageStream(planner, read_loop)
+
+
+def open_caches(resolved, cache: Cache) -> None:
+    """The node's shard cache for the source, or for each source of a Mix (each its own entries under the
+    one directory, keyed by its dataset; the size limit, split evenly among a mix's sources)."""
+    parts = resolved.mix.parts if resolved.mix is not None else [resolved]
+    limit = cache.limit
+    if limit is not None and len(parts) > 1:
+        limit = parse_size(limit) // len(parts)
+    for part in parts:
+        part.cache = open_cache(cache.directory, part.metadata, part.description, limit, cache.remote_paths,
+                                cache.prefetch)
 
 
 def announce(loader: ImageLoader, resolved, pipeline) -> None:

@@ -28,6 +28,7 @@ from imagenet_shards.loader.reports import Skipped
 from imagenet_shards.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from imagenet_shards.loader.source_kinds import Boxed, ReadContext, get_source_kind
 from imagenet_shards.normalization import Normalization, scale_and_bias
+from imagenet_shards.shard_cache import merge_events
 from imagenet_shards.errors import Error
 
 ON_ERROR = ("skip", "fail")
@@ -75,9 +76,13 @@ class ReadLoop:
         self.byte_capacity = largest_batch_bytes(context.columns, batch_size) if device_decode else 0
 
     def take_cache_events(self) -> dict:
-        """What the source's shard cache did since last asked (for the worker's report)."""
-        cache = self.source.cache
-        return cache.take_events() if cache is not None else {}
+        """What the source's shard cache (a Mix's sources' caches) did since last asked (for the worker's report)."""
+        mix = getattr(self.source, "mix", None)
+        caches = [part.cache for part in mix.parts] if mix is not None else [self.source.cache]
+        events = {}
+        for cache in caches:
+            events = merge_events(events, cache.take_events() if cache is not None else {})
+        return events
 
     def batches(self, items, plan, epoch, workers, segment, start, report, shared, ring, byte_ring=None,
                 sample_ids=None):
