@@ -62,6 +62,12 @@ class EpochPlanner:
         self.own_share, self._padded_rows = None, {}
         if source.repartition is not None and use_repartition and order is None:
             self.own_share = self._choose_repartition(source.repartition)
+        elif source.repartition is not None and use_repartition:
+            # A repartition fixes each of N instances' shards once (today's contiguous deal, remainders
+            # byte-copied); the global order cuts its partitions from every epoch's shard permutation, so
+            # that a global batch does not depend on N: it reads the dataset's own shards instead.
+            log.info("%s: not used by order='global' (its partitions follow each epoch's shard order, not one "
+                     "instance count's fixed shares); reading the dataset's shards", source.repartition["location"])
         self._plans = {}
         # A loaded state (imagenet_shards/loader/resume.py) applies to its epoch while this flag (shared
         # with persistent workers) is 1; it is cleared once that epoch's iteration finished.
