@@ -152,3 +152,33 @@ def test_the_shard_cache_serves_each_source_of_a_mix(two_datasets, tmp_path):
     assert len([d for d in (tmp_path / "cache").iterdir() if d.is_dir()]) == 2  # one entry folder per source
     assert sum(1 for _ in (tmp_path / "cache").rglob("*.tar")) + sum(1 for _ in (tmp_path / "cache").rglob("*.tfrecord")) \
         == sum(1 for _ in img.glob("train/*.tar")) + sum(1 for _ in tfrecord.glob("train/*.tfrecord"))
+
+
+def test_a_mix_under_the_global_order_resumed_from_2_onto_4_ranks_keeps_the_global_batches(two_datasets, tmp_path,
+                                                                                            capsys):
+    img, tfrecord = two_datasets
+    mix = Mix([(img, 0.7), (tfrecord, 0.3)])
+
+    def ranks(count, epoch=2):
+        return [get_data(mix, "train", None, 0, normalization="device", with_keys=True, seed=5, epoch=epoch,
+                         instance=(i, count), order=GlobalOrder(global_batch_size=8)) for i in range(count)]
+
+    def steps(per_rank):
+        return [set().union(*batches) for batches in zip(*per_rank)]
+
+    reference = steps([[list(keys) for _, _, keys in loader] for loader in ranks(1)])
+    first = ranks(2)
+    iterators = [iter(loader) for loader in first]
+    before = steps([[list(next(it)[2]) for _ in range(3)] for it in iterators])
+    states = json.loads(json.dumps([loader.state_dict() for loader in first]))
+    for it in iterators:
+        it.close()
+    later = ranks(4, epoch=0)
+    for loader in later:
+        loader.load_state_dict(states)
+    after = steps([[list(keys) for _, _, keys in loader] for loader in later])
+    assert before + after == reference and len(reference) == 8
+    for i, loader in enumerate(later):
+        loader.write_ledger(tmp_path / f"ledger-{i}.json")
+    assert ledger_main(["verify", *(str(tmp_path / f"ledger-{i}.json") for i in range(4))]) == 0
+    assert "OK: every sample" in capsys.readouterr().out
