@@ -304,6 +304,9 @@ def check_global_batch(theirs, ours) -> None:
     if not (isinstance(theirs, dict) and isinstance(ours, dict)):
         return
     before, now = theirs.get("global_batch_size"), ours.get("global_batch_size")
+    if before is None:
+        raise ResumeError("the state was saved by the earlier global order (keyed by the per-rank batch, before "
+                          "issue 43): this loader's order is keyed by the global batch size; start the epoch afresh")
     if before != now:
         raise ResumeError(f"the state was saved with global batch size {before}, this loader's is {now}: the global "
                           f"order resumes with the same G only (keep GlobalOrder(global_batch_size={before}) and "
