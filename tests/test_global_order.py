@@ -192,6 +192,19 @@ def test_the_default_p_serves_the_sample_dataset_and_is_in_the_state(img):
         later.load_state_dict(state)
 
 
+def test_a_resume_on_the_same_count_continues_each_worker_where_it_stopped(img):
+    """Same N and W: the workers continue their own plans mid-way (no shuffle buffer under the global order)."""
+    reference = [list(keys) for _, _, keys in make(img, (1, 2), 2, g=8)]
+    loader = make(img, (1, 2), 2, g=8)
+    iterator = iter(loader)
+    before = [list(next(iterator)[2]) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    iterator.close()
+    resumed = make(img, (1, 2), 2, epoch=0, g=8)
+    resumed.load_state_dict(state)
+    assert before + [list(keys) for _, _, keys in resumed] == reference
+
+
 RANKS = """
 import json, os, signal, sys
 import torch.distributed as dist

@@ -100,7 +100,7 @@ class ReadLoop:
             raw = self._raw_samples(items)
             raw = shuffled(raw, size, order_rng(*tag)) if size > 1 else raw
         else:  # resumed: read only what is left, emit it in the order the buffer would have
-            todo = buffer_order(len(items), size, order_rng(*tag))[position:]
+            todo = buffer_order(len(items), size, order_rng(*tag) if size > 1 else None)[position:]
             inputs = np.sort(todo)
             raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
         packer = JpegPacker(self.pipeline, byte_ring, worker, shared, self.byte_capacity, self.torch_random) \
