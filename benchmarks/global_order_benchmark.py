@@ -134,8 +134,9 @@ def main(argv=None) -> int:
               f"{run.get('mean')} vs a perfect shuffle's {perfect.get('mean')}; per global batch "
               f"{whole.get('run', {}).get('mean')} vs {whole.get('perfect_shuffle', {}).get('mean')} ({ratio:.3f}x)")
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "shuffle": shuffle, "share_bytes": share, "partitions": partitions,
-                                         "global_batch_size": args.global_batch_size}, indent=1))
+        args.json.write_text(json.dumps({"rows": rows, "shuffle": shuffle, "share_bytes": share,
+                                         "partitions": partitions, "global_batch_size": args.global_batch_size},
+                                        indent=1))
     return 0
 
 

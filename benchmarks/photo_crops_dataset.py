@@ -6,8 +6,9 @@
 
 Per photo, --crops random crops (60-100% of each side), resized (Lanczos) to a long side of 560-640 px,
 saved at quality 95 with 4:2:0 chroma: of every 5, 4 under train/ and 1 under validation/, classes by
-photo index modulo --classes (10; photos sorted over every --photos folder). ../shared/photos/large gives 530 images with the default 5, mean ~98 KB and
-~590x401 px (the sample builder's grain-free crops of the same photos are ~60 KB); --crops 120 gives
+photo index modulo --classes (10; photos sorted over every --photos folder). ../shared/photos/large
+gives 530 images with the default 5, mean ~98 KB and ~590x401 px (the sample builder's grain-free
+crops of the same photos are ~60 KB); --crops 120 gives
 a 12,720-image set for a training run (benchmarks/train_data_wait.py). Deterministic for a seed and
 --crops, whatever --workers: the crops are drawn in one sequence before the workers encode them.
 """
