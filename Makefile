@@ -7,7 +7,7 @@ DEMO   ?= demo-output
 
 .PHONY: demo test venv clean
 
-$(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c native/jpeg_crop/resample.c native/jpeg_crop/resample.h native/jpeg_crop/setup.py imagenet_shards/torchvision_hook.py
+$(STAMP): requirements.txt scripts/setup_venv.sh native/jpeg_crop/_jpeg_crop.c native/jpeg_crop/resample.c native/jpeg_crop/resample.h setup.py imagenet_shards/torchvision_hook.py
 	bash scripts/setup_venv.sh
 	touch $(STAMP)
 

@@ -51,7 +51,7 @@ def _pipelines(size, use_draft, crop_edges=False):
 
 def _simd_levels():
     """The resampler's kernel sets this CPU has (0 scalar, 1 SSE2, 2 AVX2)."""
-    import _jpeg_crop
+    from imagenet_shards import _jpeg_crop
 
     best = _jpeg_crop.simd()
     return list(range(best + 1))
@@ -59,7 +59,7 @@ def _simd_levels():
 
 def _each_simd_level():
     """Use each kernel set in turn (the best again afterwards), yielding its level."""
-    import _jpeg_crop
+    from imagenet_shards import _jpeg_crop
 
     try:
         for level in _simd_levels():
