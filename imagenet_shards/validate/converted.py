@@ -55,9 +55,11 @@ from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import ShardRecord, parse_metadata
 from imagenet_shards.index import KeyTable, SampleColumns, ShardGroups, columns_from_records
+from imagenet_shards.index.earlier import EarlierIndexError
 from imagenet_shards.validate.repartition_checks import check_repartition, plan_repartition_checks
 from imagenet_shards.validate.report import Report, ValidationUsageError, sorted_problems
 from imagenet_shards.validate.tasks import label_offset_of, read_index, run_tasks
+from imagenet_shards.validate.upgrade import earlier_index_report
 
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
 TOOL_FOLDERS = {CONVERT_STATE_DIR}  # create_webdataset.py's resume records
@@ -71,6 +73,7 @@ class _SplitState:
     index_ok: bool
     groups: ShardGroups = None  # the index's records per shard, in index order, built when asked for
     _table: KeyTable = None
+    earlier: bool = False  # the index is of the earlier version (imagenet_shards.validate.upgrade)
 
     def __post_init__(self):
         self.groups = ShardGroups(self.columns, by_offset=False)
@@ -164,6 +167,8 @@ def _load_split_index(root, split, entry, shards, problems) -> _SplitState:
         problems.append(error(name, f"size {size:,} bytes, metadata says {info['bytes']:,}"))
     if "sha256" in info and sha256 != info["sha256"]:
         problems.append(error(name, "sha256 differs from metadata (the index changed since conversion)"))
+    if columns is None and isinstance(failure, EarlierIndexError):
+        return _SplitState(split, shards, columns_from_records([]), False, earlier=True)
     if columns is None:
         problems.append(error(name, str(failure).removeprefix(f"{name}: ")))
         return _no_index(split, shards)
@@ -240,6 +245,10 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.problems = sorted_problems(problems)
         report.verdicts["Dataset"] = False
         return report
+    earlier = [str(metadata["splits"][split]["index"]["name"]) for split, state in states.items() if state.earlier]
+    if earlier:  # one line naming the re-index command, not every shard's missing samples
+        shards = [shard for state in states.values() for shard in state.shards]
+        return earlier_index_report(root, report, earlier, shards, workers, started)
 
     tasks, expected_files = _shard_tasks(root, metadata, states, payload_ext, deep, problems)
     repartitions = plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payload_ext,
