@@ -47,10 +47,14 @@ def _index_rows(target, name):
         return sorted((row["key"], int(row["label"])) for row in csv.DictReader(handle, delimiter="\t"))
 
 
-def _loaded(target, split):
-    loader = get_data(str(target), split, 2, 0, instance=(0, 1), on_error="fail", normalization="device",
-                      with_keys=True)
-    return sorted((key, int(label)) for batch in loader for key, label in zip(batch.keys, batch[1].tolist()))
+def _loaded(target, split, instances=1):
+    """(key, label) of every sample the loader gives `instances` instances (a repartition when 2), together."""
+    rows = []
+    for instance in range(instances):
+        loader = get_data(str(target), split, 1, 0, instance=(instance, instances), on_error="fail",
+                          normalization="device", with_keys=True)
+        rows += [(key, int(label)) for batch in loader for key, label in zip(batch.keys, batch[1].tolist())]
+    return sorted(rows)
 
 
 def _reindex_line(target, names):
@@ -65,6 +69,7 @@ def test_every_layout_is_kept_with_the_commit_that_wrote_it():
     assert all(f"img-{commit}" in readme for commit in LAYOUTS)
     for commit, (names, _) in LAYOUTS.items():
         assert all((DATA / f"img-{commit}" / name).is_file() for name in names), commit
+        assert (DATA / f"img-{commit}" / "distributed" / "2-instances" / "manifest.json").is_file(), commit
 
 
 @pytest.mark.parametrize("commit", LAYOUTS)
@@ -90,8 +95,8 @@ def test_the_loader_reads_every_sample_or_refuses_in_one_line(copy, commit):
                 _loaded(target, split)
             assert str(raised.value) == (f"{target / name}: a sample index of the earlier version (payload sha256, "
                                          f"no CRC32C); re-create it with `python tar_tools.py reindex DATASET_DIR`")
-        else:
-            assert _loaded(target, split) == _index_rows(target, name)
+        else:  # the whole split, and the two instances of its repartition (4 and 2 samples: none dropped)
+            assert _loaded(target, split) == _loaded(target, split, 2) == _index_rows(target, name)
 
 
 @pytest.mark.parametrize("commit", NEEDS_REINDEX)
@@ -100,12 +105,15 @@ def test_reindex_then_validate_and_load(copy, commit):
     names, _ = LAYOUTS[commit]
     before = {name: _index_rows(target, name) for name in names}
     result = run_main(tar_tools_main, "reindex", target)
-    assert result.returncode == 0 and result.stdout == "reindex: train 4 samples, validation 2 samples\n", result
+    assert result.returncode == 0, result
+    assert result.stdout == "reindex: train 4 samples, validation 2 samples; distributed/2-instances written again\n"
     for extra in ((), ("--deep",)):
         result = run_main(validate_main, target, "--workers", 1, *extra)
         assert result.returncode == 0 and result.stdout.startswith("Dataset OK.\n"), result.stdout + result.stderr
     for split, name in zip(("train", "validation"), names):
-        assert _loaded(target, split) == _index_rows(target, name) == before[name]
+        assert _loaded(target, split) == _loaded(target, split, 2) == _index_rows(target, name) == before[name]
+    result = run_main(tar_tools_main, "reindex", target)  # again: nothing to do
+    assert result.returncode == 0 and result.stdout == f"reindex: every index of {target} is current\n", result
 
 
 def test_the_validator_as_a_command_one_line_and_a_damaged_shard_named(copy):
