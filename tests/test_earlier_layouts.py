@@ -19,23 +19,29 @@ from imagenet_shards.index import earlier
 from imagenet_shards.loader import get_data
 
 DATA = Path(__file__).resolve().parent / "data" / "earlier-layouts"
-# commit that wrote it -> (its index file names, whether this version needs it re-indexed)
+EARLIEST = ("train.index.tsv", "validation.index.tsv")
+RENAMED = ("samples-train.index.tsv", "samples-validation.index.tsv")
+# <format>-<the commit that wrote it> -> (its index file names, whether this version needs it re-indexed)
 LAYOUTS = {
-    "3a4a4fc": (("train.index.tsv", "validation.index.tsv"), True),  # <split>.index.tsv, payload sha256
-    "22d84c3": (("samples-train.index.tsv", "samples-validation.index.tsv"), True),  # renamed, payload sha256
-    "efb8731": (("samples-train.index.tsv", "samples-validation.index.tsv"), False),  # payload CRC32C
-    "b0a591e": (("samples-train.index.tsv", "samples-validation.index.tsv"), False),  # + bbox column
-    "77eab42": (("samples-train.index.tsv", "samples-validation.index.tsv"), False),  # + metadata_digest
+    "img-3a4a4fc": (EARLIEST, True),  # <split>.index.tsv, payload sha256
+    "tensor-3a4a4fc": (EARLIEST, True),
+    "tfrecord-3a4a4fc": (EARLIEST, True),
+    "img-22d84c3": (RENAMED, True),  # samples-<split>.index.tsv, payload sha256
+    "img-efb8731": (RENAMED, False),  # payload CRC32C
+    "img-b0a591e": (RENAMED, False),  # + the bbox column
+    "img-77eab42": (RENAMED, False),  # + metadata_digest
 }
-NEEDS_REINDEX = [commit for commit, (_, needs) in LAYOUTS.items() if needs]
+# tensor and tfrecord store 16 px images (to stay a few KB): the loader's note that it upsamples them is expected
+pytestmark = pytest.mark.filterwarnings("ignore:.*have a short side of 16 px:UserWarning")
+NEEDS_REINDEX = [layout for layout, (_, needs) in LAYOUTS.items() if needs]
 
 
 @pytest.fixture
 def copy(tmp_path):
-    """A fresh copy of the dataset `commit` wrote (the tests change some)."""
-    def make(commit):
-        target = tmp_path / f"img-{commit}"
-        shutil.copytree(DATA / f"img-{commit}", target)
+    """A fresh copy of the dataset of `layout` (the tests change some)."""
+    def make(layout):
+        target = tmp_path / layout
+        shutil.copytree(DATA / layout, target)
         return target
 
     return make
@@ -65,17 +71,17 @@ def _reindex_line(target, names):
 
 def test_every_layout_is_kept_with_the_commit_that_wrote_it():
     readme = (DATA / "README.md").read_text()
-    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == sorted(f"img-{c}" for c in LAYOUTS)
-    assert all(f"img-{commit}" in readme for commit in LAYOUTS)
-    for commit, (names, _) in LAYOUTS.items():
-        assert all((DATA / f"img-{commit}" / name).is_file() for name in names), commit
-        assert (DATA / f"img-{commit}" / "distributed" / "2-instances" / "manifest.json").is_file(), commit
+    assert sorted(p.name for p in DATA.iterdir() if p.is_dir()) == sorted(LAYOUTS)
+    assert all(f"`{layout}`" in readme for layout in LAYOUTS)
+    for layout, (names, _) in LAYOUTS.items():
+        assert all((DATA / layout / name).is_file() for name in names), layout
+        assert (DATA / layout / "distributed" / "2-instances" / "manifest.json").is_file(), layout
 
 
-@pytest.mark.parametrize("commit", LAYOUTS)
-def test_validate_says_ok_or_names_the_reindex_command_in_one_line(copy, commit):
-    target = copy(commit)
-    names, needs = LAYOUTS[commit]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_validate_says_ok_or_names_the_reindex_command_in_one_line(copy, layout):
+    target = copy(layout)
+    names, needs = LAYOUTS[layout]
     result = run_main(validate_main, target, "--workers", 1)
     if needs:
         assert result.returncode == 1 and result.stderr == "", result.stdout + result.stderr
@@ -85,10 +91,10 @@ def test_validate_says_ok_or_names_the_reindex_command_in_one_line(copy, commit)
         assert result.stdout.splitlines()[0] == "Dataset OK." and "error:" not in result.stdout
 
 
-@pytest.mark.parametrize("commit", LAYOUTS)
-def test_the_loader_reads_every_sample_or_refuses_in_one_line(copy, commit):
-    target = copy(commit)
-    names, needs = LAYOUTS[commit]
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_loader_reads_every_sample_or_refuses_in_one_line(copy, layout):
+    target = copy(layout)
+    names, needs = LAYOUTS[layout]
     for split, name in zip(("train", "validation"), names):
         if needs:
             with pytest.raises(DatasetError) as raised:
@@ -99,10 +105,10 @@ def test_the_loader_reads_every_sample_or_refuses_in_one_line(copy, commit):
             assert _loaded(target, split) == _loaded(target, split, 2) == _index_rows(target, name)
 
 
-@pytest.mark.parametrize("commit", NEEDS_REINDEX)
-def test_reindex_then_validate_and_load(copy, commit):
-    target = copy(commit)
-    names, _ = LAYOUTS[commit]
+@pytest.mark.parametrize("layout", NEEDS_REINDEX)
+def test_reindex_then_validate_and_load(copy, layout):
+    target = copy(layout)
+    names, _ = LAYOUTS[layout]
     before = {name: _index_rows(target, name) for name in names}
     result = run_main(tar_tools_main, "reindex", target)
     assert result.returncode == 0, result
@@ -119,10 +125,10 @@ def test_reindex_then_validate_and_load(copy, commit):
 def test_the_validator_as_a_command_one_line_and_a_damaged_shard_named(copy):
     """The checkout's script in a process of its own (its sys.argv[0]: validate_dataset.py): the one line,
     exit 1, no traceback; a byte changed in one shard adds that shard's line, and only its."""
-    target = copy("3a4a4fc")
+    target = copy("img-3a4a4fc")
     result = run_script("validate_dataset.py", target, "--workers", 2)
     assert result.returncode == 1 and result.stderr == "", result.stdout + result.stderr
-    assert result.stdout.splitlines() == [_reindex_line(target, LAYOUTS["3a4a4fc"][0])]
+    assert result.stdout.splitlines() == [_reindex_line(target, LAYOUTS["img-3a4a4fc"][0])]
     with open(target / "train.index.tsv", newline="") as handle:
         row = next(r for r in csv.DictReader(handle, delimiter="\t") if r["shard"] == "train-000001.tar")
     with open(target / "train-000001.tar", "r+b") as handle:  # a payload's last byte
@@ -133,7 +139,7 @@ def test_the_validator_as_a_command_one_line_and_a_damaged_shard_named(copy):
     result = run_main(validate_main, target, "--workers", 1)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    assert len(lines) == 2 and lines[0] == _reindex_line(target, LAYOUTS["3a4a4fc"][0]), lines
+    assert len(lines) == 2 and lines[0] == _reindex_line(target, LAYOUTS["img-3a4a4fc"][0]), lines
     assert lines[1].startswith("error: train-000001.tar: sha256 ") and "changed since conversion" in lines[1]
     result = run_main(tar_tools_main, "reindex", target)  # damage is named, never blessed
     assert result.returncode == 1 and result.stderr.startswith("train-000001.tar: the payload at line "), result
