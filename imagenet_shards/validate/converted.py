@@ -24,11 +24,12 @@ byte-identical to what the converter wrote, indexed and published, so walking it
 would prove nothing: only the index's own account of it is checked (sample count, byte ranges,
 labels within the class table; a TFRecord shard's .tfindex). When the size or sha256 differs, the
 shard is walked (mapped, page cache) to name the damage: header checksums, structure, every sample
-against the index, every payload's CRC32C (sha256 for an index of the earlier version), every
-json. Remainder shards of repartitions (small: about one shard per instance) and, with `deep`,
-all shards are always walked, `deep` also decoding every payload. Consequence: with the default
-check, contents that match a resealed metadata.json (an edited shard whose new sha256 was written
-into metadata.json) are trusted; `deep` reads them.
+against the index, every payload's CRC32C, every json. Remainder shards of repartitions (small: about
+one shard per instance) and, with `deep`, all shards are always walked, `deep` also decoding every
+payload. Consequence: with the default check, contents that match a resealed metadata.json (an edited
+shard whose new sha256 was written into metadata.json) are trusted; `deep` reads them. A dataset whose
+index is of the earlier version (payload sha256) is not checked sample by sample: one line names the
+re-index command, and its shards are hashed whole (imagenet_shards.validate.upgrade).
 What this costs is measured by benchmarks/validate_benchmark.py (docs/design-figures.md).
 The per-format shard check runs as a task (imagenet_shards.validate.tasks).
 """
