@@ -456,10 +456,11 @@ def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_serve
     assert goals["cache_cold_vs_uncached@s3"]["status"] in ("met", "not met")
 
 
-def test_host_benchmark_cache_options_are_checked(converted):
+def test_host_benchmark_cache_options_are_checked(converted, tmp_path):
+    cache = str(tmp_path / "c")
     for args, message in ((("--cache-limit", "lots"), "need --cache-dir"),
-                          (("--cache-dir", "/tmp/c", "--cache-limit", "lots"), "not a size"),
-                          (("--compare", converted("img"), "--cache-dir", "/tmp/c"), "--compare-transport")):
+                          (("--cache-dir", cache, "--cache-limit", "lots"), "not a size"),
+                          (("--compare", converted("img"), "--cache-dir", cache), "--compare-transport")):
         result = run_script("host_benchmark.py", *(args if "--compare" in args else
                                                    ("--imagenet-data-path", converted("img"), *args)))
         assert result.returncode == 2 and message in result.stderr, result.stderr
