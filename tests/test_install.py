@@ -191,7 +191,7 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     assert (work / "compare.json").is_file()
     # A dataset written before the CRC32C index (3a4a4fc): one line naming the command as an install has it
     shutil.copytree(REPO / "tests" / "data" / "earlier-layouts" / "img-3a4a4fc", work / "earlier")
-    earlier = subprocess.run([bin_dir / "validate-dataset", "earlier", "--workers", 1, "--no-progress"], cwd=work,
+    earlier = subprocess.run([bin_dir / "validate-dataset", "earlier", "--workers", "1", "--no-progress"], cwd=work,
                              capture_output=True, text=True, timeout=300)
     assert earlier.returncode == 1 and "corrupt" not in (earlier.stdout + earlier.stderr).lower(), earlier.stdout
     assert "tar-tools reindex" in earlier.stdout + earlier.stderr and "tar_tools.py" not in earlier.stderr
