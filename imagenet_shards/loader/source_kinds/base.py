@@ -98,3 +98,6 @@ class SourceKind:
     resolve_loose: Optional[Callable] = None  # the same, asked after every kind's `resolve` (a folder of loose shards)
     # stored_bytes_per_image(source) -> the mean bytes the source stores per sample (the host benchmark's figure)
     stored_bytes_per_image: Optional[Callable] = None
+    # check_location(location) -> None, or a DatasetError naming what is missing: a command's usage check of the
+    # location given for this kind by name (host_benchmark --data cifar10), before anything is read
+    check_location: Optional[Callable] = None

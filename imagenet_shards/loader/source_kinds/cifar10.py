@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from imagenet_shards.cifar10 import is_cifar_folder, load_split
+from imagenet_shards.cifar10 import WHERE, CifarError, batches_folder, is_cifar_folder, load_split
 from imagenet_shards.loader.payloads.tensor import ARRAY
 from imagenet_shards.loader.source_kinds.base import SourceKind, numbered_key
 from imagenet_shards.loader.source_kinds.source import Source
@@ -47,5 +47,12 @@ def _stored_bytes_per_image(source) -> float:
     return int(source.settings.images[0].nbytes) if len(source.settings.images) else 0
 
 
+def _check_location(location) -> None:
+    """The batches are in `location` (nothing is ever downloaded), or a CifarError saying where to put them."""
+    if not location:
+        raise CifarError(f"reads local files only (nothing is downloaded): {WHERE}")
+    batches_folder(location)
+
+
 CIFAR10 = SourceKind("cifar10", _raw_samples, key=numbered_key, labels=_labels, resolve=_resolve,
-                     stored_bytes_per_image=_stored_bytes_per_image)
+                     stored_bytes_per_image=_stored_bytes_per_image, check_location=_check_location)
