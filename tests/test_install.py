@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,9 @@ def test_uninstalling_the_library_leaves_hugging_face_datasets_whole(user_venv, 
 def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     tmp, venv = user_venv
     python, bin_dir = venv_python(venv), venv / "bin"
+    (wheel,) = (tmp / "wheel").glob("imagenet_shards-*.whl")
+    shipped = zipfile.ZipFile(wheel).namelist()  # issue 46: the test rigs stay in the checkout
+    assert not [name for name in shipped if name.startswith(("imagenet_shards/testing/", "testing_rigs/"))]
     work = tmp / "smoke"
     work.mkdir()
     run([bin_dir / "sample-imagenet", "--out", "cmp/source", "--classes", 2, "--train-per-class", 6,

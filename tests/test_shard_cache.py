@@ -1,5 +1,5 @@
 """The node-local shard cache (imagenet_shards/shard_cache/, get_data(cache=...)) against the real SeaweedFS
-(imagenet_shards/testing/s3_server.py), with the fault proxy (imagenet_shards/testing/fault_proxy.py, test_s3_faults' fixture) in front of it
+(testing_rigs/s3_server.py), with the fault proxy (testing_rigs/fault_proxy.py, test_s3_faults' fixture) in front of it
 counting every GET by key."""
 
 import json
@@ -421,7 +421,7 @@ def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_serve
     """--compare-transport with --cache-dir: two whole epochs of the local, uncached and cached loaders; the
     cold epoch fetches every shard once into the cache (store bytes = the split's shard bytes), the warm one
     nothing; every GET counted is one the server saw."""
-    from imagenet_shards.testing.fault_proxy import FaultProxy
+    from testing_rigs.fault_proxy import FaultProxy
 
     local = converted("img")
     remote = upload(s3_server, local, f"s3://{s3_bucket}/ds")
