@@ -170,4 +170,5 @@ def test_a_test_rig_in_the_wheel_or_imported_by_the_library_is_reported(tmp_path
 def test_the_checkout_ships_no_test_rig():
     """Issue 46: the wheel's packages (pyproject's packages.find, as setuptools finds them) hold no test rig."""
     assert layout.wheel_test_rigs(REPO) == []
-    assert not list((REPO / "imagenet_shards" / "testing").glob("*.py")) and (REPO / "testing_rigs" / "s3_server.py").is_file()
+    assert not list((REPO / "imagenet_shards" / "testing").glob("*.py"))  # a __pycache__ left by the move is not one
+    assert (REPO / "testing_rigs" / "s3_server.py").is_file()
