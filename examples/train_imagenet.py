@@ -30,7 +30,7 @@ epoch's end: `python -m imagenet_shards.ledger verify DIR/epoch0-*.json` proves 
 sample once.
 
 Exit codes: 0 done, 1 a data problem, 2 a usage problem (bad options, a checkpoint that does not
-match the run, another package named `datasets` imported instead of this library).
+match the run).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ from imagenet_shards.launcher import Instance
 from imagenet_shards.loader.batch_ring import SharedFlags
 from imagenet_shards.loader.global_order import FlatLayout, GlobalOrder, check_layout, default_partitions, plan_flat
 from imagenet_shards.loader.global_mix import MixLayout
-from imagenet_shards.loader.mix import mix_groups
 from imagenet_shards.loader.resume import SubOrder, plan_items, plan_segment
-from imagenet_shards.loader.share_plan import GroupedOrder, epoch_order, plan_instance, plan_own_share
+from imagenet_shards.loader.share_plan import epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
+from imagenet_shards.loader.source_kinds.mix import mix_parts, source_runs
 from imagenet_shards.loader.sources import Source, load_own_share
 
 log = logging.getLogger(__name__)
@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 def flat_layout(source: Source, order: GlobalOrder, policy: str):
     """The global order's layout: global_order.FlatLayout, or global_mix.MixLayout for a Mix."""
-    if source.mix is not None:
-        return MixLayout(tuple(int(c) for c in source.mix.counts), order.partitions, order.global_batch_size, policy)
+    mix = mix_parts(source)
+    if mix is not None:
+        return MixLayout(tuple(int(c) for c in mix.counts), order.partitions, order.global_batch_size, policy)
     return FlatLayout(source.total, order.partitions, order.global_batch_size, policy)
 
 
@@ -147,10 +148,8 @@ class EpochPlanner:
     def shard_sequence(self, epoch: int):
         """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order; a Mix's
         under the global order: its sources' runs one source after the other (global_mix.py)."""
-        mix = self.source.mix
-        if mix is not None and self.order is not None:
-            ranges = [part.columns.group_ranges() for part in mix.parts]
-            return GroupedOrder(*mix_groups(ranges, mix.counts, self.seed, epoch, self.shuffle)[:2])
+        if self.order is not None and mix_parts(self.source) is not None:
+            return source_runs(self.source, self.seed, epoch, self.shuffle)
         return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
 
     def flat(self, epoch: int):

@@ -27,6 +27,7 @@ from imagenet_shards.loader.pipeline import ImagePipeline
 from imagenet_shards.loader.reports import Skipped
 from imagenet_shards.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from imagenet_shards.loader.source_kinds import Boxed, ReadContext, get_source_kind
+from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.normalization import Normalization, scale_and_bias
 from imagenet_shards.shard_cache import merge_events
 from imagenet_shards.errors import Error
@@ -77,7 +78,7 @@ class ReadLoop:
 
     def take_cache_events(self) -> dict:
         """What the source's shard cache (a Mix's sources' caches) did since last asked (for the worker's report)."""
-        mix = getattr(self.source, "mix", None)
+        mix = mix_parts(self.source)
         caches = [part.cache for part in mix.parts] if mix is not None else [self.source.cache]
         events = {}
         for cache in caches:

@@ -19,462 +19,48 @@
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
     Mix(...)            several converted datasets with weights (imagenet_shards/loader/mix.py): the mix kind.
 
-A Source's `kind` is a key of imagenet_shards.loader.source_kinds.SOURCE_KINDS (the first four above are
-the shard kind, then the folder, cifar10 and synthetic kinds): the loader reads its items through that kind.
+Each kind resolves what names it (its `resolve` hook in imagenet_shards/loader/source_kinds/: the first four above
+are the shard kind's, source_kinds/shard_sources.py); resolve_source asks them in the registry's RESOLVING order
+and holds no branch of its own. A Source's `kind` is a key of SOURCE_KINDS: the loader reads its items through
+that kind; its `settings` is the kind's own settings object.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-import logging
-import os
-import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
-from imagenet_shards.cifar10 import is_cifar_folder, load_split
-from imagenet_shards.fileio import sha256_bytes
-from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, image_folder_samples
-from imagenet_shards.formats import (FORMATS, ForeignShardsError, UnknownFormatError, format_claiming, get_format,
-                              payload_extension_of)
-from imagenet_shards.metadata_digest import EDITED, MALFORMED, digest_status
 from imagenet_shards.dataset_folder import METADATA_FILE
-from imagenet_shards.errors import DatasetError
-from imagenet_shards.index import SAMPLE_INDEX_SUFFIX, parse_metadata, sample_index_name
-from imagenet_shards.reference import ReferenceMetadataError
-from imagenet_shards.reference.layout import NOTICE, scan_unadopted
-from imagenet_shards.index import SampleColumns, columns_from_records, parse_sample_columns, read_sample_columns
-from imagenet_shards.loader.mix import Mix, MixError, label_maps, largest_remainder
-from imagenet_shards.loader.source_kinds import CIFAR10, FOLDER, MIX, SHARDS, SYNTHETIC
-from imagenet_shards.loader.source_kinds.mix import MixParts
-from imagenet_shards.loader.index_trust import index_disagreement, index_file_disagreement
-from imagenet_shards.preprocess import PreprocessError, parse_stored_steps
-from imagenet_shards.loader.shard_reader import exists, expand_locations, is_url, join_location, open_byte_range, read_bytes, scan_shard
-
-log = logging.getLogger(__name__)
-SYNTHETIC_NAMES = ("synthetic", "generated")
-SYNTHETIC_LENGTH = {"train": 1_281_167, "validation": 50_000}
-
-
-class SourceError(DatasetError):
-    """A source that cannot be used: names it and says why."""
-
-
-@dataclass
-class FolderItem:
-    key: str  # path relative to the split folder, without extension
-    path: str
-    label: int
-
-
-@dataclass
-class OwnShare:
-    """This instance's samples fixed by a repartition manifest."""
-
-    manifest: str
-    policy: str
-    columns: SampleColumns  # in shard order
-    counts: list  # samples per instance
-    padded_keys: list
-    dropped_keys: list  # split-level: samples no instance reads
-
-
-@dataclass
-class Source:
-    kind: str  # a key of imagenet_shards.loader.source_kinds.SOURCE_KINDS: how its items are read
-    description: str
-    groups: list  # folder, synthetic, cifar10: lists of items (FolderItems or ints), dataset order; shards: []
-    payload: str  # "jpg" | "npy" | "array" | "file"
-    classes: Optional[list] = None
-    stored_steps: list = field(default_factory=list)
-    tensor_layout: str = "HWC"
-    base: Optional[str] = None  # where shard names are relative to
-    locations: dict = field(default_factory=dict)  # shard name -> path/URL (scanned shard lists)
-    metadata: Optional[dict] = None
-    repartition: Optional[dict] = None  # see _repartition; load_own_share() reads this instance's part
-    synthetic_shape: tuple = (224, 224, 3)
-    synthetic_classes: int = 1000
-    arrays: Optional[tuple] = None  # cifar10: (images uint8 [N, 32, 32, 3], labels int64 [N]), read once here
-    label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
-    # shards: the sample index as columns, in shard order (each shard a row range); items are rows
-    columns: Optional[SampleColumns] = None
-    shard_format: Optional[object] = None  # imagenet_shards.formats.ShardFormat of the shards (None: known by name)
-    cache: Optional[object] = None  # imagenet_shards.shard_cache.ShardCache the shards are read through (get_data's cache_dir)
-    mix: Optional[MixParts] = None  # a Mix: its sources, counts and label maps (source_kinds/mix.py)
-
-    @property
-    def total(self) -> int:
-        if self.mix is not None:
-            return self.mix.length
-        if self.columns is not None:
-            return len(self.columns)
-        return sum(len(g) for g in self.groups)
-
-    def locate(self, shard: str) -> str:
-        if shard in self.locations:
-            return self.locations[shard]
-        return join_location(self.base, shard)
+from imagenet_shards.loader.source_kinds import RESOLVING
+from imagenet_shards.loader.source_kinds.shard_sources import REBUILD_REPARTITION, load_own_share
+from imagenet_shards.loader.source_kinds.source import (FolderItem, OwnShare, ResolveRequest, ShardSettings, Source,
+                                                        SourceError)
+from imagenet_shards.loader.source_kinds.synthetic import LENGTH as SYNTHETIC_LENGTH
+from imagenet_shards.loader.source_kinds.synthetic import NAMES as SYNTHETIC_NAMES
 
 
 def resolve_source(source, split: str, instance_count: int = 1, image_size: int = 224,
                    synthetic_length: Optional[int] = None, seed: int = 0, use_repartition: bool = True,
                    label_offset: Optional[int] = None) -> Source:
+    request = ResolveRequest(split, instance_count, image_size, synthetic_length, seed, use_repartition,
+                             label_offset, resolve=_resolve)
+    return _resolve(source, request)
+
+
+def _resolve(source, request: ResolveRequest) -> Source:
+    """The Source the first kind to claim `source` makes: each kind's `resolve`, then each `resolve_loose`."""
     if isinstance(source, Source):
         return source
-    if isinstance(source, Mix):
-        return _mixed(source, split, label_offset)
-    if isinstance(source, str) and source.lower() in SYNTHETIC_NAMES:
-        length = synthetic_length or SYNTHETIC_LENGTH.get(split, 50_000)
-        return Source(SYNTHETIC.name, f"synthetic {split}: {length} images {image_size}x{image_size}",
-                      [list(range(length))], "array", synthetic_shape=(image_size, image_size, 3))
-    if isinstance(source, (list, tuple)):
-        return _shard_list(expand_locations(source), split, label_offset)
-    text = str(source)
-    if is_url(text):
-        if text.endswith(".tar") or "{" in text or format_claiming(text) is not None:
-            return _shard_list(expand_locations(text), split, label_offset)
-        return _converted(text.rstrip("/") + "/", split, instance_count, use_repartition)
-    path = Path(text)
-    if not path.exists():
-        if "{" in text:
-            return _shard_list(expand_locations(text), split)
-        raise SourceError(f"{text}: no such file or directory")
-    if path.is_file():
-        return _shard_list([text], split, label_offset)
-    if (path / METADATA_FILE).is_file():
-        return _converted(str(path), split, instance_count, use_repartition)
-    if is_cifar_folder(path):
-        return _cifar(path, split)
-    folder = _split_folder(path, split)
-    if folder is not None:
-        return _image_folder(folder, split)
-    shards = sorted(path.glob(f"{split}-*.tar")) or sorted(path.glob("*.tar"))
-    if shards:
-        return _shard_list([str(s) for s in shards], split)
-    for fmt in FORMATS.values():
-        try:
-            found = fmt.find_foreign_shards(path, split)
-        except ForeignShardsError as error:
-            raise SourceError(str(error)) from None
-        if found:
-            try:
-                return _foreign_files(fmt, [str(s) for s in found], split, label_offset)
-            except SourceError as error:
-                if any(path.glob(f"samples-*{SAMPLE_INDEX_SUFFIX}")):  # a converted dataset that lost its metadata
-                    raise SourceError(f"{path / METADATA_FILE}: missing, though the folder holds a converted "
-                                      f"dataset's sample indexes (restore it or re-convert); read as loose "
-                                      f"shards: {error}") from None
-                raise
+    hooks = [kind.resolve for kind in RESOLVING] + [kind.resolve_loose for kind in RESOLVING]
+    for hook in hooks:
+        resolved = hook(source, request) if hook is not None else None
+        if resolved is not None:
+            return resolved
     raise SourceError(
-        f"{path}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
-        f"({split}/<class>/<image>), nor a folder of .tar shards"
+        f"{Path(str(source))}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
+        f"({request.split}/<class>/<image>), nor a folder of .tar shards"
     )
 
 
-def _mixed(mix: Mix, split: str, label_offset: Optional[int]) -> Source:
-    """A Mix's sources resolved (converted datasets or shard lists: the shard kind), its counts per epoch
-    (largest remainder of the weights) and one label space (imagenet_shards/loader/mix.py says how)."""
-    parts, names = [], []
-    for number, (part, _) in enumerate(mix.sources):
-        name = str(part) if isinstance(part, (str, os.PathLike)) else f"source {number}"
-        if isinstance(part, Mix):
-            raise SourceError(f"{name}: a Mix inside a Mix; list its sources in the outer one")
-        resolved = resolve_source(part, split, use_repartition=False, label_offset=label_offset)
-        if resolved.columns is None:
-            raise SourceError(f"{name}: a Mix mixes converted datasets and shard lists (a sample index each); this "
-                              f"is {resolved.description}")
-        parts.append(resolved)
-        names.append(str(number))
-    first = parts[0]
-    for name, part in zip(names, parts):
-        for field_name in ("stored_steps", "tensor_layout", "payload"):
-            if getattr(part, field_name) != getattr(first, field_name):
-                raise SourceError(f"{part.description}: its {field_name} {getattr(part, field_name)!r} differs from "
-                                  f"{first.description}'s {getattr(first, field_name)!r}: a Mix reads its sources "
-                                  f"through one pipeline")
-    sizes = [len(part.columns) for part in parts]
-    try:
-        counts = largest_remainder([weight for _, weight in mix.sources], mix.length or sum(sizes))
-        classes, maps = label_maps([part.classes for part in parts], [part.description for part in parts])
-    except MixError as error:
-        raise SourceError(str(error)) from None
-    for part, mapping in zip(parts, maps):
-        if mapping is not None:  # the map, once, in the log (and loader.classes is the union)
-            log.info("mix: %s's labels remapped onto the mix's classes: %s", part.description,
-                     {old: int(new) for old, new in enumerate(mapping.tolist()) if old != new})
-    offsets = np.cumsum([0] + sizes).tolist()
-    parts_ = MixParts(parts, names, [float(w) for _, w in mix.sources], counts, offsets, maps)
-    described = ", ".join(f"{part.description} x{count} ({repeat:.2f} of it)" for part, count, repeat in
-                          zip(parts, counts, parts_.repeats()))
-    return Source(MIX.name, f"mix of {len(parts)} ({split}: {sum(counts)} samples an epoch: {described})", [],
-                  first.payload, classes=classes, stored_steps=first.stored_steps, tensor_layout=first.tensor_layout,
-                  mix=parts_)
-
-
-def _cifar(path: Path, split: str) -> Source:
-    """CIFAR-10's python batches (imagenet_shards.cifar10: a restricted unpickler), held as two arrays that
-    forked DataLoader workers share; items are row numbers."""
-    images, labels, names = load_split(path, split)
-    return Source(CIFAR10.name, f"{path} (CIFAR-10 python batches, {split}: {len(labels):,} images "
-                             f"{images.shape[2]}x{images.shape[1]})", [list(range(len(labels)))], "array",
-                  classes=names, arrays=(images, labels))
-
-
-def _read_json(location: str, what: str):
-    try:
-        return json.loads(read_bytes(location))
-    except FileNotFoundError:
-        return None
-    except ValueError as error:
-        raise SourceError(f"{location}: {what} is not valid JSON: {error}") from None
-
-
-def _converted(base: str, split: str, instance_count: int, use_repartition: bool) -> Source:
-    metadata_location = join_location(base, METADATA_FILE)
-    try:
-        metadata_bytes = read_bytes(metadata_location)
-        _warn_if_edited(metadata_location, metadata_bytes)
-        metadata = parse_metadata(metadata_bytes, metadata_location)
-    except FileNotFoundError:
-        raise SourceError(f"{base}: not a converted dataset ({METADATA_FILE} is missing)") from None
-    except ReferenceMetadataError:
-        return _unadopted(base, split, json.loads(metadata_bytes))
-    if split not in metadata["splits"]:
-        raise SourceError(f"{metadata_location}: no split {split!r} (it has {', '.join(metadata['splits'])})")
-    entry = metadata["splits"][split]
-    index_name = (entry.get("index") or {}).get("name", sample_index_name(split))
-    index_location = join_location(base, index_name)
-    columns = _read_columns(index_location, entry)
-    _hold_against_metadata(columns, entry, index_location)
-    fmt = metadata["format"]
-    try:
-        shard_format = get_format(fmt)
-    except UnknownFormatError as error:
-        raise SourceError(f"{metadata_location}: {error}") from None
-    source = Source(
-        SHARDS.name,
-        f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
-        [],
-        payload_extension_of(metadata),
-        shard_format=shard_format,
-        classes=metadata.get("classes"),
-        stored_steps=_stored_steps(metadata, split, metadata_location),
-        tensor_layout=metadata.get("tensor_layout") or "HWC",
-        base=base,
-        metadata=metadata,
-        label_offset=metadata.get("label_offset", 0),
-        columns=columns,
-    )
-    if source.label_offset:
-        log.info("%s: shards store labels + %d (metadata.json label_offset, TF-slim's 1..N); the loader subtracts it",
-                 base, source.label_offset)
-    if use_repartition and instance_count > 1:
-        source.repartition = _repartition(base, split, instance_count, sha256_bytes(metadata_bytes))
-    return source
-
-
-_WARNED_EDITED = set()  # metadata.json locations already warned about in this process
-
-
-def _warn_if_edited(location: str, data: bytes) -> None:
-    """One warning per process and location when metadata.json does not match its own digest
-    (imagenet_shards.metadata_digest): the loader still reads it, since every sample is checked on read,
-    but its shard list, steps and class table may not be what was written."""
-    try:
-        status, message = digest_status(json.loads(data))
-    except ValueError:
-        return  # parse_metadata names it
-    if status in (EDITED, MALFORMED) and location not in _WARNED_EDITED:
-        _WARNED_EDITED.add(location)
-        warnings.warn(f"{location}: {message}", stacklevel=4)
-
-
-def _unadopted(base: str, split: str, metadata: dict) -> Source:
-    """A dataset another tool made, not adopted (imagenet_shards.reference): its shards' tar headers scanned once."""
-    metadata_location = join_location(base, METADATA_FILE)
-    try:
-        scanned = scan_unadopted(base, split, metadata, metadata_location, is_url(base), scan_shard)
-    except DatasetError as error:
-        raise SourceError(str(error)) from None
-    warnings.warn(scanned.notice, stacklevel=4)
-    groups = [list(group) for _, group in itertools.groupby(scanned.records, key=lambda r: r.shard)]
-    return Source(SHARDS.name, scanned.description, [], scanned.payload_ext,
-                  stored_steps=_stored_steps(metadata, split, metadata_location),
-                  tensor_layout="CHW", base=base, metadata=metadata, columns=_columns_of_groups(groups))
-
-
-def _stored_steps(metadata: dict, split: str, metadata_location: str) -> list:
-    """The steps the converter already applied to `split` (imagenet_shards.preprocess), or a SourceError
-    naming metadata.json."""
-    try:
-        return parse_stored_steps(metadata.get(f"{split}_transform_pipeline"))
-    except PreprocessError as error:
-        raise SourceError(f"{metadata_location}: {split}_transform_pipeline: {error}") from None
-
-
-REBUILD_REPARTITION = "remove the repartition's folder and re-run distributed_webdataset.py"
-
-
-def _repartition(base: str, split: str, count: int, metadata_sha256: str):
-    """{instance: OwnShare loader} for a repartition made for `count` instances, or None."""
-    relative = f"{DISTRIBUTED_DIR}/{count}-instances/{REPARTITION_MANIFEST}"
-    location = join_location(base, relative)
-    manifest = _read_json(location, "the repartition manifest")
-    if manifest is None:
-        log.info("%s: no repartition for %d instances (%s); dealing samples at run time", base, count, relative)
-        return None
-    if manifest.get("source_metadata_sha256") != metadata_sha256:
-        # The dataset was converted again after the repartition was made: its samples may differ.
-        message = (f"{location}: made for another version of this dataset (metadata.json changed since); "
-                   f"ignoring it and dealing samples at run time. Re-run distributed_webdataset.py "
-                   f"--num-instances {count} to refresh it")
-        warnings.warn(message, stacklevel=4)
-        return None
-    try:
-        entry = manifest["splits"][split]
-        instances = entry["instances"]
-        policy = entry["policy"]
-        counts = [int(item["samples"]) for item in instances]
-        if len(instances) != count:
-            raise SourceError(f"{location}: made for {len(instances)} instances, not {count}")
-    except KeyError as error:
-        log.info("%s: no %r entry for split %s; dealing samples at run time", location, error.args[0], split)
-        return None
-    return {"location": location, "base": base, "policy": policy, "counts": counts, "entry": entry}
-
-
-def load_own_share(repartition: dict, instance: int) -> OwnShare:
-    entry = repartition["entry"]
-    item = entry["instances"][instance]
-    index_location = join_location(repartition["base"], item["index"])
-    recorded = {"index": item["index_record"]} if "index_record" in item else None  # older manifests: none
-    columns = _read_columns(index_location, recorded, recorded_by=repartition["location"],
-                            remedy=REBUILD_REPARTITION)
-    if len(columns) != int(item["samples"]):
-        raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
-    return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
-                    list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
-
-
-def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.json",
-                  remedy: str = "restore it or re-convert") -> SampleColumns:
-    """A text sample index as columns in shard order, read once in this (the main) process: forked
-    DataLoader workers share its arrays. A local index is parsed as a stream (the text is never held),
-    after its size and sha256 are held against what `recorded_by` records for it in `split_entry`
-    (metadata.json's split entry, a repartition manifest's instance entry; index_trust)."""
-    if is_url(location):
-        columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
-    else:
-        problem = index_file_disagreement(location, split_entry, recorded_by, remedy) if split_entry else None
-        if problem:
-            raise SourceError(problem)
-        try:
-            columns = read_sample_columns(location)
-        except FileNotFoundError:
-            raise SourceError(f"{location}: the sample index is missing ({remedy})") from None
-        except UnicodeDecodeError as error:
-            raise SourceError(f"{location}: the sample index is not UTF-8 text at byte {error.start} "
-                              f"(a damaged index: {remedy})") from None
-    return columns.in_shard_order()
-
-
-def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:
-    """A SourceError naming the index when it disagrees with metadata.json (imagenet_shards/loader/index_trust.py)."""
-    problem = index_disagreement(columns, split_entry, index_location)
-    if problem:
-        raise SourceError(problem)
-
-
-def _shard_list(locations, split: str, label_offset: Optional[int] = None) -> Source:
-    if not locations:
-        raise SourceError("the list of shards is empty")
-    base = locations[0].rsplit("/", 1)[0] if "/" in locations[0] else "."
-    same_folder = all(loc.rsplit("/", 1)[0] == base for loc in locations)
-    metadata_location = join_location(base, METADATA_FILE)
-    metadata, foreign = None, None
-    if same_folder and exists(metadata_location):
-        metadata_bytes = read_bytes(metadata_location)
-        _warn_if_edited(metadata_location, metadata_bytes)
-        try:
-            metadata = parse_metadata(metadata_bytes, metadata_location)
-        except ReferenceMetadataError:  # another tool's shards (imagenet_shards.reference): scanned below
-            foreign = json.loads(read_bytes(metadata_location))
-    if metadata is not None:
-        for name, entry in metadata["splits"].items():
-            index_location = join_location(base, (entry.get("index") or {}).get("name", sample_index_name(name)))
-            columns = _read_columns(index_location, entry)
-            _hold_against_metadata(columns, entry, index_location)
-            wanted = {loc.rsplit("/", 1)[-1] for loc in locations}
-            rows = columns.rows_of_shards(wanted)
-            if {columns.shard_names[i] for i in np.unique(columns.shard_ids[rows])} == wanted:
-                # the shards in the order given, samples by offset inside each
-                order = {loc.rsplit("/", 1)[-1]: n for n, loc in enumerate(locations)}
-                shard_rank = np.array([order.get(shard, len(order)) for shard in columns.shard_names], dtype=np.int64)
-                rows = rows[np.lexsort((columns.record_offsets[rows], shard_rank[columns.shard_ids[rows]]))]
-                return Source(
-                    SHARDS.name, f"{len(locations)} shards of {base} (indexed, split {name})", [],
-                    payload_extension_of(metadata), classes=metadata.get("classes"),
-                    stored_steps=_stored_steps(metadata, name, metadata_location),
-                    tensor_layout=metadata.get("tensor_layout") or "HWC", base=base, metadata=metadata,
-                    label_offset=metadata.get("label_offset", 0), columns=columns.take(rows),
-                    shard_format=get_format(metadata["format"]),
-                )
-    claimed = {format_claiming(location) for location in locations}
-    if len(claimed) == 1 and None not in claimed:
-        return _foreign_files(claimed.pop(), locations, split, label_offset)
-    message = (f"{len(locations)} shards without a sample index: scanning their tar headers once to count "
-               f"and locate every sample (convert with create_webdataset.py to skip this)")
-    if foreign is not None:
-        message = f"{len(locations)} shards of {NOTICE.format(root=base)}"
-    warnings.warn(message, stacklevel=3)
-    groups = []
-    for location in locations:
-        records = scan_shard(location)
-        if records:
-            groups.append(records)
-    payloads = {r.members.split(";")[-1].split(":")[0] for g in groups[:1] for r in g[:1]}
-    payload = next(iter(payloads & {"npy", "pth"}), "jpg")
-    stored = _stored_steps(foreign, split, metadata_location) if foreign is not None else []
-    return Source(SHARDS.name, f"{len(locations)} shards (scanned, no index)", [], payload, stored_steps=stored,
-                  locations={loc: loc for loc in locations}, columns=_columns_of_groups(groups))
-
-
-def _foreign_files(fmt, locations, split: str, label_offset: Optional[int]) -> Source:
-    """Shards without metadata that a format recognises by name (e.g. TF-slim's TFRecords):
-    indexed by the format; the label offset given, or detected, and always said (a warning)."""
-    def open_range(location):
-        return open_byte_range(location, 0, None) if is_url(location) else None
-
-    try:
-        groups, offset, reason = fmt.index_foreign_shards(locations, label_offset, open_range)
-    except ForeignShardsError as error:
-        raise SourceError(f"{split}: {error}") from None
-    warnings.warn(reason, stacklevel=3)
-    return Source(SHARDS.name, f"{len(locations)} {fmt.name} shards ({split}, no metadata, label offset {offset})",
-                  [], fmt.payload_extension, locations={loc: loc for loc in locations}, label_offset=offset,
-                  shard_format=fmt, columns=_columns_of_groups(groups))
-
-
-def _columns_of_groups(groups) -> SampleColumns:
-    """Scanned shards (lists of SampleRecords, one per shard) as columns, one row range per shard."""
-    return columns_from_records(record for group in groups for record in group)
-
-
-def _split_folder(root: Path, split: str) -> Optional[Path]:
-    return find_split_folder(root, split)
-    return None
-
-
-def _image_folder(folder: Path, split: str) -> Source:
-    try:
-        classes, samples = image_folder_samples(str(folder))
-    except (FileNotFoundError, OSError) as error:
-        raise SourceError(f"{folder}: not an ImageNet folder: {error}") from None
-    items = [FolderItem(os.path.splitext(os.path.relpath(path, folder))[0], path, label) for path, label in samples]
-    return Source(FOLDER.name, f"{folder} (ImageFolder, {len(items)} images in {len(classes)} classes)",
-                  [[item] for item in items], "file", classes=classes)
-
+__all__ = ["FolderItem", "OwnShare", "REBUILD_REPARTITION", "ResolveRequest", "SYNTHETIC_LENGTH", "SYNTHETIC_NAMES",
+           "ShardSettings", "Source", "SourceError", "load_own_share", "resolve_source"]

@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagenet_shards.testing.fault_proxy import FaultProxy
-from imagenet_shards.testing.s3_server import SeaweedServer
-from imagenet_shards.testing.soak_job import Memory, TrainingJob, kill, leaked, torchrun_command
-from imagenet_shards.testing.soak_schedule import ENDS_THE_JOB, RANKS, Fault, Schedule, checkpoint_kill_to_arm
+from testing_rigs.fault_proxy import FaultProxy
+from testing_rigs.s3_server import SeaweedServer
+from testing_rigs.soak_job import Memory, TrainingJob, kill, leaked, torchrun_command
+from testing_rigs.soak_schedule import ENDS_THE_JOB, RANKS, Fault, Schedule, checkpoint_kill_to_arm
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "examples" / "train_imagenet.py"
 BUCKET = "soak"
 SHORT_TMP = 60  # characters: the socket paths multiprocessing makes under TMPDIR fit 108 bytes
