@@ -39,10 +39,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data  # noqa: E402
-from imagenet_shards.loader.device_decode import JpegDecoder  # noqa: E402
-from imagenet_shards.loader.device_resample import BatchResampler, crop_box  # noqa: E402
-from imagenet_shards.loader.jpeg_header import read_header  # noqa: E402
-from imagenet_shards.loader.pipeline import random_resized_crop_box  # noqa: E402
+from imagenet_shards.loader.device.device_decode import JpegDecoder  # noqa: E402
+from imagenet_shards.loader.device.device_resample import BatchResampler, crop_box  # noqa: E402
+from imagenet_shards.loader.device.jpeg_header import read_header  # noqa: E402
+from imagenet_shards.loader.transform.pipeline import random_resized_crop_box  # noqa: E402
 
 PIXEL_BOUND = 2.0
 

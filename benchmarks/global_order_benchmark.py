@@ -37,7 +37,7 @@ from http_range_server import RangeHandler  # noqa: E402
 
 from imagenet_shards.ledger import read_ledgers, verify  # noqa: E402
 from imagenet_shards.loader import GlobalOrder, TrainCrop, get_data  # noqa: E402
-from imagenet_shards.loader.global_order import default_partitions  # noqa: E402
+from imagenet_shards.loader.plan.global_order import default_partitions  # noqa: E402
 from imagenet_shards.loader.sources import resolve_source  # noqa: E402
 
 

@@ -44,7 +44,7 @@ from imagenet_shards.hostbench.pipelines import floor_batches, loader_batches  #
 from imagenet_shards.hostbench.discovery import folder_split_dir, list_folder_images  # noqa: E402
 from imagenet_shards.hostbench.timing import measure_batches  # noqa: E402
 from imagenet_shards.launcher import Instance  # noqa: E402
-from imagenet_shards.loader.pipeline import ImagePipeline  # noqa: E402
+from imagenet_shards.loader.transform.pipeline import ImagePipeline  # noqa: E402
 
 BATCH = 64
 RING_BUFFERS_W2 = 2 * (2 + 3)  # the loader's ring with 2 workers: (prefetch 2 + 3) batches each

@@ -16,12 +16,12 @@ import pytest
 import torch
 from PIL import Image
 
-from imagenet_shards.loader.batch_ring import BatchRing
-from imagenet_shards.loader.device_batches import JpegPacker, device_eligible
-from imagenet_shards.loader.device_decode import DeviceBatches, JpegDecoder
-from imagenet_shards.loader.device_resample import BatchResampler, center_crop_box, crop_box, mean_absolute_difference
-from imagenet_shards.loader.jpeg_header import device_refusal, read_header
-from imagenet_shards.loader.pipeline import ImagePipeline, center_crop_offsets, random_resized_crop_box, resized_size
+from imagenet_shards.loader.output.batch_ring import BatchRing
+from imagenet_shards.loader.device.device_batches import JpegPacker, device_eligible
+from imagenet_shards.loader.device.device_decode import DeviceBatches, JpegDecoder
+from imagenet_shards.loader.device.device_resample import BatchResampler, center_crop_box, crop_box, mean_absolute_difference
+from imagenet_shards.loader.device.jpeg_header import device_refusal, read_header
+from imagenet_shards.loader.transform.pipeline import ImagePipeline, center_crop_offsets, random_resized_crop_box, resized_size
 
 PHOTOS = sorted((Path(__file__).resolve().parents[1] / "imagenet_shards" / "photos").rglob("*.jpg"))
 

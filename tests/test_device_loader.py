@@ -126,7 +126,7 @@ def test_jpegs_the_device_does_not_take_are_decoded_on_the_host_and_counted(samp
 
 
 def _not_device_jpeg(data: bytes) -> bool:
-    from imagenet_shards.loader.device_batches import device_eligible
+    from imagenet_shards.loader.device.device_batches import device_eligible
 
     return device_eligible(data) is not None
 

@@ -32,7 +32,7 @@ def test_every_exception_the_package_defines_has_the_one_root():
 @pytest.mark.parametrize("module, name, base", [
     ("imagenet_shards.storage", "StorageUnavailable", RuntimeError), ("imagenet_shards.storage", "ShardChangedError", OSError),
     ("imagenet_shards.launcher", "LauncherError", ValueError), ("imagenet_shards.formats", "UnknownFormatError", ValueError),
-    ("imagenet_shards.loader.jpeg_crop", "JpegError", OSError), ("imagenet_shards.repartition.plan", "RepartitionUsageError", ValueError),
+    ("imagenet_shards.loader.transform.jpeg_crop", "JpegError", OSError), ("imagenet_shards.repartition.plan", "RepartitionUsageError", ValueError),
 ])
 def test_todays_builtin_bases_are_kept(module, name, base):
     assert issubclass(getattr(importlib.import_module(module), name), base)

@@ -306,7 +306,7 @@ def test_a_damaged_saved_state_is_a_resume_error(converted, edit):
     of a saved state was a KeyError traceback in load_state_dict. And a digit changed in "next" resumed
     at another batch with no word: a state now carries a digest of its content."""
     from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
-    from imagenet_shards.loader.resume import ResumeError
+    from imagenet_shards.loader.plan.resume import ResumeError
 
     def loader():
         return get_data(str(converted("img")), "train", 4, 0, normalization="device", transform=TrainCrop(image_size=32),
@@ -381,7 +381,7 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
     import signal as signals
 
     from imagenet_shards.loader import TrainCrop, ValidationCrop, get_data
-    from imagenet_shards.loader.worker_shards import WorkerDiedError
+    from imagenet_shards.loader.read.worker_shards import WorkerDiedError
 
     source = converted("lmdb")
     loader = get_data(str(source), "train", 4, 2, normalization="device", transform=TrainCrop(image_size=32),
@@ -410,7 +410,7 @@ def test_a_worker_that_dies_mid_epoch_ends_it_with_an_error_naming_its_shard(con
 def test_a_worker_death_is_told_apart_wherever_torch_raises_it():
     # torch raises it from its SIGCHLD handler wherever the main process is (the soak, seed 5: in a training
     # step's backward); examples/train_imagenet.py turns it into one line with is_worker_death
-    from imagenet_shards.loader.worker_shards import is_worker_death
+    from imagenet_shards.loader.read.worker_shards import is_worker_death
 
     assert is_worker_death(RuntimeError("DataLoader worker (pid 8044) is killed by signal: Bus error. It is possible"))
     assert is_worker_death(RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly"))

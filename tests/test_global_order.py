@@ -17,10 +17,10 @@ import pytest
 from conftest import PYTHON, REPO
 from imagenet_shards.ledger import main as ledger_main
 from imagenet_shards.loader import DataSource, GlobalOrder, TrainCrop, get_data
-from imagenet_shards.loader.global_order import (FlatLayout, check_layout, deal_batches, default_partitions,
+from imagenet_shards.loader.plan.global_order import (FlatLayout, check_layout, deal_batches, default_partitions,
                                                  flat_sequence, plan_flat)
-from imagenet_shards.loader.resume import ResumeError
-from imagenet_shards.loader.share_plan import PlanError
+from imagenet_shards.loader.plan.resume import ResumeError
+from imagenet_shards.loader.plan.share_plan import PlanError
 
 SEED = 7
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imagenet_shards.loader import jpeg_crop
-from imagenet_shards.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
+from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.loader.transform.pipeline import ImagePipeline, random_resized_crop_box, resized_size
 
 REPO = Path(__file__).resolve().parents[1]
 # The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on imagenet_shards/photos and

@@ -28,7 +28,7 @@ from imagenet_shards.loader import DataSource, Normalization, Order, TrainCrop, 
 from imagenet_shards.loader.image_loader import SampleError, get_data
 from imagenet_shards.normalization import IMAGENET_MEAN, IMAGENET_STD, NormalizeOnDevice
 from imagenet_shards.formats.npy import decode_npy
-from imagenet_shards.loader.pipeline import plan_steps
+from imagenet_shards.loader.transform.pipeline import plan_steps
 from imagenet_shards.preprocess import parse_stored_steps
 from imagenet_shards.formats.tar import iter_tar_samples
 from imagenet_shards.torchvision_cpu import transforms
@@ -238,7 +238,7 @@ def test_batches_kept_by_the_caller_are_never_overwritten(img, normalization):
 def test_labels_cross_the_worker_boundary_as_arrays_and_arrive_as_int64_tensors(img):
     """A worker's message holds the labels as a numpy array (a tensor would cost a shared-memory
     segment per batch); DataLoader hands the message over as it is; the batch has int64 labels."""
-    from imagenet_shards.loader.batch_ring import BatchBuilder, BatchRing
+    from imagenet_shards.loader.output.batch_ring import BatchBuilder, BatchRing
     from imagenet_shards.loader.image_loader import as_sent
 
     builder = BatchBuilder(2, 8, False, False, torch.float32, None, None, False, BatchRing(1, 3), 0)

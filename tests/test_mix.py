@@ -35,7 +35,7 @@ def test_mix_groups_take_exact_counts_repeating_or_subsampling_by_shard_runs():
         assert len(set(items.tolist())) == 27  # a repeat is another item (its pass)
         assert sorted(rows[(sources == 0) & (passes == 0)].tolist()) == list(range(10))  # whole passes first
         assert passes.max() == 2 and (passes[sources == 1] == 0).all()
-    from imagenet_shards.loader.share_plan import GroupedOrder
+    from imagenet_shards.loader.plan.share_plan import GroupedOrder
 
     big = mix_groups([(np.array([0]), np.array([3])), (np.array([0]), np.array([10**9]))], [12, 1], 0, 0)
     items = GroupedOrder(*big).take(np.arange(13))  # the small source's 4th pass is past 2**31

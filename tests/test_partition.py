@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from imagenet_shards.loader.share_plan import (
+from imagenet_shards.loader.plan.share_plan import (
     PlanError,
     balance,
     batches_in,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from imagenet_shards.launcher import Instance
-from imagenet_shards.loader.batch_ring import BatchRing
+from imagenet_shards.loader.output.batch_ring import BatchRing
 from imagenet_shards.loader.image_loader import get_data
 
 SINGLE = Instance(0, 1, "explicit")
@@ -68,7 +68,7 @@ def test_pinned_batches_copied_asynchronously_equal_the_unpinned_epoch(img, work
 
 @cuda
 def test_a_refused_page_lock_falls_back_to_pinned_copies(img, monkeypatch):
-    from imagenet_shards.loader import batch_ring
+    from imagenet_shards.loader.output import batch_ring
 
     monkeypatch.setattr(batch_ring, "page_lock", lambda tensor: None)
     loader = get_data(img, "validation", 4, 2, instance=SINGLE, normalization="device", pin_memory=True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imagenet_shards.loader.pipeline import plan_steps, runtime_steps
+from imagenet_shards.loader.transform.pipeline import plan_steps, runtime_steps
 from imagenet_shards.preprocess import (
     CenterCrop,
     PreprocessError,

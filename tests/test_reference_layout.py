@@ -450,7 +450,7 @@ def test_a_dataset_with_the_earlier_index_name_still_loads_and_validates(convert
 def test_bbox_crop_prefers_crops_overlapping_the_box_with_x_and_y_extents_kept_apart():
     import random
 
-    from imagenet_shards.loader.pipeline import bbox_crop_box, random_resized_crop_box
+    from imagenet_shards.loader.transform.pipeline import bbox_crop_box, random_resized_crop_box
 
     width, height, scale, ratio = 400, 300, (0.08, 1.0), (3 / 4, 4 / 3)
     bbox = [0.0, 0.8, 1.0, 1.0]  # a wide strip along the bottom: x extent 400 px, y extent 60 px

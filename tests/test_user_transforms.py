@@ -15,11 +15,11 @@ from PIL import Image
 
 from imagenet_shards.formats import FORMATS
 from imagenet_shards.launcher import Instance
-from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.loader.transform import jpeg_crop
 from imagenet_shards.loader import Order, UserTransform
 from imagenet_shards.loader.image_loader import get_data
-from imagenet_shards.loader.pipeline import FLIP, RANDOM_RESIZED_CROP, RESIZE
-from imagenet_shards.loader.user_transforms import (TorchRandom, TransformError, build_user_pipeline, mixup_cutmix,
+from imagenet_shards.loader.transform.pipeline import FLIP, RANDOM_RESIZED_CROP, RESIZE
+from imagenet_shards.loader.transform.user_transforms import (TorchRandom, TransformError, build_user_pipeline, mixup_cutmix,
                                              split_transform, strong_augmentation)
 from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
@@ -189,7 +189,7 @@ def test_mixup_cutmix_labels_sum_to_one(converted, normalization):
 
 def test_mixup_on_uint8_is_the_float_mix_rounded(converted):
     """Device normalisation: the uint8 batch holds the float mix, rounded (off by at most 0.5)."""
-    from imagenet_shards.loader.user_transforms import BatchTransform
+    from imagenet_shards.loader.transform.user_transforms import BatchTransform
 
     images = torch.randint(0, 256, (4, 3, 16, 16), dtype=torch.uint8)
     labels = torch.tensor([0, 1, 2, 3])

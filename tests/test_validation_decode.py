@@ -16,8 +16,9 @@ import torch
 from PIL import Image
 
 from test_jpeg_crop import PHOTOS, _encoded, quirk_payload
-from imagenet_shards.loader import ValidationCrop, jpeg_crop
-from imagenet_shards.loader.pipeline import ImagePipeline, PipelineError
+from imagenet_shards.loader import ValidationCrop
+from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.loader.transform.pipeline import ImagePipeline, PipelineError
 from imagenet_shards.launcher import Instance
 
 SINGLE = Instance(0, 1, "explicit")

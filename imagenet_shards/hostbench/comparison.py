@@ -26,8 +26,8 @@ from imagenet_shards.hostbench.timing import combine_instances, measure_batches
 from imagenet_shards.hostbench.pipelines import (AUGMENTATIONS, BASELINES, IMAGE_SIZE, augmented_loader_batches,
                                           bare_decode_augment, floor_batches, loader_batches, validation_resize)
 from imagenet_shards.hostbench.discovery import COMPARED_FORMATS, folder_split_dir, list_folder_images
-from imagenet_shards.loader import jpeg_crop
-from imagenet_shards.loader.global_order import GlobalOrder
+from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.loader.plan.global_order import GlobalOrder
 
 NORMALIZATIONS = ("host", "device")
 NO_VERIFY = "-noverify"  # row id suffix of a loader row with verify=False

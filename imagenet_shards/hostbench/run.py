@@ -23,7 +23,7 @@ from imagenet_shards.hostbench.discovery import compared_sources as discover_com
 from imagenet_shards.hostbench.collective import Collective
 from imagenet_shards.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from imagenet_shards.launcher import LauncherError, instance_from_args
-from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.loader.transform import jpeg_crop
 from imagenet_shards.errors import UsageError
 
 

@@ -12,16 +12,16 @@ import importlib as _importlib
 _EXPORTS = {
     "get_data": "loader.image_loader",
     "Mix": "loader.mix",
-    "GlobalOrder": "loader.global_order",
+    "GlobalOrder": "loader.plan.global_order",
     **{name: "loader.options" for name in ("Cache", "DataSource", "Normalization", "Order", "TrainCrop",
                                             "UserTransform", "ValidationCrop")},
     "SourceError": "loader.sources",
-    "SampleError": "loader.read_loop",
-    "ResumeError": "loader.resume",
-    "is_worker_death": "loader.worker_shards",
+    "SampleError": "loader.read.read_loop",
+    "ResumeError": "loader.plan.resume",
+    "is_worker_death": "loader.read.worker_shards",
     "NormalizeOnDevice": "normalization",
-    "mixup_cutmix": "loader.user_transforms",
-    "strong_augmentation": "loader.user_transforms",
+    "mixup_cutmix": "loader.transform.user_transforms",
+    "strong_augmentation": "loader.transform.user_transforms",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -70,24 +70,25 @@ from torch.utils.data import DataLoader, IterableDataset
 from imagenet_shards.formats.mapped_shards import release_payload
 from imagenet_shards.launcher import Instance, detect_instance
 from imagenet_shards.normalization import Normalization
-from imagenet_shards.loader.epoch_planner import EpochPlanner
-from imagenet_shards.loader.global_order import order_setting, per_rank_batch
+from imagenet_shards.loader.plan.epoch_planner import EpochPlanner
+from imagenet_shards.loader.plan.global_order import order_setting, per_rank_batch
 from imagenet_shards.loader.options import Cache, DataSource, Order, transform_setting, with_keywords
-from imagenet_shards.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
-from imagenet_shards.loader import jpeg_crop, worker_shards
-from imagenet_shards.loader.batch_ring import BatchRing, RingMessage, labels_tensor
-from imagenet_shards.loader.device_batches import NO_BUFFER, check_device_pipeline
-from imagenet_shards.loader.device_decode import DeviceBatches, decode_device
-from imagenet_shards.loader.read_loop import ReadLoop, SampleError
-from imagenet_shards.loader.reports import Batch, EpochReport, Skipped, WorkerReport
-from imagenet_shards.loader.resume import (Segment, identity as resume_identity, load as resume_load, state as resume_state,
+from imagenet_shards.loader.read.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
+from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.loader.read import worker_shards
+from imagenet_shards.loader.output.batch_ring import BatchRing, RingMessage, labels_tensor
+from imagenet_shards.loader.device.device_batches import NO_BUFFER, check_device_pipeline
+from imagenet_shards.loader.device.device_decode import DeviceBatches, decode_device
+from imagenet_shards.loader.read.read_loop import ReadLoop, SampleError
+from imagenet_shards.loader.output.reports import Batch, EpochReport, Skipped, WorkerReport
+from imagenet_shards.loader.plan.resume import (Segment, identity as resume_identity, load as resume_load, state as resume_state,
                                     write_ledger)
-from imagenet_shards.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
+from imagenet_shards.loader.transform.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from imagenet_shards.loader.settings import LoaderSettings
 from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.loader.sources import resolve_source
-from imagenet_shards.loader.user_transforms import build_pipeline
+from imagenet_shards.loader.transform.user_transforms import build_pipeline
 from imagenet_shards.errors import UsageError
 from imagenet_shards.shard_cache import open_cache, parse_size, warn_cache_problems
 

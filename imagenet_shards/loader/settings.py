@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from imagenet_shards.launcher import Instance
-from imagenet_shards.loader.device_batches import DEVICE_DECODE
-from imagenet_shards.loader.global_order import order_setting
+from imagenet_shards.loader.device.device_batches import DEVICE_DECODE
+from imagenet_shards.loader.plan.global_order import order_setting
 from imagenet_shards.loader.options import Cache, DataSource, Order
-from imagenet_shards.loader.read_loop import ON_ERROR
-from imagenet_shards.loader.share_plan import DEFAULT_POLICY, POLICIES, SPREAD
+from imagenet_shards.loader.read.read_loop import ON_ERROR
+from imagenet_shards.loader.plan.share_plan import DEFAULT_POLICY, POLICIES, SPREAD
 from imagenet_shards.normalization import Normalization, normalization_location
 
 log = logging.getLogger(__name__)

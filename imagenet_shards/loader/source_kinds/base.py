@@ -23,7 +23,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
-from imagenet_shards.loader.share_plan import epoch_sequence
+from imagenet_shards.loader.plan.share_plan import epoch_sequence
 
 
 @dataclass(frozen=True)

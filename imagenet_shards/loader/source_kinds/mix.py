@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from imagenet_shards.loader.mix import Mix, MixError, decode_items, label_maps, largest_remainder, mix_groups
-from imagenet_shards.loader.share_plan import GroupedOrder
+from imagenet_shards.loader.plan.share_plan import GroupedOrder
 from imagenet_shards.loader.source_kinds.base import ReadContext, SourceKind, fingerprint_start
 from imagenet_shards.loader.source_kinds.shards import SHARDS
 from imagenet_shards.loader.source_kinds.source import Source, SourceError

@@ -30,8 +30,8 @@ from imagenet_shards.formats import (FORMATS, ForeignShardsError, UnknownFormatE
                                      payload_extension_of)
 from imagenet_shards.index import (SAMPLE_INDEX_SUFFIX, SampleColumns, columns_from_records, parse_metadata,
                                    parse_sample_columns, read_sample_columns, sample_index_name)
-from imagenet_shards.loader.index_trust import index_disagreement, index_file_disagreement
-from imagenet_shards.loader.shard_reader import (exists, expand_locations, is_url, join_location, open_byte_range,
+from imagenet_shards.loader.read.index_trust import index_disagreement, index_file_disagreement
+from imagenet_shards.loader.read.shard_reader import (exists, expand_locations, is_url, join_location, open_byte_range,
                                                  read_bytes, scan_shard)
 from imagenet_shards.loader.source_kinds.source import OwnShare, ShardSettings, Source, SourceError
 from imagenet_shards.metadata_digest import EDITED, MALFORMED, digest_status

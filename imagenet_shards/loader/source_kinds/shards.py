@@ -14,16 +14,16 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from imagenet_shards.loader import worker_shards
+from imagenet_shards.loader.read import worker_shards
 
 import numpy as np
 
 from imagenet_shards.formats import format_for_location
 from imagenet_shards.index import crc32c_problem, payload_problem
 from imagenet_shards.loader.payloads import get_payload
-from imagenet_shards.loader.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
+from imagenet_shards.loader.read.shard_reader import (Run, is_url, iter_run, payload_extension, read_member, reads_locally,
                                           sample_label)
-from imagenet_shards.loader.share_plan import epoch_order
+from imagenet_shards.loader.plan.share_plan import epoch_order
 from imagenet_shards.loader.source_kinds.base import Boxed, SourceKind, fingerprint_start
 from imagenet_shards.loader.source_kinds.shard_sources import resolve_loose, resolve_named
 

@@ -20,12 +20,12 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from imagenet_shards.formats.mapped_shards import release_payload
-from imagenet_shards.loader.batch_ring import BatchBuilder
-from imagenet_shards.loader.device_batches import JpegPacker, largest_batch_bytes
+from imagenet_shards.loader.output.batch_ring import BatchBuilder
+from imagenet_shards.loader.device.device_batches import JpegPacker, largest_batch_bytes
 from imagenet_shards.loader.payloads import payload_kind
-from imagenet_shards.loader.pipeline import ImagePipeline
-from imagenet_shards.loader.reports import Skipped
-from imagenet_shards.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
+from imagenet_shards.loader.transform.pipeline import ImagePipeline
+from imagenet_shards.loader.output.reports import Skipped
+from imagenet_shards.loader.plan.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from imagenet_shards.loader.source_kinds import Boxed, ReadContext, get_source_kind
 from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.normalization import Normalization, scale_and_bias

@@ -46,7 +46,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from imagenet_shards.loader.options import UserTransform
-from imagenet_shards.loader.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
+from imagenet_shards.loader.transform.pipeline import ImagePipeline, PipelineError, runtime_steps, tensor_array, write_pixels
 from imagenet_shards.preprocess import RandomHorizontalFlip as FlipStep, RandomResizedCrop as CropStep
 from imagenet_shards.errors import Error
 

@@ -19,10 +19,10 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from imagenet_shards.loader.batch_ring import BatchRing
-from imagenet_shards.loader.device_resample import center_crop_box, crop_box
-from imagenet_shards.loader.jpeg_header import device_refusal, read_header
-from imagenet_shards.loader.pipeline import CENTER_CROP, RANDOM_RESIZED_CROP, RESIZE, center_crop_offsets, resized_size
+from imagenet_shards.loader.output.batch_ring import BatchRing
+from imagenet_shards.loader.device.device_resample import center_crop_box, crop_box
+from imagenet_shards.loader.device.jpeg_header import device_refusal, read_header
+from imagenet_shards.loader.transform.pipeline import CENTER_CROP, RANDOM_RESIZED_CROP, RESIZE, center_crop_offsets, resized_size
 
 DEVICE_DECODE = "device"  # get_data(jpeg_decode=...)
 _EOI_TAIL = 1024  # bytes at the end searched for the End Of Image marker: a truncated JPEG is the host's to report

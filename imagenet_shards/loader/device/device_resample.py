@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from imagenet_shards.loader.pipeline import center_crop_offsets, resized_size
+from imagenet_shards.loader.transform.pipeline import center_crop_offsets, resized_size
 
 SUPPORT = 1.0  # PIL's bilinear filter support, scaled by max(1, downscale factor)
 

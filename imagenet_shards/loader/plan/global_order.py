@@ -54,7 +54,7 @@ from typing import Optional
 import numpy as np
 
 from imagenet_shards.balance import DROP, PAD
-from imagenet_shards.loader.share_plan import InstancePlan, PlanError
+from imagenet_shards.loader.plan.share_plan import InstancePlan, PlanError
 
 MAX_DEFAULT_PARTITIONS = 64  # the default P: a power of two <= min(64, G, n); divides N = 1, 2, 4, ... 64
 # Samples shuffled together inside a partition: Streaming's py1b/py1e default block, 2**18 (a

@@ -35,9 +35,9 @@ from typing import NamedTuple
 import torch
 from torch.utils.data import get_worker_info
 
-from imagenet_shards.loader.batch_ring import RingMessage, SharedFlags
-from imagenet_shards.loader import worker_shards
-from imagenet_shards.loader.reports import WorkerReport
+from imagenet_shards.loader.output.batch_ring import RingMessage, SharedFlags
+from imagenet_shards.loader.read import worker_shards
+from imagenet_shards.loader.output.reports import WorkerReport
 
 EPOCH_BITS = 32  # generation and epoch share one int64, so a worker never reads one without the other
 

@@ -35,9 +35,9 @@ from typing import Optional
 
 import numpy as np
 
-from imagenet_shards.loader.global_mix import MixLayout
-from imagenet_shards.loader.global_order import FlatLayout, plan_flat
-from imagenet_shards.loader.share_plan import InstancePlan, plan_instance
+from imagenet_shards.loader.plan.global_mix import MixLayout
+from imagenet_shards.loader.plan.global_order import FlatLayout, plan_flat
+from imagenet_shards.loader.plan.share_plan import InstancePlan, plan_instance
 from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
 from imagenet_shards.errors import Error
 

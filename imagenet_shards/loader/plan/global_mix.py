@@ -27,7 +27,7 @@ from functools import cached_property
 
 import numpy as np
 
-from imagenet_shards.loader.global_order import FlatLayout, FlatSequence, partition_rng
+from imagenet_shards.loader.plan.global_order import FlatLayout, FlatSequence, partition_rng
 from imagenet_shards.loader.mix import largest_remainder
 
 

@@ -42,7 +42,7 @@ import numpy as np
 from PIL import Image
 
 from imagenet_shards.formats.npy import decode_npy
-from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.loader.transform import jpeg_crop
 from imagenet_shards.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
 from imagenet_shards.errors import Error
 

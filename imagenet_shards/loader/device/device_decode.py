@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from imagenet_shards.loader.device_batches import NO_BUFFER, DeviceJpegs
-from imagenet_shards.loader.device_resample import BatchResampler
+from imagenet_shards.loader.device.device_batches import NO_BUFFER, DeviceJpegs
+from imagenet_shards.loader.device.device_resample import BatchResampler
 
 log = logging.getLogger(__name__)
 _said_stand_in = False
