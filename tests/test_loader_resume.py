@@ -18,7 +18,8 @@ import pytest
 from conftest import PYTHON, REPO, run_script
 from imagenet_shards.ledger import main as ledger_main
 from imagenet_shards.loader import DataSource, Order, TrainCrop, get_data
-from imagenet_shards.loader.plan.resume import ResumeError, buffer_order, shuffled
+from imagenet_shards.loader.plan.resume import ResumeError
+from imagenet_shards.loader.plan.shuffle_buffer import buffer_order, shuffled
 
 SEED = 7
 

@@ -81,8 +81,8 @@ from imagenet_shards.loader.device.device_batches import NO_BUFFER, check_device
 from imagenet_shards.loader.device.device_decode import DeviceBatches, decode_device
 from imagenet_shards.loader.read.read_loop import ReadLoop, SampleError
 from imagenet_shards.loader.output.reports import Batch, EpochReport, Skipped, WorkerReport
-from imagenet_shards.loader.plan.resume import (Segment, identity as resume_identity, load as resume_load, state as resume_state,
-                                    write_ledger)
+from imagenet_shards.loader.plan.ledger_writer import write_ledger
+from imagenet_shards.loader.plan.resume import Segment, identity as resume_identity, load as resume_load, state as resume_state
 from imagenet_shards.loader.transform.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from imagenet_shards.loader.settings import LoaderSettings

@@ -20,7 +20,7 @@ from imagenet_shards.launcher import Instance
 from imagenet_shards.loader.output.batch_ring import SharedFlags
 from imagenet_shards.loader.plan.global_order import FlatLayout, GlobalOrder, check_layout, default_partitions, plan_flat
 from imagenet_shards.loader.plan.global_mix import MixLayout
-from imagenet_shards.loader.plan.resume import SubOrder, plan_items, plan_segment
+from imagenet_shards.loader.plan.sub_order import SubOrder, plan_items, plan_segment
 from imagenet_shards.loader.plan.share_plan import epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
 from imagenet_shards.loader.source_kinds.mix import mix_parts, source_runs

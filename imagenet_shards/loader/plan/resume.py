@@ -1,4 +1,4 @@
-"""Mid-epoch resume of the loader and the order ledger: both follow from a few integers.
+"""Mid-epoch resume of the loader: the state follows from a few integers.
 
 The plan is deterministic (share_plan.py), so what an instance has delivered is known from, per
 DataLoader worker, how many batches it handed over and how far it got in its own reading order.
@@ -16,20 +16,12 @@ exactly once; "drop"/"pad" equal batches, the dropped/padded keys named in the r
 A new segment needs the state of every instance of the last one (pass the list), since each
 instance knows only its own progress. The next epoch is planned as if nothing had happened.
 
-Worker order. Worker w of an instance reads its contiguous run of whole batches (share_plan.py)
-in the order `buffer_order` gives: the shuffle buffer's output, computed on indices with its own
-generator (`order_rng`), so it does not depend on the augmentations' random draws (those come
-from `augment_rng`, one per batch). DataLoader hands batches over round-robin over the workers,
-starting at worker 0; a resumed worker d plays worker (d + next) % W, so the round-robin resumes
-where it stopped.
-
 What this cannot know: samples skipped as bad at run time (on_error="skip") and their substitutes;
 the ledger lists what the plan delivered, the epoch report names the skipped ones.
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -37,120 +29,20 @@ import numpy as np
 
 from imagenet_shards.loader.plan.global_mix import MixLayout
 from imagenet_shards.loader.plan.global_order import FlatLayout, plan_flat
-from imagenet_shards.loader.plan.share_plan import InstancePlan, plan_instance
-from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
+from imagenet_shards.loader.plan.share_plan import InstancePlan
+from imagenet_shards.loader.plan.shuffle_buffer import buffer_order, order_rng, pick
+from imagenet_shards.loader.plan.sub_order import SubOrder, plan_items, plan_segment
+from imagenet_shards.loader.source_kinds import get_source_kind
 from imagenet_shards.errors import Error
 
 STATE_VERSION = 1
 STATE_DIGEST = "digest"  # written since 2026-11-28; a state without one (written before) is not checked
-LEDGER_VERSION = 1
 # What fixes an epoch's plan and may not change across a resume (the rest may: a new segment).
 FIXED = ("split", "seed", "policy", "shuffle", "drop_last", "repartition", "order")
 
 
 class ResumeError(Error, ValueError):
     """A state that cannot resume this loader: names the difference."""
-
-
-# ---------------------------------------------------------------------------- orders and generators
-
-def _tag(seed, epoch, segment, instance, worker) -> str:
-    base = f"{seed}/{epoch}/{instance}/{worker}"
-    return base if segment == 0 else f"{base}/s{segment}"
-
-
-def order_rng(seed, epoch, segment, instance, worker) -> random.Random:
-    """The shuffle buffer's generator of one worker (nothing else draws from it)."""
-    return random.Random(_tag(seed, epoch, segment, instance, worker) + "/order")
-
-
-def augment_rng(seed, epoch, segment, instance, worker, batch) -> random.Random:
-    """The augmentations' generator for one batch of one worker: a resumed batch is augmented alike."""
-    return random.Random(f"{_tag(seed, epoch, segment, instance, worker)}/b{batch}")
-
-
-def buffer_order(count: int, size: int, rng) -> np.ndarray:
-    """The order in which a shuffle buffer of `size` emits `count` inputs (as input indices):
-    fill the buffer, then for each further input emit a random slot's and put it there; at the
-    end shuffle the buffer and emit it. `size` <= 1: input order."""
-    if size <= 1 or count <= 1:
-        return np.arange(count, dtype=np.int64)
-    buffer, out = [], []
-    for index in range(count):
-        if len(buffer) < size:
-            buffer.append(index)
-            continue
-        slot = rng.randrange(size)
-        out.append(buffer[slot])
-        buffer[slot] = index
-    rng.shuffle(buffer)
-    out.extend(buffer)
-    return np.asarray(out, dtype=np.int64)
-
-
-def shuffled(items, size: int, rng):
-    """The streaming twin of `buffer_order`: the same draws, so the same order, without computing
-    it first (a fresh epoch's first batch waits for no pass over the worker's items)."""
-    buffer = []
-    for item in items:
-        if len(buffer) < size:
-            buffer.append(item)
-            continue
-        slot = rng.randrange(size)
-        yield buffer[slot]
-        buffer[slot] = item
-    rng.shuffle(buffer)
-    yield from buffer
-
-
-def in_order(raw, inputs: np.ndarray, order: np.ndarray):
-    """`raw` yields the samples of `inputs` (ascending input indices) in that order; yield them in
-    `order` (a permutation of `inputs`). Holds at most what a shuffle buffer would."""
-    pending, source, arriving = {}, iter(raw), iter(inputs.tolist())
-    for wanted in order.tolist():
-        while wanted not in pending:
-            pending[next(arriving)] = next(source)
-        yield pending.pop(wanted)
-
-
-def pick(items, indices):
-    """items[indices] for an int array of rows or a list of items."""
-    if isinstance(items, np.ndarray):
-        return items[np.asarray(indices, dtype=np.int64)]
-    return [items[i] for i in np.asarray(indices).tolist()]
-
-
-class SubOrder:
-    """The positions `positions` of `sequence` (a GroupedOrder, a list, or None for the positions
-    themselves) as a sequence of their own: a segment's part of the epoch."""
-
-    def __init__(self, sequence, positions):
-        self.sequence, self.positions = sequence, np.asarray(positions, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def take(self, indices):
-        positions = self.positions[np.asarray(indices, dtype=np.int64)]
-        if self.sequence is None:
-            return positions
-        if hasattr(self.sequence, "take"):
-            return self.sequence.take(positions)
-        return [self.sequence[p] for p in positions.tolist()]
-
-    def __getitem__(self, index):
-        return self.take([index])[0]
-
-
-def plan_segment(order: SubOrder, instance: int, count: int, policy: str, batch_size: int,
-                 drop_last: bool) -> InstancePlan:
-    """plan_instance for a segment, which may hold fewer samples than instances (or none)."""
-    total = len(order)
-    if total and not (policy == "drop" and total < count):
-        return plan_instance(order, instance, count, policy, batch_size, drop_last)
-    # nothing left, or "drop" with fewer left than instances: every instance gets none, the rest is dropped
-    empty = order.take(np.zeros(0, dtype=np.int64))
-    return InstancePlan(empty, batch_size, drop_last, policy, [0] * count, policy_dropped=order.take(np.arange(total)))
 
 
 # ---------------------------------------------------------------------------- segments
@@ -401,70 +293,3 @@ def identity(planner) -> dict:
     return {"dataset": fingerprint(planner.source), "split": planner.split, "seed": planner.seed,
             "policy": planner.policy, "shuffle": planner.shuffle, "drop_last": planner.drop_last,
             "repartition": planner.manifest, "order": planner.order_identity()}
-
-
-def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
-    labels_of = get_source_kind(context.source.kind).labels
-    keys, labels = [], []
-    for batch in batches:
-        keys.extend(keys_of(context, batch))
-        labels.extend(labels_of(context, batch))
-    dropped = []
-    if complete:
-        dropped = keys_of(context, plan.policy_dropped) + keys_of(context, plan.last_batch_dropped)
-    return {"segment": number, "instance": instance, "instances": segment.instances, "workers": segment.workers,
-            "batch_size": segment.batch_size, "complete": complete, "batches": [len(b) for b in batches],
-            "keys": keys, "labels": labels, "padded": keys_of(context, plan.padded), "dropped": dropped}
-
-
-def plan_items(sequence, plan: InstancePlan) -> InstancePlan:
-    """`plan` (in positions) with its items taken from `sequence` (None: the positions themselves)."""
-    if sequence is None:
-        return plan
-
-    def at(positions):
-        return SubOrder(sequence, positions).take(np.arange(len(positions)))
-    return InstancePlan(at(plan.items), plan.batch_size, plan.drop_last, plan.policy, plan.instance_counts,
-                        at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided,
-                        plan.sample_ids)
-
-
-def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
-    """The ledger of the current (or last) epoch of `planner`'s instance: every earlier segment of
-    a resume (every instance's, derived from the states) and this instance's current segment.
-    `live`: the epoch being or last iterated (ImageLoader's), None before the first; `context`: the
-    source kind's ReadContext (keys and labels of plan items)."""
-    import json
-    import os
-
-    own = planner.instance  # this instance
-    if live is None:
-        epoch, resume, complete = planner.epoch, planner.resume_for(planner.epoch), False
-        rotation, done = resume.start(own.index, segment.workers) if resume else (0, [])
-        progress = {"next": rotation, "done": done}
-    else:
-        epoch, resume, complete = live["epoch"], live["resume"], live["complete"]
-        progress = {"next": live["next"], "done": live["done"]}
-    sequence = planner.epoch_sequence(epoch)
-    walker = epoch_of(identity_, epoch)
-    entries, number = [], 0
-    if resume is not None and resume.chain:
-        found, _ = walker.walk(resume.chain)
-        for number, old, instance, plan, batches in found:
-            batches = [SubOrder(sequence, b).take(np.arange(len(b))) for b in batches]
-            entries.append(_entry(context, number, instance, old, batches, plan_items(sequence, plan), False))
-        number += 1
-    if resume is not None and resume.positions is not None:
-        plan = planner.with_flat_dropped(plan_items(sequence, walker.plan(resume.positions, segment, own.index)), epoch)
-    else:  # segment 0: the epoch's own plan
-        plan = planner.plan(epoch)
-    batches = walker.delivered_batches(plan, number, segment, own.index, progress)
-    entries.append(_entry(context, number, own.index, segment, batches, plan, complete))
-    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": source_argument,
-              **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": own.index,
-              "instances": own.count, "entries": entries}
-    temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w") as handle:
-        json.dump(ledger, handle)
-    os.replace(temporary, path)
-    return ledger

@@ -25,7 +25,7 @@ from imagenet_shards.loader.device.device_batches import JpegPacker, largest_bat
 from imagenet_shards.loader.payloads import payload_kind
 from imagenet_shards.loader.transform.pipeline import ImagePipeline
 from imagenet_shards.loader.output.reports import Skipped
-from imagenet_shards.loader.plan.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
+from imagenet_shards.loader.plan.shuffle_buffer import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from imagenet_shards.loader.source_kinds import Boxed, ReadContext, get_source_kind
 from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.normalization import Normalization, scale_and_bias
