@@ -172,3 +172,23 @@ def test_the_checkout_ships_no_test_rig():
     assert layout.wheel_test_rigs(REPO) == []
     assert not list((REPO / "imagenet_shards" / "testing").glob("*.py"))  # a __pycache__ left by the move is not one
     assert (REPO / "testing_rigs" / "s3_server.py").is_file()
+
+
+def test_a_loader_stage_internal_imported_from_outside_the_loader_is_reported(tmp_path):
+    """Outside loader/, a stage is imported through its __init__ (its face); inside loader/ and through the
+    face are fine, a stage's module is not, a lazy import or `from stage import module` alike (issue 46)."""
+    root = _package(tmp_path, {
+        "loader/__init__.py": "",
+        "loader/sources.py": "",
+        "loader/read/__init__.py": "",
+        "loader/read/shard_reader.py": "",
+        "loader/image_loader.py": "from imagenet_shards.loader.read.shard_reader import Run\n",  # inside: fine
+        "tools/__init__.py": "from imagenet_shards.loader.read.shard_reader import Run\n",  # the planted offender
+        "inspect/__init__.py": "from imagenet_shards.loader.read import Run\nfrom imagenet_shards.loader import sources\n"
+                               "def f():\n    from imagenet_shards.loader.read import shard_reader\n",
+    })
+    result = layout.survey(root)
+    assert result["stage_internals"] == [
+        "imagenet_shards.inspect -> imagenet_shards.loader.read.shard_reader",
+        "imagenet_shards.tools -> imagenet_shards.loader.read.shard_reader"]
+    assert layout.main(["--root", str(root)]) == 1

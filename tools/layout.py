@@ -14,8 +14,10 @@ docs/crop-decode.md within 150 lines (DOC_LINES); get_data within 20 parameters 
 class `__init__` over 12 (INIT_PARAMETERS): settings that belong together travel as one object. Issue 46: no
 branch on a kind name outside the registry (`data == "cifar10"` too, SHARED_WORDS aside), no field of the loader's
 `Source` that only one kind reads (it belongs in that kind's settings object), and no test rig (TEST_RIGS, a
-`testing` package) in the wheel pyproject.toml's packages.find makes, nor imported by the library. Exit 0 when all
-are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
+`testing` package) in the wheel pyproject.toml's packages.find makes, nor imported by the library; no module
+outside loader/ imports a loader stage's internals (STAGED: a module inside one of loader/'s subpackages other
+than its __init__, the stage's public face; tests and benchmarks may). Exit 0 when all are met, 1 otherwise;
+it prints each offender so a maintainer knows where to cut.
 
 LAYERS orders the package's top-level modules and subpackages from the bottom up: a module may
 import from its own layer's unit (itself or its subpackage) and from units in lower layers. A
@@ -50,15 +52,16 @@ DOC_LINES = {"docs/crop-decode.md": 150}
 PARAMETER_GOALS = {"loader/image_loader.py: get_data": 20}
 INIT_PARAMETERS = 12  # a class __init__'s parameters besides self (issue 34)
 SCRIPT_DIRS = ("examples",)  # besides the repository root's scripts: functions held to FUNCTION_LINES too
+STAGED = "loader"  # its subpackages are stages (plan/, read/, ...): outside it, only their __init__ is imported
 REGISTRY_DIRS = {("loader", "source_kinds"), ("loader", "payloads")}  # entries named after their kind
 NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 # Private attributes of other objects still read, each with the issue that removes it: "path: obj._name".
 PRIVATE_ALLOWED = {
-    "imagenet_shards/loader/batch_ring.py: self.buffers[key].untyped_storage()._cdata":
+    "imagenet_shards/loader/output/batch_ring.py: self.buffers[key].untyped_storage()._cdata":
         "issue 34: torch has no public storage use count",
-    "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage":
+    "imagenet_shards/loader/output/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage":
         "issue 34: torch has no public shared-storage constructor",
-    "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
+    "imagenet_shards/loader/output/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
         "issue 34: torch has no public shared-storage constructor",
     "imagenet_shards/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
 }
@@ -354,6 +357,20 @@ def long_docs(repo: Path) -> list:
     return found
 
 
+def stage_internals(root: Path, graph: dict) -> list:
+    """"importer -> module" for each import, from outside STAGED, of a module inside one of STAGED's subpackages
+    (imagenet_shards.loader.read.shard_reader), where the subpackage's face (imagenet_shards.loader.read) is the
+    way in: a stage's modules can then move or split without touching the rest of the library."""
+    staged = f"{root.name}.{STAGED}"
+    found = []
+    for module, targets in sorted(graph.items()):
+        if module == staged or module.startswith(staged + "."):
+            continue
+        found.extend(f"{module} -> {target}" for target in sorted(targets)
+                     if target.startswith(staged + ".") and target.count(".") >= staged.count(".") + 2)
+    return found
+
+
 def survey(root: Path) -> dict:
     mods = module_files(root)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
@@ -392,7 +409,7 @@ def survey(root: Path) -> dict:
     return {"modules": len(mods), "big_modules": big_modules, "long_functions": long_functions,
             "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced),
             "kind_name_comparisons": kind_names, "wide_signatures": wide, "one_kind_fields": one_kind_fields(root, mods),
-            "test_rigs_in_wheel": wheel_test_rigs(root.parent) + rigs,
+            "test_rigs_in_wheel": wheel_test_rigs(root.parent) + rigs, "stage_internals": stage_internals(root, graph),
             "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)), "same_names": same_names(root),
             "script_long_functions": script_long_functions(root.parent), "long_docs": long_docs(root.parent),
             "private_allowed": sorted(set(private) & set(PRIVATE_ALLOWED))}
@@ -417,6 +434,8 @@ def main(argv=None) -> int:
         ("source kind names compared outside loader/source_kinds/", result["kind_name_comparisons"]),
         ("Source fields only one kind reads", result["one_kind_fields"]),
         ("test rigs in the wheel (pyproject's packages.find) or imported by the library", result["test_rigs_in_wheel"]),
+        (f"loader stages' internals imported from outside {STAGED}/ (import the stage's __init__)",
+         result["stage_internals"]),
         ("private attributes of other objects", result["private_accesses"]),
         ("module file names used twice (imagenet_shards/ and the root's scripts)", result["same_names"]),
         (f"functions over {FUNCTION_LINES} lines in the scripts and {', '.join(SCRIPT_DIRS)}/",

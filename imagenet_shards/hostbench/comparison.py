@@ -26,8 +26,8 @@ from imagenet_shards.hostbench.timing import combine_instances, measure_batches
 from imagenet_shards.hostbench.pipelines import (AUGMENTATIONS, BASELINES, IMAGE_SIZE, augmented_loader_batches,
                                           bare_decode_augment, floor_batches, loader_batches, validation_resize)
 from imagenet_shards.hostbench.discovery import COMPARED_FORMATS, folder_split_dir, list_folder_images
-from imagenet_shards.loader.transform import jpeg_crop
-from imagenet_shards.loader.plan.global_order import GlobalOrder
+from imagenet_shards.loader.transform import CROP, PIL_FULL, jpeg_decode_path
+from imagenet_shards.loader import GlobalOrder
 
 NORMALIZATIONS = ("host", "device")
 NO_VERIFY = "-noverify"  # row id suffix of a loader row with verify=False
@@ -75,7 +75,7 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
     """
     resize = validation_resize(size)
     loader_options = {"image_size": size, **(loader_options or {})}
-    loader_decode = loader_options.get("jpeg_decode") or jpeg_crop.decode_path()
+    loader_decode = loader_options.get("jpeg_decode") or jpeg_decode_path()
     rows = []
     jpeg_folder = next((s for s in sources if s.format == "folder"), None)
     if jpeg_folder is not None and folder_split_dir(jpeg_folder.path, split) is not None:
@@ -86,12 +86,12 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
             jpeg_folder.bytes_per_image.get(split, 0.0), str(jpeg_folder.path),
             lambda share=share: bare_decode_augment(share, split, batch_size, seed, size, resize),
             "PIL open+decode+" + ("RandomResizedCrop+flip" if split == "train" else "Resize+CenterCrop")
-            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats", jpeg_crop.PIL_FULL,
+            + " to uint8 from in-memory bytes: the per-process ceiling for JPEG formats", PIL_FULL,
         ))
-        with_pil = loader_decode == jpeg_crop.CROP and "device" in normalizations
-        for decode in (loader_decode, jpeg_crop.PIL_FULL) if with_pil else (loader_decode,):
+        with_pil = loader_decode == CROP and "device" in normalizations
+        for decode in (loader_decode, PIL_FULL) if with_pil else (loader_decode,):
             rows.append(RowPlan(
-                "floor" + ("-pil" if with_pil and decode == jpeg_crop.PIL_FULL else ""),
+                "floor" + ("-pil" if with_pil and decode == PIL_FULL else ""),
                 f"floor: the loader's image_into, {decode} decode, 1 process", "floor", "folder", "device", 0,
                 jpeg_folder.bytes_per_image.get(split, 0.0), str(jpeg_folder.path),
                 lambda share=share, decode=decode: floor_batches(share, split, batch_size, seed, size, resize, decode),
@@ -106,13 +106,13 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
                 f"baseline_{baseline.key}", baseline.label, "baseline", source.format, "host", workers,
                 source.bytes_per_image.get(split, 0.0), str(source.path),
                 lambda b=baseline, s=source: b.build(s, split, batch_size, workers, instance, seed=seed, size=size),
-                baseline.note, jpeg_crop.PIL_FULL if entry.payload == "jpeg" else "",
+                baseline.note, PIL_FULL if entry.payload == "jpeg" else "",
             ))
         jpeg = entry is not None and entry.payload == "jpeg"
         variants = [(n, "", loader_options, loader_decode if jpeg else "") for n in normalizations]
-        if jpeg and loader_decode == jpeg_crop.CROP and "device" in normalizations:
-            variants.append(("device", "-pil", {**loader_options, "jpeg_decode": jpeg_crop.PIL_FULL},
-                             jpeg_crop.PIL_FULL))
+        if jpeg and loader_decode == CROP and "device" in normalizations:
+            variants.append(("device", "-pil", {**loader_options, "jpeg_decode": PIL_FULL},
+                             PIL_FULL))
         if jpeg and "device" in normalizations and device_decode_measurable():
             # The JPEGs decoded on the accelerator (nvJPEG), the workers only reading and drawing crops.
             variants.append(("device", DEVICE_DECODE_SUFFIX, {**loader_options, "jpeg_decode": "device"}, "device"))

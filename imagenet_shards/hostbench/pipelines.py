@@ -111,7 +111,7 @@ def floor_batches(paths_and_labels, split: str, batch_size: int, seed: int = 0, 
 
     import torch
 
-    from imagenet_shards.loader.transform.pipeline import ImagePipeline
+    from imagenet_shards.loader.transform import ImagePipeline
 
     if not paths_and_labels:
         raise BenchmarkError("no images for the floor loop")
@@ -285,7 +285,7 @@ AUGMENTATIONS = {
 def augmented_loader_batches(source, split, batch_size, workers, normalization, instance, recipe, seed=0,
                              image_size=IMAGE_SIZE, **options):
     """`loader_batches` with a user transform recipe (AUGMENTATIONS) passed to get_data."""
-    from imagenet_shards.loader.transform.user_transforms import mixup_cutmix, strong_augmentation
+    from imagenet_shards.loader import mixup_cutmix, strong_augmentation
     from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
     if recipe == "tv-rrc-flip":

@@ -23,7 +23,7 @@ from imagenet_shards.hostbench.discovery import compared_sources as discover_com
 from imagenet_shards.hostbench.collective import Collective
 from imagenet_shards.hostbench.host_info import busy_host_warning, cores_busy_now, host_description, memory_available_bytes
 from imagenet_shards.launcher import LauncherError, instance_from_args
-from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.loader.transform import UNAVAILABLE_REASON, crop_decode_available, jpeg_decode_path
 from imagenet_shards.errors import UsageError
 
 
@@ -75,7 +75,7 @@ def config_of(args, instance, **extra) -> dict:
         "seed": args.seed, "instances": instance.count, "instance_source": instance.source,
         "cpus": host["usable_cpus"], "created": time.strftime("%Y-%m-%d %H:%M"), "image_size": args.image_size,
         "memory_available_bytes": memory_available_bytes(),
-        "jpeg_train_decode": jpeg_crop.decode_path(), "jpeg_crop_unavailable": jpeg_crop.UNAVAILABLE_REASON, **extra,
+        "jpeg_train_decode": jpeg_decode_path(), "jpeg_crop_unavailable": UNAVAILABLE_REASON, **extra,
     }
 
 
@@ -295,16 +295,16 @@ def failed_rows(rows) -> list:
 
 def print_decode_note() -> None:
     """The report's line saying that JPEGs decode whole with PIL because `_jpeg_crop` is not built, and how to fix it."""
-    if not jpeg_crop.available():
+    if not crop_decode_available():
         print(f"  note: JPEGs are decoded whole with PIL (slower), the native decoder is not built: "
-              f"{jpeg_crop.UNAVAILABLE_REASON}", flush=True)
+              f"{UNAVAILABLE_REASON}", flush=True)
 
 
 def print_compare_header(args, instance, sources, copies, rows) -> None:
     print(f"host_benchmark --compare {args.compare}: {args.split} split, batch {args.batch_size}, "
           f"{args.dataloader_worker} worker(s) per loader, {args.warmup_batches} warm-up batches, then "
           f"{limit_text(args)} per row x {args.rounds} round(s); {args.image_size} px output, JPEG "
-          f"decode {jpeg_crop.decode_path()}; {instance.describe()}")
+          f"decode {jpeg_decode_path()}; {instance.describe()}")
     print_decode_note()
     for source in sources:
         print(f"  {source.name:<8} {source.path}  ({source.samples.get(args.split, 0)} {args.split} samples, "

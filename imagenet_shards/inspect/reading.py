@@ -25,7 +25,7 @@ import numpy as np
 from imagenet_shards.formats import format_for_location
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.dataset_folder import SPLITS
-from imagenet_shards.loader.read.shard_reader import Run, iter_run, payload_extension, sample_label
+from imagenet_shards.loader.read import Run, iter_run, payload_extension, sample_label
 from imagenet_shards.loader.sources import Source, resolve_source
 from imagenet_shards.storage import is_url, read_bytes
 

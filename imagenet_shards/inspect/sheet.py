@@ -60,7 +60,7 @@ def stored_pixels(shown: Shown, tensor_layout: str = "HWC") -> np.ndarray:
 def trained_pixels(view: SplitView, shown: Shown, seed: int) -> np.ndarray:
     """What the loader's pipeline for this split makes of the sample (train: RandomResizedCrop + flip)."""
     from imagenet_shards.loader.payloads import get_payload
-    from imagenet_shards.loader.transform.pipeline import ImagePipeline
+    from imagenet_shards.loader.transform import ImagePipeline
 
     source = view.source
     pipeline, _ = ImagePipeline.build(view.split == "train", stored=source.stored_steps)

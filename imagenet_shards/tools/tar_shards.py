@@ -46,7 +46,7 @@ from imagenet_shards.index import (ShardRecord, parse_metadata, parse_sample_col
                             write_metadata, write_sample_index)
 from imagenet_shards.index.earlier import rewrite_earlier_index
 from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, METADATA_FILE, REPARTITION_MANIFEST, SPLITS
-from imagenet_shards.loader.read.shard_reader import PAYLOAD_PREFERENCE, scan_shard
+from imagenet_shards.loader.read import PAYLOAD_PREFERENCE, scan_shard
 from imagenet_shards.repartition.plan import remainder_records
 from imagenet_shards.repartition.run import repartition
 from imagenet_shards.storage import exists, expand_locations, is_url, open_byte_range, read_bytes

@@ -1,0 +1,62 @@
+"""The loader by stage (issue 46): each stage's public face resolves every name it lists, a light stage
+module imports without torch, and the modules' names before the stages still import, as the module itself,
+with a DeprecationWarning."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagenet_shards import loader
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("plan", "read", "transform", "device", "output")
+
+
+def run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), cwd=REPO)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_face_resolves_every_name_it_exports(stage):
+    import importlib
+
+    face = importlib.import_module(f"imagenet_shards.loader.{stage}")
+    assert face.__all__ and dir(face) == sorted(face.__all__)
+    for name in face.__all__:
+        assert getattr(face, name) is not None, name
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        face.nothing_here
+
+
+def test_the_read_face_and_its_shard_reader_import_without_torch():
+    result = run("import sys; from imagenet_shards.loader.read import Run, iter_run, scan_shard; "
+                 "import imagenet_shards.loader.plan.share_plan; print('torch' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False"]
+
+
+def test_a_module_name_before_the_stages_is_the_module_itself_with_a_deprecation_warning():
+    code = ("import warnings, pickle; warnings.simplefilter('always'); "
+            "import imagenet_shards.loader.resume as old, imagenet_shards.loader.plan.resume as new; "
+            "from imagenet_shards.loader.pipeline import ImagePipeline; "
+            "from imagenet_shards.loader.transform import ImagePipeline as face_pipeline; "
+            "segment = pickle.loads(pickle.dumps(old.Segment(1, 1, 1, 0))); "
+            "print(old is new, old.__spec__.name, ImagePipeline is face_pipeline, type(segment).__module__)")
+    result = run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "imagenet_shards.loader.plan.resume", "True",
+                                     "imagenet_shards.loader.plan.resume"]
+    assert result.stderr.count("DeprecationWarning") == 2
+    assert "imagenet_shards.loader.pipeline is now imagenet_shards.loader.transform.pipeline" in result.stderr
+
+
+def test_every_moved_name_points_at_a_module():
+    import importlib.util
+
+    for old, new in loader.MOVED.items():
+        assert importlib.util.find_spec(f"imagenet_shards.loader.{new}") is not None, (old, new)
+        assert new.split(".")[0] in STAGES
