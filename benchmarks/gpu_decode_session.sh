@@ -89,7 +89,7 @@ check() {
 
 parts() {  # the decode and the crop/resize of one batch timed apart, and the earlier commit's resize
   local earlier=()
-  earlier_tree && earlier=(--resampler-from "$(ls "$WORK"/earlier/{imagenet_shards,datasets}/loader/device_resample.py 2>/dev/null | head -1)")
+  earlier_tree && earlier=(--resampler-from "$(ls "$WORK"/earlier/{imagenet_shards,datasets}/loader/{device/,}device_resample.py 2>/dev/null | head -1)")
   "$PY" benchmarks/device_decode_check.py --data "$WORK/img" --parts-only --jpegs "$WORK/source/train" \
     --batch-size 256 --repeats 20 "${earlier[@]}" ${PROFILE:+--profile} --json "$OUT/parts.json"
 }

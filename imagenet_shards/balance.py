@@ -1,7 +1,7 @@
 """The remainder policies: how T samples are dealt to N instances when N does not divide T.
 
 One definition for the two places that deal samples: the repartitioner (imagenet_shards.repartition,
-written to disk once) and the loader when no repartition exists (imagenet_shards.loader.share_plan, at
+written to disk once) and the loader when no repartition exists (imagenet_shards.loader.plan.share_plan, at
 run time, every epoch). Both give instance i the same number of samples under the same policy:
 
     spread  T//N each, the first T%N instances one more: every sample exactly once, counts differ

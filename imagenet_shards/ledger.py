@@ -2,7 +2,7 @@
 
     python -m imagenet_shards.ledger verify LEDGER... [--source DATASET] [--json REPORT]
 
-A ledger is what `ImageLoader.write_ledger(path)` writes for one instance (imagenet_shards/loader/resume.py):
+A ledger is what `ImageLoader.write_ledger(path)` writes for one instance (loader/plan/ledger_writer.py):
 the keys (and labels) it delivered in one epoch, in order, per segment of the epoch (a restart onto
 another instance or worker count starts a segment; the earlier segments, derived from the loaded
 states, are in every later ledger). Give the ledgers of every instance of the run's last segment.

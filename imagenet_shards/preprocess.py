@@ -16,7 +16,7 @@ costs 4-8 s per process (every worker, every run); tests/test_preprocess.py chec
 pixels equal torchvision's on many sizes. Random transforms (RandomResizedCrop, RandomCrop,
 flips...) are refused at conversion: applied once they would freeze one random draw into the
 dataset, while training needs a new draw every epoch. The loader runs them
-(imagenet_shards.loader.pipeline): `RandomResizedCrop(N)` and `RandomHorizontalFlip()` are steps of
+(imagenet_shards.loader.transform.pipeline): `RandomResizedCrop(N)` and `RandomHorizontalFlip()` are steps of
 this same type, so the loader compares its runtime steps with the stored ones directly.
 
 API:
@@ -138,7 +138,7 @@ class CenterCrop(Step):
 
 
 class RandomResizedCrop(Step):
-    """The loader's train crop (imagenet_shards.loader.pipeline draws it); never applied at conversion."""
+    """The loader's train crop (imagenet_shards.loader.transform.pipeline draws it); never applied at conversion."""
 
     name = "RandomResizedCrop"
     square_pair_is_int = True

@@ -1,4 +1,4 @@
-"""One DataLoader iteration across epochs (imagenet_shards/loader/epoch_runs.py), on the converted sample
+"""One DataLoader iteration across epochs (imagenet_shards/loader/read/epoch_runs.py), on the converted sample
 dataset (36 train / 12 validation samples): the workers run on into the next epoch, and what they
 hand over is exactly what a fresh loader gives for that epoch."""
 

@@ -1,4 +1,4 @@
-"""The global train order (get_data's order="global"; imagenet_shards/loader/global_order.py).
+"""The global train order (get_data's order="global"; imagenet_shards/loader/plan/global_order.py).
 
 Pure planner checks on integers, then the loader on the converted sample dataset (36 train samples,
 shards of 8) with GlobalOrder(global_batch_size=16): the same global batches (sets of keys, step by

@@ -1,4 +1,4 @@
-"""The region JPEG decode (native/jpeg_crop, imagenet_shards.loader.jpeg_crop) against PIL's whole-image decode.
+"""The region JPEG decode (native/jpeg_crop, imagenet_shards.loader.transform.jpeg_crop) against PIL's whole-image decode.
 
 Without DCT scaling the train output must equal the whole-image path's pixel for pixel; with it
 (draft, crop >= 2x the output on both axes) it must equal the draft path's, and stay within the

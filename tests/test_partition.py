@@ -1,4 +1,4 @@
-"""The planning rules of imagenet_shards/loader/share_plan.py, on plain integers."""
+"""The planning rules of imagenet_shards/loader/plan/share_plan.py, on plain integers."""
 
 from collections import Counter
 

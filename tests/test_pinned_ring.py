@@ -1,4 +1,4 @@
-"""pin_memory: batches come pinned in the ring's own page-locked buffers (imagenet_shards/loader/batch_ring.py).
+"""pin_memory: batches come pinned in the ring's own page-locked buffers (imagenet_shards/loader/output/batch_ring.py).
 
 The CUDA tests run where a GPU is (the device machine; CI has none and skips them): every batch is
 copied to the GPU with non_blocking=True and let go at once, as a training loop does, behind a

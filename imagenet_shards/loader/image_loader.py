@@ -13,9 +13,9 @@
 
 Mid-epoch resume: `state_dict()` after a batch, `load_state_dict(state)` on restart (the same counts:
 exactly the batches that followed; other counts: every rank's states, what was left dealt anew);
-`write_ledger(path)` writes what this rank delivered. The arithmetic: imagenet_shards/loader/resume.py.
+`write_ledger(path)` writes what this rank delivered. The arithmetic: loader/plan/resume.py, ledger_writer.py.
 
-How the work is shared (imagenet_shards/loader/share_plan.py has the rules and their proofs in tests):
+How the work is shared (imagenet_shards/loader/plan/share_plan.py has the rules and their proofs in tests):
   * every instance (poprun / torchrun / SLURM / OpenMPI process, see imagenet_shards/launcher.py) computes
     the same epoch order: shards permuted by (seed, epoch), samples in shard order;
   * instance i reads a contiguous range of it: "drop" (train default: floor(n/N) each), "pad"
@@ -31,11 +31,11 @@ How the work is shared (imagenet_shards/loader/share_plan.py has the rules and t
 Between epochs the workers do not wait: one DataLoader iteration spans every epoch, and a worker
 that finished its share goes on into the next epoch (the one `for` without set_epoch asks for next)
 while the training loop finishes this one. set_epoch to another epoch, a `break` midway or
-load_state_dict throws that read-ahead away (imagenet_shards/loader/epoch_runs.py); read_ahead=False
+load_state_dict throws that read-ahead away (imagenet_shards/loader/read/epoch_runs.py); read_ahead=False
 makes each epoch an iteration of its own.
 
 Batches are built inside the workers, written sample by sample into one preallocated uint8 tensor
-(in shared memory, so handing it to the main process copies nothing: imagenet_shards/loader/batch_ring.py).
+(in shared memory, so handing it to the main process copies nothing: imagenet_shards/loader/output/batch_ring.py).
 With host normalisation the worker converts it to float32/float16; with device normalisation it is
 sent as it is. A worker reads its items through the source's kind (imagenet_shards/loader/source_kinds/:
 indexed shards, image folder, synthetic) and writes each payload into its slot through the payload's
@@ -102,8 +102,8 @@ class ImageStream(IterableDataset):
 
     Each worker yields its `RingMessage`s of an epoch and, last, its `WorkerReport`, epoch after
     epoch (`spans_epochs`); `ImageLoader` turns that into (images, labels) and an `EpochReport`.
-    What it plans is the planner's (imagenet_shards/loader/epoch_planner.py), how a worker reads is the
-    read loop's (imagenet_shards/loader/read_loop.py), how the epochs follow each other epoch_runs.py's.
+    What it plans is the planner's (imagenet_shards/loader/plan/epoch_planner.py), how a worker reads is the
+    read loop's (imagenet_shards/loader/read/read_loop.py), how the epochs follow each other epoch_runs.py's.
     """
 
     def __init__(self, planner: EpochPlanner, read_loop: ReadLoop):
@@ -111,7 +111,7 @@ class ImageStream(IterableDataset):
         self.ring = BatchRing(1, 3)  # ImageLoader gives it one sized for its workers
         self.byte_ring = BatchRing(1, 3)  # jpeg_decode="device": the workers' JPEG bytes (device_batches.py)
         # Where the workers start (generation, epoch; shared) and whether they go on into the next
-        # epoch (ImageLoader's read_ahead): imagenet_shards/loader/epoch_runs.py.
+        # epoch (ImageLoader's read_ahead): imagenet_shards/loader/read/epoch_runs.py.
         self.run_flags, self.spans_epochs = RunFlags(planner.epoch), False
         self.worker_table = None  # each worker's pid and shard, to name a worker's death (worker_shards.py)
 
@@ -120,7 +120,7 @@ class ImageStream(IterableDataset):
         return self.read_loop.pipeline
 
     def __iter__(self):
-        """The worker's messages, epoch after epoch: imagenet_shards/loader/epoch_runs.py."""
+        """The worker's messages, epoch after epoch: imagenet_shards/loader/read/epoch_runs.py."""
         return worker_messages(self)
 
 
@@ -145,7 +145,7 @@ class ImageLoader:
         self._device = None  # jpeg_decode="device": the main process's DeviceBatches, made at the first batch
         self.report: Optional[EpochReport] = None
         self._loader = None
-        self._runs = None  # the DataLoader iteration kept across epochs (imagenet_shards/loader/epoch_runs.py)
+        self._runs = None  # the DataLoader iteration kept across epochs (imagenet_shards/loader/read/epoch_runs.py)
         dataset.spans_epochs = self.read_ahead = read_ahead
         dataset.worker_table = worker_shards.shared_table(workers)
         self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
@@ -180,7 +180,7 @@ class ImageLoader:
     def __len__(self) -> int:
         return self.batches_per_epoch
 
-    # -- resume and ledger (the arithmetic is in imagenet_shards/loader/resume.py)
+    # -- resume and ledger (the arithmetic: imagenet_shards/loader/plan/resume.py, ledger_writer.py)
     def _identity_and_segment(self):
         if self._identity is None:
             self._identity = resume_identity(self.planner)
@@ -240,7 +240,7 @@ class ImageLoader:
     def _batches_of(self, messages, ring, pin, report):
         """(message, Batch) in the workers' order; WorkerReports as (report, None). With
         jpeg_decode="device" each batch is assembled on the device in the decode thread, DECODE_AHEAD
-        batches ahead of the one handed out (imagenet_shards/loader/device_decode.py)."""
+        batches ahead of the one handed out (imagenet_shards/loader/device/device_decode.py)."""
         if not self.dataset.read_loop.device_decode:
             for item in messages:
                 if isinstance(item, WorkerReport):
@@ -378,7 +378,7 @@ def get_data(source, split: str = "train", batch_size: Optional[int] = None, wor
     transform       per sample: None (the split's recipe, TrainCrop() or ValidationCrop()), a recipe with
                     its own image_size/scale/ratio/resize_size/use_draft, or a torchvision v2 transform (a
                     leading RandomResizedCrop [+ flip] runs fused in the decoder; UserTransform(T, ...) for
-                    its settings); see imagenet_shards/loader/user_transforms.py.
+                    its settings); see imagenet_shards/loader/transform/user_transforms.py.
     batch_transform per batch (MixUp/CutMix).
     normalization   "host" (float batches), "device"/"ipu" (uint8 NCHW; wrap the model in
                     imagenet_shards.normalization.NormalizeOnDevice), or a Normalization(location, dtype, mean, std,
@@ -387,14 +387,14 @@ def get_data(source, split: str = "train", batch_size: Optional[int] = None, wor
                     derived as G / the instance count (a batch_size given must equal it).
     order           None, "shards", "global", GlobalOrder(global_batch_size=G, partitions=P) or an Order(policy,
                     shuffle, drop_last, shuffle_buffer, sequence): who gets which samples when
-                    (imagenet_shards/loader/global_order.py).
+                    (imagenet_shards/loader/plan/global_order.py).
     cache           None, a directory, or Cache(directory, limit, remote_paths, prefetch): docs/shard-cache.md.
     instance        a launcher.Instance or (index, count); default: detected from the launcher.
     train           the split's defaults (recipe, policy, shuffle, drop_last) are train's (default: split == "train").
     on_error        "skip" (count, report, substitute for train) or "fail" (SampleError).
     jpeg_decode     "crop" (decode only the JPEG region a crop needs), "pil" (whole images); default "crop" where
                     native/jpeg_crop is built, unless DATASETS_JPEG_DECODE=pil. "device": nvJPEG decodes on the
-                    accelerator, batches are uint8 there (imagenet_shards/loader/device_decode.py).
+                    accelerator, batches are uint8 there (imagenet_shards/loader/device/device_decode.py).
     with_keys       yield Batch(images, labels, keys) instead of (images, labels).
     read_ahead      workers go on into the next epoch while this one is finished (one DataLoader iteration
                     across epochs); False: each epoch its own iteration, nothing read before it is asked for.

@@ -67,7 +67,7 @@ class TrainCrop:
     scale: tuple = (0.08, 1.0)
     ratio: tuple = (3 / 4, 4 / 3)
     use_draft: bool = True
-    train = True  # the pipeline's kind (imagenet_shards/loader/pipeline.py runtime_steps)
+    train = True  # the pipeline's kind (imagenet_shards/loader/transform/pipeline.py runtime_steps)
 
     def resize(self) -> int:
         return int(round(self.image_size * 256 / 224))  # unused by a train crop; the pipeline records it
@@ -89,7 +89,7 @@ class ValidationCrop:
 
 @dataclass(frozen=True)
 class UserTransform:
-    """A torchvision v2 transform with the loader's settings for it (imagenet_shards/loader/user_transforms.py):
+    """A torchvision v2 transform with the loader's settings for it (imagenet_shards/loader/transform/user_transforms.py):
     `image_size` must equal its fused crop's size (a check) or, for a whole-image transform, is its output
     side; `resize_size` the side of the blank image its whole-image form is tried on; `use_draft` as
     TrainCrop's for the fused prefix. A bare transform is `UserTransform(transform)`."""
@@ -133,13 +133,13 @@ class Order:
     """Which samples come when, as FFCV's Loader(order=): each default follows the split (train or not).
 
     policy          how instances share an epoch: "drop" | "pad" | "spread" (default drop for train,
-                    spread otherwise; imagenet_shards/loader/share_plan.py).
+                    spread otherwise; imagenet_shards/loader/plan/share_plan.py).
     shuffle         shards permuted per (seed, epoch) and samples through the buffer (default: train).
     drop_last       the last partial batch is dropped and its keys reported (default: train).
     shuffle_buffer  samples each worker shuffles among (train; 0 or 1: the plan's order).
     sequence        "shards" (the above; None says the same) or "global" / GlobalOrder(global_batch_size=G,
                     partitions=P): the same global batches whatever the instance and worker counts
-                    (imagenet_shards/loader/global_order.py).
+                    (imagenet_shards/loader/plan/global_order.py).
     """
 
     policy: Optional[str] = None

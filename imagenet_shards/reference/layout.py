@@ -336,7 +336,7 @@ def _check_split_samples(check: ReferenceCheck):
 def scan_reference_split(root, split: str, scan_shard) -> list:
     """The SampleRecords of one split of a reference dataset, from its tar headers (no payload
     hashes): what the loader reads a dataset that was not adopted by. `scan_shard(path, name)`
-    is the loader's header scan (imagenet_shards.loader.shard_reader.scan_shard), passed in: the
+    is the loader's header scan (imagenet_shards.loader.read.shard_reader.scan_shard), passed in: the
     loader sits above this package."""
     root = Path(root)
     names, _ = split_shard_names(sorted(os.listdir(root)), split)

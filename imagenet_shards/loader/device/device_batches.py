@@ -8,7 +8,7 @@ under pin_memory) and records the box and flip. A JPEG the device decoder does n
 (`jpeg_header.device_refusal`), a sample that is not a JPEG, or steps the device path does not
 run are decoded on the host into the batch's image buffer as today, and counted.
 
-The main process's half (decode, crop, resize, flip on the device): imagenet_shards/loader/device_decode.py.
+The main process's half (decode, crop, resize, flip on the device): imagenet_shards/loader/device/device_decode.py.
 """
 
 from __future__ import annotations

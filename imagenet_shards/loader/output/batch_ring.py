@@ -50,7 +50,7 @@ class RingMessage(NamedTuple):
     labels: np.ndarray
     keys: list
     progress: tuple = ()  # (worker as planned, its batches handed over, its reading position): for resume
-    run: tuple = ()  # (generation, epoch) the batch belongs to, see imagenet_shards/loader/epoch_runs.py
+    run: tuple = ()  # (generation, epoch) the batch belongs to, see imagenet_shards/loader/read/epoch_runs.py
     jpegs: object = None  # jpeg_decode="device": the rows the device decodes (device_batches.DeviceJpegs)
 
 

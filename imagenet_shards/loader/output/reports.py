@@ -40,7 +40,7 @@ class WorkerReport:
     partial_dropped: list = field(default_factory=list)  # keys of a final partial batch left out
     cache: dict = field(default_factory=dict)  # the shard cache's events in this worker (shard_cache.new_events)
     sender: int = 0  # the DataLoader worker that sent it
-    run: tuple = ()  # (generation, epoch), see imagenet_shards/loader/epoch_runs.py
+    run: tuple = ()  # (generation, epoch), see imagenet_shards/loader/read/epoch_runs.py
 
 
 @dataclass

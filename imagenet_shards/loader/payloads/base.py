@@ -23,5 +23,5 @@ class PayloadKind:
     into: Callable
     # pixels(payload, tensor_layout) -> HWC uint8 numpy array; None for encoded images (PIL opens those)
     pixels: Optional[Callable] = None
-    # True where a payload may be a JPEG for jpeg_decode="device" (imagenet_shards/loader/device_batches.py)
+    # True where a payload may be a JPEG for jpeg_decode="device" (imagenet_shards/loader/device/device_batches.py)
     device_jpeg: bool = False

@@ -1,5 +1,6 @@
 """Planning: which samples each instance and worker reads in an epoch, in which order, and where a resume
-continues (share_plan, global_order, global_mix, epoch_planner; resume by job: shuffle_buffer, sub_order, resume, ledger_writer).
+continues (share_plan, global_order, global_mix, epoch_planner; resume by job: shuffle_buffer, sub_order,
+resume, ledger_writer).
 
 Pure functions of the dataset's index, seed, epoch and instance layout: no reading, no torch.
 """

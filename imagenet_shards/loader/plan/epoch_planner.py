@@ -2,10 +2,10 @@
 
 It holds what fixes the plans (source, instance, policy, seed, shuffle, batch size, this instance's
 repartition share), the epoch the main process iterates next, and a loaded resume state. The rules
-it applies are in imagenet_shards/loader/share_plan.py (dealing an epoch's sequence among instances),
-imagenet_shards/loader/global_order.py (order="global": one flat sequence whatever the instance and worker
-counts) and imagenet_shards/loader/resume.py (what a later segment of a resumed epoch deals); the workers read what
-it plans (imagenet_shards/loader/read_loop.py).
+it applies are in imagenet_shards/loader/plan/share_plan.py (dealing an epoch's sequence among instances),
+imagenet_shards/loader/plan/global_order.py (order="global": one flat sequence whatever the instance and worker
+counts) and imagenet_shards/loader/plan/resume.py (what a later segment of a resumed epoch deals); the workers read what
+it plans (imagenet_shards/loader/read/read_loop.py).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class EpochPlanner:
             log.info("%s: not used by order='global' (its partitions follow each epoch's shard order, not one "
                      "instance count's fixed shares); reading the dataset's shards", source.repartition["location"])
         self._plans = {}
-        # A loaded state (imagenet_shards/loader/resume.py) applies to its epoch while this flag (shared
+        # A loaded state (imagenet_shards/loader/plan/resume.py) applies to its epoch while this flag (shared
         # with persistent workers) is 1; it is cleared once that epoch's iteration finished.
         self.resume = None
         self._resume_on = SharedFlags(1, 0)

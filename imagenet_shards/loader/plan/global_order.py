@@ -35,7 +35,7 @@ every N. Inside a rank, worker w of W takes the rank's batches w, w + W, ... (In
 which DataLoader hands out round-robin: W changes nothing. Each rank reads its own partitions' shards
 only: bytes read once in all.
 
-Resume (imagenet_shards/loader/resume.py): a later segment deals the flat positions no earlier segment
+Resume (imagenet_shards/loader/plan/resume.py): a later segment deals the flat positions no earlier segment
 delivered, in order, the same way with its own N (G kept: a state of another G is refused); after a
 save at step k on every rank the next segment starts at global batch k + 1 exactly. Each sample is
 augmented with a generator seeded by its flat position (InstancePlan.sample_ids, read_loop.FlatTag), so

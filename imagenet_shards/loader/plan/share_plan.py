@@ -169,7 +169,7 @@ class InstancePlan:
     policy_dropped: list = field(default_factory=list)  # items no instance reads this epoch ("drop")
     last_batch_dropped: list = field(default_factory=list)  # this instance's partial last batch, with drop_last
     # False: worker w reads a contiguous run of whole batches; True (the global order,
-    # imagenet_shards/loader/global_order.py): the batches w, w + W, ..., so DataLoader's round-robin
+    # imagenet_shards/loader/plan/global_order.py): the batches w, w + W, ..., so DataLoader's round-robin
     # hands them out in plan order whatever the worker count
     strided: bool = False
     sample_ids: object = None  # the global order: each item's flat position (its augmentation's seed)

@@ -7,7 +7,7 @@ image on a 106-image validation split), and the workers sit idle from the end of
 the training loop asks for the next: on an H200, 3 epoch starts were 26 of 31 points of data wait.
 
 The contract between the two sides (the workers: `worker_messages`, ImageStream.__iter__, each
-epoch's batches from imagenet_shards/loader/read_loop.py):
+epoch's batches from imagenet_shards/loader/read/read_loop.py):
   * `RunFlags` (shared memory) hold a generation and the epoch it starts at. A worker reads them
     when it starts and after each epoch it finished; while the generation is unchanged it goes on
     with the next epoch (epoch + 1, what `for` without set_epoch asks for next, too).

@@ -4,8 +4,8 @@ It reads the items through the source's kind (imagenet_shards/loader/source_kind
 into its batch slot through the payload's kind (imagenet_shards/loader/payloads/), applies the error
 policy (on_error: skip and report, or fail), fills the gap skipped samples leave with repeats of
 samples the worker read well (policies drop and pad) and builds the batches in the worker's ring
-(imagenet_shards/loader/batch_ring.py). The order follows the shuffle buffer's draws and each batch has
-its own augmentation generator (imagenet_shards/loader/resume.py), so a resumed worker yields what the
+(imagenet_shards/loader/output/batch_ring.py). The order follows the shuffle buffer's draws and each batch has
+its own augmentation generator (imagenet_shards/loader/plan/shuffle_buffer.py), so a resumed worker yields what the
 uninterrupted one would have.
 
 This is the loader's hot path: per sample, a raw tuple from the kind, one payload decode and a
@@ -70,7 +70,7 @@ class ReadLoop:
         self.channels_last = normalization.channels_last
         self.scale, self.bias = scale_and_bias(normalization.mean, normalization.std)
         self.batch_transform, self.torch_random = batch_transform, torch_random  # see user_transforms.py
-        # jpeg_decode="device": JPEGs are packed for the device decoder (imagenet_shards/loader/device_batches.py)
+        # jpeg_decode="device": JPEGs are packed for the device decoder (imagenet_shards/loader/device/device_batches.py)
         # into buffers sized from the split's largest batch of payload bytes; the batch transform then runs
         # on the device batch
         self.device_decode = device_decode

@@ -53,7 +53,7 @@ def mix_parts(source) -> "MixParts | None":
 
 def source_runs(source, seed: int, epoch: int, shuffle: bool) -> GroupedOrder:
     """The mix's epoch sequence with its runs not permuted together: source 0's items, then source 1's...
-    (the global order's view of a mix: imagenet_shards/loader/global_mix.py)."""
+    (the global order's view of a mix: imagenet_shards/loader/plan/global_mix.py)."""
     mix = source.settings
     ranges = [part.columns.group_ranges() for part in mix.parts]
     return GroupedOrder(*mix_groups(ranges, mix.counts, seed, epoch, shuffle)[:2])

@@ -241,7 +241,7 @@ def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.
 
 
 def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:
-    """A SourceError naming the index when it disagrees with metadata.json (imagenet_shards/loader/index_trust.py)."""
+    """A SourceError naming the index when it disagrees with metadata.json (imagenet_shards/loader/read/index_trust.py)."""
     problem = index_disagreement(columns, split_entry, index_location)
     if problem:
         raise SourceError(problem)

@@ -223,7 +223,7 @@ def _epoch_sequence(source, seed: int, epoch: int, shuffle: bool):
     return epoch_order(*source.columns.group_ranges(), seed, epoch, shuffle)
 
 
-# The kind was named "webdataset" until 2026-11-28, and resume states (imagenet_shards/loader/resume.py)
+# The kind was named "webdataset" until 2026-11-28, and resume states (imagenet_shards/loader/plan/resume.py)
 # carry a fingerprint hashed over that name: it stays in the hash, so those states still load.
 FINGERPRINT_NAME = "webdataset"
 

@@ -17,7 +17,7 @@ Where the time goes, and why it is done this way:
   * Crop + resize is one PIL call (`resize(..., box=...)`), with PIL's antialiased bilinear
     filter, as torchvision does on PIL images.
   * Train JPEGs are decoded only where the crop needs pixels (`decode_path == "crop"`, the
-    default where native/jpeg_crop is built; see imagenet_shards.loader.jpeg_crop): the same box, the
+    default where native/jpeg_crop is built; see imagenet_shards.loader.transform.jpeg_crop): the same box, the
     same DCT scale as draft, the same resize on an image of the same geometry, so the output is
     the whole-image path's, pixel for pixel. CMYK/YCCK, non-JPEG data and data libjpeg rejects
     take the whole-image PIL path.
@@ -166,7 +166,7 @@ class ImagePipeline:
     use_draft: bool = True
     # "crop": decode only the JPEG region a train crop or validation center crop needs; "pil": whole images.
     decode_path: str = field(default_factory=jpeg_crop.decode_path)
-    # A user's torchvision transform begins with these steps (imagenet_shards/loader/user_transforms.py):
+    # A user's torchvision transform begins with these steps (imagenet_shards/loader/transform/user_transforms.py):
     # False resamples as today (the filter may read pixels just outside the crop box); True as
     # torchvision does (crop, then resize: only pixels inside the box), for the same pixels as it.
     crop_edges: bool = False
@@ -273,7 +273,7 @@ class ImagePipeline:
         returns, decoding only the pixels the resize reads.
 
         Same DCT scale as `_draft` picks, same scaled image size, same box: the resize runs on an
-        image of the same geometry (see imagenet_shards.loader.jpeg_crop); with `crop_edges`, on the same
+        image of the same geometry (see imagenet_shards.loader.transform.jpeg_crop); with `crop_edges`, on the same
         cut as `_cropped_to`. None if the colour space is not decoded natively.
         """
         top, left, h, w = box
