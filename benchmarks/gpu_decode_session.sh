@@ -69,7 +69,7 @@ native() {  # the region decoder against the host's libjpeg-turbo, into imagenet
     || "$PY" -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") native/jpeg_crop/_jpeg_crop.c \
     native/jpeg_crop/resample.c -ljpeg -o "imagenet_shards/_jpeg_crop$suffix"
   cp "imagenet_shards/_jpeg_crop$suffix" "native/jpeg_crop/_jpeg_crop$suffix"  # an earlier commit's top-level name
-  "$PY" -c "from imagenet_shards.loader import jpeg_crop; print('decode path', jpeg_crop.decode_path())"
+  "$PY" -c "from imagenet_shards.loader.transform import jpeg_decode_path; print('decode path', jpeg_decode_path())"
 }
 
 dataset() {

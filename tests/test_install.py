@@ -175,9 +175,9 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
          "--no-progress", "--samples-per-shard", 4], work)
     assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
     # What was installed, and a batch through the installed loader: one interpreter (a torch import less)
-    load = ("import PIL; from imagenet_shards import _jpeg_crop; from imagenet_shards.loader import jpeg_crop; "
+    load = ("import PIL; from imagenet_shards import _jpeg_crop; from imagenet_shards.loader.transform import jpeg_decode_path; "
             "from imagenet_shards.torchvision_cpu import torchvision, transforms_v2; "
-            "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__); "
+            "print(jpeg_decode_path(), PIL.__version__, torchvision.__version__); "
             "from imagenet_shards.loader import TrainCrop, get_data; "
             "loader = get_data('cmp/img', 'train', batch_size=4, transform=TrainCrop(image_size=64)); "
             "images, labels = next(iter(loader)); print(tuple(images.shape), len(labels))")
@@ -221,7 +221,8 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
 
     run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
          "--val-per-class", 1, "--layout", "folder", "--workers", 1], tmp_path)
-    load = ("from imagenet_shards.loader import TrainCrop, get_data, jpeg_crop; print(jpeg_crop.decode_path()); "
+    load = ("from imagenet_shards.loader import TrainCrop, get_data; from imagenet_shards.loader.transform import "
+            "jpeg_decode_path; print(jpeg_decode_path()); "
             "[next(iter(get_data('source', 'train', batch_size=2, transform=TrainCrop(image_size=32)))) "
             "for _ in range(2)]")
     loaded = run([python, "-c", load], tmp_path)
