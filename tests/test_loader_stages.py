@@ -60,3 +60,17 @@ def test_every_moved_name_points_at_a_module():
     for old, new in loader.MOVED.items():
         assert importlib.util.find_spec(f"imagenet_shards.loader.{new}") is not None, (old, new)
         assert new.split(".")[0] in STAGES
+
+
+def test_the_path_of_a_sample_is_the_one_the_docs_name(converted):
+    """tools/sample_path.py on a local img dataset with 2 workers: the worker's stack at the first payload read
+    crosses the files docs/loader-stages.md names, in that order."""
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "sample_path.py"), str(converted("img"))],
+                            capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    worker = result.stderr.split("the first payload read:")[1].split("in a worker")[0]
+    files = list(dict.fromkeys(line.strip().split(":")[0] for line in worker.strip().splitlines()))
+    assert files == ["loader/image_loader.py", "loader/read/epoch_runs.py", "loader/read/read_loop.py",
+                     "loader/plan/shuffle_buffer.py", "loader/source_kinds/shards.py", "formats/webdataset.py",
+                     "formats/mapped_shards.py"]
+    assert "loader/sources.py" in result.stderr and "loader/source_kinds/shard_sources.py" in result.stderr
