@@ -1,0 +1,55 @@
+"""host_benchmark.py --accelerators: its options checked before torch is imported (a UsageError: one line, exit 2)."""
+
+from __future__ import annotations
+
+import os
+
+from imagenet_shards.errors import UsageError
+from imagenet_shards.hostbench.emulate import DEFAULT_THRESHOLD, check_threshold, resolve_profile
+
+NOT_WITH = {"compare": "--compare", "recommend": "--recommend", "compare_transport": "--compare-transport",
+            "formats": "--formats", "cache_dir": "--cache-dir", "rendezvous": None}
+
+
+def check_emulation(args) -> None:
+    """Fill args for an emulated run (args.profile_resolved, threshold, normalisation) or raise UsageError."""
+    for name, flag in NOT_WITH.items():
+        if flag and getattr(args, name, None) is not None:
+            raise UsageError(f"{flag} does not go with --accelerators (one emulated run at a time)")
+    if args.rounds != 1:
+        raise UsageError("--rounds applies to --compare: --accelerators repeats with --runs")
+    if args.data in ("generated", "synthetic", "cifar10"):
+        raise UsageError(f"--accelerators reads a real source, --data {args.data} reads no stored shards: use --data "
+                         f"imagenet --imagenet-data-path PATH|URL (a converted dataset)")
+    path = args.imagenet_data_path
+    if not path:
+        raise UsageError("--accelerators needs --data imagenet --imagenet-data-path PATH|URL")
+    if "://" not in path and not os.path.isfile(os.path.join(path, "metadata.json")):
+        raise UsageError(f"--imagenet-data-path {path}: not a converted dataset (no metadata.json): the emulated "
+                         f"accelerators read a dataset converted by create_webdataset.py")
+    if args.accelerators != "auto":
+        try:
+            count = int(args.accelerators)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise UsageError(f"--accelerators {args.accelerators}: not a count >= 1 or auto")
+    args.au_threshold = check_threshold(DEFAULT_THRESHOLD if args.au_threshold is None else args.au_threshold)
+    profile = resolve_profile(args.profile, args.batch_size, args.compute_time)
+    if profile.compute_s == 0 and args.accelerators == "auto":
+        raise UsageError("--compute-time 0 has no utilisation to search on: give --accelerators N (the loader's "
+                         "own rate)")
+    args.profile_resolved = profile
+    args.batch_size = profile.batch_size
+    if args.normalization_location is None:
+        args.normalization_location = "device"  # uint8 batches, as an accelerator that normalises
+    elif args.normalization_location == "ipu":
+        args.normalization_location = "device"
+    if args.decode_location == "device":
+        args.normalization_location = "device"
+    for name in ("json", "plot"):
+        target = getattr(args, name)
+        if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
+            raise UsageError(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} "
+                             f"does not exist")
+    args.warmup_batches = args.warmup_batches or 0

@@ -1,0 +1,264 @@
+"""`host_benchmark.py --accelerators N|auto --profile P`: how many accelerators this host feeds.
+
+Runs emulated accelerators (imagenet_shards/hostbench/accelerators.py) for a fixed N, for each N the
+search tries (`auto`: emulate.search_largest), or as one accelerator per rank under torchrun; prints the
+table per N, the headline and the notes; writes the JSON and the PNG of AU against N.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+from imagenet_shards.hostbench import emulate
+from imagenet_shards.hostbench.accelerators import EmulationSpec, drop_page_cache, run_accelerator, run_local
+from imagenet_shards.hostbench.host_info import memory_available_bytes
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (as imagenet_shards.cli.args.usable_cpus; hostbench does not import cli)."""
+    return max(1, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+STEPS_IN_ALL = 500  # steps over all accelerators of one N, by default (MLPerf Storage's runs are longer)
+
+
+def workers_for(args, n: int) -> int:
+    """DataLoader workers per accelerator: --dataloader-worker, else the host's CPUs shared by the N."""
+    return args.dataloader_worker if args.dataloader_worker is not None else max(1, usable_cpus() // n)
+
+
+def spec_for(args, n: int) -> EmulationSpec:
+    steps = args.batches
+    if steps is None and args.seconds is None:
+        steps = math.ceil(STEPS_IN_ALL / n)
+    return EmulationSpec(args.imagenet_data_path, args.split, args.depth, args.profile_resolved, workers_for(args, n),
+                         steps=steps, seconds=args.seconds, seed=args.seed, verify=not args.no_verify,
+                         normalization=args.normalization_location, decode=args.decode_location,
+                         image_size=args.image_size)
+
+
+def measure(args, n: int, instance, collective, progress) -> dict:
+    """One run of N accelerators (local processes, or this rank as one of N under a launcher): its summary."""
+    spec = spec_for(args, n)
+    if args.drop_page_cache and collective.instance.index == 0:
+        args.dropped_bytes = drop_page_cache(spec.location, spec.split)
+    collective.barrier()
+    began = time.perf_counter()
+    if instance.count > 1:
+        records = collective.gather(run_accelerator(spec, instance.index, instance.count, ready=collective.barrier))
+    else:
+        records = run_local(spec, n)
+    summary = emulate.summarise(records, spec.profile, args.au_threshold)
+    summary["workers_per_accelerator"] = spec.workers
+    summary["wall_s"] = time.perf_counter() - began
+    progress(format_row(summary))
+    return summary
+
+
+def emulate_accelerators(args, instance, collective) -> list:
+    """The whole --accelerators run; returns [] (a failed threshold is an answer, not an error)."""
+    profile = args.profile_resolved
+    reporter = collective.is_reporter
+
+    def progress(text):
+        if reporter:
+            print(text, flush=True)
+
+    if reporter:
+        print_header(args, profile, instance)
+        print(TABLE_HEADER, flush=True)
+    results, runs = {}, {}
+
+    def run(n):
+        summary = measure(args, n, instance, collective, progress)
+        results.setdefault(n, summary)
+        runs.setdefault(n, []).append(summary)
+        return summary["passed"]
+
+    if instance.count > 1 or args.accelerators != "auto":
+        n = instance.count if instance.count > 1 else int(args.accelerators)
+        for _ in range(args.runs):
+            run(n)
+        best, tried = (n if results[n]["passed"] else 0), [n]
+    else:
+        best, tried = emulate.search_largest(run, args.max_accelerators)
+        for _ in range(args.runs - 1):  # the answer measured again: its spread
+            run(max(best, 1))
+    if not reporter:
+        return []
+    report = build_report(args, profile, instance, results, runs, best, tried)
+    print_report(report)
+    write_outputs(args, report)
+    return []
+
+
+def build_report(args, profile, instance, results, runs, best, tried) -> dict:
+    cores = usable_cpus()  # this host's; under a launcher over several hosts, per host
+    answer = emulate.headline(best, results, profile, cores)
+    repeated = {n: rs for n, rs in runs.items() if len(rs) > 1}
+    spreads = {str(n): {"runs": len(rs), "samples_per_s": [r["samples_per_s"] for r in rs],
+                        "au_mean": [r["au_mean"] for r in rs],
+                        "samples_per_s_spread": emulate.spread([r["samples_per_s"] for r in rs]),
+                        "au_mean_spread": emulate.spread([r["au_mean"] for r in rs])} for n, rs in repeated.items()}
+    notes = report_notes(args, results)
+    return {
+        "config": {"source": args.imagenet_data_path, "split": args.split, "depth": args.depth,
+                   "threshold": args.au_threshold, "accelerators": args.accelerators, "runs": args.runs,
+                   "max_accelerators": args.max_accelerators, "seconds": args.seconds, "steps": args.batches,
+                   "normalization": args.normalization_location, "decode": args.decode_location,
+                   "instances": instance.count, "instance_source": instance.source, "usable_cpus": usable_cpus(),
+                   "cores_busy_before": getattr(args, "cores_busy_before", None),
+                   "memory_available_bytes": memory_available_bytes(),
+                   "created": time.strftime("%Y-%m-%d %H:%M", time.gmtime()) + " UTC"},
+        "profile": emulate.profile_dict(profile),
+        "results": [results[n] for n in sorted(results)],
+        "tried": tried, "headline": answer, "repeats": spreads, "notes": notes,
+        "ceiling": storage_ceiling(args) if args.depth == "storage" else None,
+    }
+
+
+def report_notes(args, results) -> list:
+    notes = []
+    epochs = max((r["epochs_read"] or 0 for r in results.values()), default=0)
+    if epochs > 1:
+        notes.append(f"an accelerator's share of the split is smaller than its run: up to {epochs:.1f} epochs "
+                     f"of it were read (the same samples again)")
+    split_bytes = split_bytes_of(args)
+    warning = emulate.page_cache_note(split_bytes, memory_available_bytes()) if split_bytes else None
+    if warning:
+        how = (f"--drop-page-cache advised the kernel to drop the shards' pages (posix_fadvise DONTNEED) before "
+               f"each run, so each run's first epoch came from storage" if getattr(args, "dropped_bytes", None)
+               else "admitted: nothing dropped (--drop-page-cache drops the shards' pages before each run)")
+        notes.append(f"{warning}; {how}")
+    if args.decode_location == "device":
+        notes.append("JPEGs are decoded on the device (nvJPEG): the host did only the workers' part (read, verify, "
+                     "crop boxes); an emulated accelerator has no GPU, so the decode counts inside the profile's "
+                     "compute time")
+    if args.depth == "storage":
+        notes.append("storage depth: bytes read and each payload's CRC32C checked, no decode (as MLPerf Storage)")
+    return notes
+
+
+def split_bytes_of(args) -> float:
+    """The split's stored bytes (its shards), for the page-cache check; 0 when unknown."""
+    try:
+        from imagenet_shards.loader.sources import resolve_source
+
+        columns = resolve_source(args.imagenet_data_path, args.split).columns
+        return float(columns.record_sizes.sum()) if columns is not None else 0.0
+    except Exception:
+        return 0.0
+
+
+def storage_ceiling(args) -> dict | None:
+    """The bare read ceiling of the split's local shard files (transports.read_ceiling: read once, no CRC,
+    in this process), as samples/s at the split's mean record size; None for a remote source."""
+    from imagenet_shards.hostbench.transports import read_ceiling
+    from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.storage import is_url
+
+    if is_url(args.imagenet_data_path):
+        return None
+    source = resolve_source(args.imagenet_data_path, args.split)
+    locations = [source.locate(n) for n in source.columns.shard_names]
+    sizes = [os.path.getsize(p) for p in locations]
+    figures = read_ceiling(locations, sizes, max_seconds=args.seconds or 5.0)
+    per_sample = float(source.columns.record_sizes.sum()) / len(source.columns)
+    return {"mb_per_s": figures["mb_per_s"], "samples_per_s": figures["mb_per_s"] * 1e6 / per_sample,
+            "note": "the split's local shard files read once in this process, 4 MiB reads, no CRC32C, no decode"}
+
+
+TABLE_HEADER = (f"{'N':>4} {'workers':>7} {'AU mean':>8} {'AU std':>7} {'AU min':>7} {'pass':>5} {'samples/s':>10} "
+                f"{'MB/s':>8} {'CPU-ms/smp':>10} {'wait p50/p90 ms':>16} {'epochs':>6}")
+
+
+def format_row(r: dict) -> str:
+    def f(value, pattern):
+        return "-" if value is None else format(value, pattern)
+
+    cpu = None if r["cpu_s_per_sample"] is None else r["cpu_s_per_sample"] * 1e3
+    waits = f"{f(r['wait_ms_p50'], '.1f')}/{f(r['wait_ms_p90'], '.1f')}"
+    return (f"{r['accelerators']:>4} {r.get('workers_per_accelerator', '-'):>7} {f(r['au_mean'], '.3f'):>8} "
+            f"{f(r['au_std'], '.3f'):>7} {f(r['au_min'], '.3f'):>7} {'yes' if r['passed'] else 'no':>5} "
+            f"{r['samples_per_s']:>10,.1f} {r['mb_per_s']:>8,.1f} {f(cpu, '.2f'):>10} {waits:>16} "
+            f"{r['epochs_read']:>6.2f}")
+
+
+def print_header(args, profile, instance) -> None:
+    print(f"host_benchmark --accelerators {args.accelerators}: {args.imagenet_data_path}, {args.split} split, "
+          f"{args.depth} depth, profile {profile.name} (batch {profile.batch_size}, {profile.compute_s:g} s compute "
+          f"a batch = {profile.samples_per_s:,.0f} samples/s an accelerator; {profile.source}); AU threshold "
+          f"{args.au_threshold:g}, first step left out; {instance.describe()}", flush=True)
+
+
+def print_report(report: dict) -> None:
+    answer, profile, config = report["headline"], report["profile"], report["config"]
+    print()
+    if answer["accelerators_fed"]:
+        print(f"accelerators fed: {answer['accelerators_fed']} x {profile['name']} at AU >= {config['threshold']:g} "
+              f"({config['depth']} depth), {answer['accelerators_fed_per_core']:.2f} per host core "
+              f"({answer['host_cores']:g} cores)")
+    else:
+        fraction, au = answer.get("fraction_of_one"), answer.get("au_at_1")
+        per_core = None if fraction is None else fraction / answer["host_cores"]
+        print(f"accelerators fed: 0 x {profile['name']} ({config['depth']} depth): at N = 1 the host delivers "
+              f"{_figure(fraction, '.3f')} of one accelerator's rate (AU {_figure(au, '.3f')}), "
+              f"{_figure(per_core, '.3f')} of one per host core")
+    for n, spread in report["repeats"].items():
+        s, a = spread["samples_per_s_spread"], spread["au_mean_spread"]
+        print(f"  N = {n}, {spread['runs']} runs: samples/s spread {'-' if s is None else f'{s:.1%}'}, "
+              f"AU spread {'-' if a is None else f'{a:.1%}'} ((max - min) / median; MLPerf asks <= 5%)")
+    ceiling = report.get("ceiling")
+    if ceiling:
+        fastest = max(r["samples_per_s"] for r in report["results"])
+        print(f"  bare read ceiling: {ceiling['samples_per_s']:,.0f} samples/s ({ceiling['mb_per_s']:,.0f} MB/s); "
+              f"the fastest N delivered {fastest:,.0f} samples/s = {fastest / ceiling['samples_per_s']:.2f}x")
+    for note in report["notes"]:
+        print(f"  note: {note}")
+
+
+def _figure(value, pattern) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+def write_outputs(args, report: dict) -> None:
+    from imagenet_shards.hostbench.report import sanitize_nan, write_json
+
+    if args.json:
+        write_json(args.json, sanitize_nan(report))
+        print(f"wrote {args.json}")
+    if args.plot:
+        if plot(args.plot, report):
+            print(f"wrote {args.plot}")
+        else:
+            print(f"--plot {args.plot}: not written, matplotlib is not installed (pip install matplotlib)",
+                  file=sys.stderr)
+
+
+def plot(path, report: dict) -> bool:
+    """AU (mean, with the accelerators' std) against N, with the threshold line. False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    rows = [r for r in report["results"] if r["au_mean"] is not None]
+    figure, axes = plt.subplots(figsize=(6.4, 4.0))
+    axes.errorbar([r["accelerators"] for r in rows], [r["au_mean"] for r in rows],
+                  yerr=[r["au_std"] or 0 for r in rows], marker="o", capsize=3, label="AU (mean, std)")
+    threshold = report["config"]["threshold"]
+    axes.axhline(threshold, color="red", linestyle="--", label=f"threshold {threshold:g}")
+    axes.set_xlabel("emulated accelerators N")
+    axes.set_ylabel("accelerator utilisation")
+    axes.set_ylim(0, 1.05)
+    axes.set_title(f"{report['profile']['name']}, {report['config']['depth']} depth: "
+                   f"{report['headline']['accelerators_fed']} fed", fontsize=10)
+    axes.legend(loc="lower left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
