@@ -52,4 +52,5 @@ def check_emulation(args) -> None:
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
             raise UsageError(f"--{name} {target}: the directory {os.path.dirname(os.path.abspath(target))} "
                              f"does not exist")
-    args.warmup_batches = args.warmup_batches or 0
+    if args.disable_async_loading:
+        args.dataloader_worker = 0

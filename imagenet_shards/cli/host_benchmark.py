@@ -248,12 +248,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.accelerators is not None:
         return args  # checked by check_emulation (one line, exit 2), before torch is imported
-    if any(getattr(args, name) is not None for name in ("profile", "compute_time", "au_threshold")) or \
-            args.runs != 1 or args.depth != "storage" or args.drop_page_cache:
-        parser.error("--profile, --compute-time, --depth, --au-threshold, --runs and --drop-page-cache apply to "
-                     "--accelerators only")
-    if args.batch_size is None:
-        args.batch_size = 64
+    _refuse_emulation_options(parser, args)
     if args.normalization_location == "ipu":
         args.normalization_location = "device"
     if args.eight_bit_io:
@@ -262,13 +257,7 @@ def parse_args(argv=None):
                          "drop --normalization-location host")
         args.normalization_location = "device"
     args.normalization_location = normalization_for_decode(parser, args)
-    if args.disable_async_loading:
-        if args.dataloader_worker not in (None, 0):
-            parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "
-                         f"{args.dataloader_worker} asks for workers: give one or the other")
-        args.dataloader_worker = 0
-    if args.dataloader_worker is None:
-        args.dataloader_worker = usable_cpus()
+    _workers(parser, args)
     if args.warmup_batches is None:
         args.warmup_batches = max(2, 2 * args.dataloader_worker)
     if args.recommend is not None:
@@ -331,6 +320,27 @@ def parse_args(argv=None):
         if target and not os.path.isdir(os.path.dirname(os.path.abspath(target))):
             parser.error(f"--{name.replace('_', '-')} {target}: the directory {os.path.dirname(os.path.abspath(target))} does not exist")
     return args
+
+
+def _workers(parser, args) -> None:
+    """--disable-async-loading (0 workers) or --dataloader-worker, default one per usable CPU."""
+    if args.disable_async_loading:
+        if args.dataloader_worker not in (None, 0):
+            parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "
+                         f"{args.dataloader_worker} asks for workers: give one or the other")
+        args.dataloader_worker = 0
+    if args.dataloader_worker is None:
+        args.dataloader_worker = usable_cpus()
+
+
+def _refuse_emulation_options(parser, args) -> None:
+    """The --accelerators options without --accelerators: a usage error; --batch-size's default, 64."""
+    if any(getattr(args, name) is not None for name in ("profile", "compute_time", "au_threshold")) or \
+            args.runs != 1 or args.depth != "storage" or args.drop_page_cache:
+        parser.error("--profile, --compute-time, --depth, --au-threshold, --runs and --drop-page-cache apply to "
+                     "--accelerators only")
+    if args.batch_size is None:
+        args.batch_size = 64
 
 
 def _check_cache_arguments(parser, args) -> None:

@@ -58,8 +58,8 @@ def resolve_profile(name: str | None, batch_size: int | None = None, compute_s: 
     if name is None:
         if batch_size is None or compute_s is None:
             raise ProfileError("emulated accelerators need --profile NAME|FILE, or --batch-size and --compute-time")
-        profile = Profile("by-hand", batch_size, compute_s, "--batch-size and --compute-time")
-    elif name in PROFILES:
+        return _checked(Profile("by-hand", batch_size, compute_s, "--batch-size and --compute-time"))
+    if name in PROFILES:
         profile = PROFILES[name]
     elif name.endswith((".yaml", ".yml")):
         profile = profile_from_dlio_yaml(name)
@@ -72,6 +72,10 @@ def resolve_profile(name: str | None, batch_size: int | None = None, compute_s: 
         profile = Profile(profile.name + "*", batch_size or profile.batch_size,
                           profile.compute_s if compute_s is None else compute_s,
                           profile.source + " (overridden by hand)")
+    return _checked(profile)
+
+
+def _checked(profile: Profile) -> Profile:
     if profile.batch_size < 1 or not 0 <= profile.compute_s < 3600:
         raise ProfileError(f"profile {profile.name}: batch {profile.batch_size}, compute {profile.compute_s} s: "
                            f"needs a batch >= 1 and a compute time in [0, 3600) s")
