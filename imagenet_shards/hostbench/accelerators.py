@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import time
 from dataclasses import dataclass
 
@@ -66,36 +67,44 @@ def shard_runs(columns, start: int, stop: int) -> list:
     return runs
 
 
+CHUNK = 8 << 20  # bytes read at once: whole records, up to this much (one syscall or GET read, not one a sample)
+
+
 def read_run(location: str, columns, first: int, end: int, buffer: bytearray, verify: bool):
-    """Rows [first, end) of one shard read in one sequential pass; yields each record's byte count after its
-    payload's CRC32C is checked against the index (EmulationError naming the shard and key otherwise)."""
+    """Rows [first, end) of one shard read in one sequential pass, CHUNK bytes of whole records at a time;
+    yields (records, bytes) per chunk after each payload's CRC32C is checked against the index
+    (EmulationError naming the shard and key otherwise). `buffer` holds CHUNK + the largest record."""
     from crc32c import crc32c
 
     from imagenet_shards.storage import is_url, open_byte_range
 
-    offsets, sizes = columns.record_offsets, columns.record_sizes
-    start, stop = int(offsets[first]), int(offsets[end - 1] + sizes[end - 1])
+    offsets = columns.record_offsets[first:end].tolist()
+    ends = (columns.record_offsets[first:end] + columns.record_sizes[first:end]).tolist()
+    check = verify and columns.has_checksums
+    if check:
+        payloads = (columns.payload_offsets[first:end]).tolist()
+        payload_ends = (columns.payload_offsets[first:end] + columns.payload_sizes[first:end]).tolist()
+        expected = columns.checksums[first:end].tolist()
+    start, stop = offsets[0], ends[-1]
     remote = is_url(location)
     stream = open_byte_range(location, start, stop) if remote else open(location, "rb", buffering=0)
-    check = verify and columns.has_checksums
     with stream:
         if not remote:
             stream.seek(start)
-        position = start
-        for row in range(first, end):
-            offset, size = int(offsets[row]), int(sizes[row])
-            if offset > position:  # a gap between records (padding): skipped
-                _read_exactly(stream, memoryview(buffer)[:offset - position], location)
-            view = memoryview(buffer)[:size]
+        row, count = 0, len(offsets)
+        while row < count:
+            group_start, last = offsets[row], row
+            while last + 1 < count and ends[last + 1] - group_start <= CHUNK:
+                last += 1
+            view = memoryview(buffer)[:ends[last] - group_start]
             _read_exactly(stream, view, location)
-            position = offset + size
             if check:
-                begin = int(columns.payload_offsets[row]) - offset
-                payload = view[begin:begin + int(columns.payload_sizes[row])]
-                if crc32c(payload) != int(columns.checksums[row]):
-                    raise EmulationError(f"{location}: sample {columns.key(row)!r}: payload CRC32C differs from "
-                                         f"the sample index")
-            yield size
+                for i in range(row, last + 1):
+                    if crc32c(view[payloads[i] - group_start:payload_ends[i] - group_start]) != expected[i]:
+                        raise EmulationError(f"{location}: sample {columns.key(first + i)!r}: payload CRC32C "
+                                             f"differs from the sample index")
+            yield last + 1 - row, len(view)
+            row = last + 1
 
 
 def _read_exactly(stream, view, location) -> None:
@@ -126,19 +135,18 @@ def _storage_dataset_class():
             runs = shard_runs(columns, self.start + first, self.start + last)
             if not runs:
                 return
-            buffer = bytearray(int(columns.record_sizes.max()) + (1 << 16))
+            buffer = bytearray(CHUNK + int(columns.record_sizes.max()))
             samples = size = epoch = 0
             while True:
                 order = list(runs)
-                import random
                 random.Random(self.seed * 1000003 + epoch * 7919 + part).shuffle(order)  # the runs' order per epoch
                 for shard, begin, end in order:
-                    location = self.source.locate(shard)
-                    for count in read_run(location, columns, begin, end, buffer, self.verify):
-                        samples, size = samples + 1, size + count
-                        if samples == self.batch_size:
-                            yield {"samples": samples, "bytes": size}
-                            samples = size = 0
+                    for count, got in read_run(self.source.locate(shard), columns, begin, end, buffer, self.verify):
+                        samples, size = samples + count, size + got
+                        while samples >= self.batch_size:  # bytes shared out by records (a chunk may span batches)
+                            share = size * self.batch_size // samples
+                            yield {"samples": self.batch_size, "bytes": share}
+                            samples, size = samples - self.batch_size, size - share
                 epoch += 1
 
     return StorageShare

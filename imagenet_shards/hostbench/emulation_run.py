@@ -164,10 +164,16 @@ def storage_ceiling(args) -> dict | None:
     source = resolve_source(args.imagenet_data_path, args.split)
     locations = [source.locate(n) for n in source.columns.shard_names]
     sizes = [os.path.getsize(p) for p in locations]
-    figures = read_ceiling(locations, sizes, max_seconds=args.seconds or 5.0)
+    length = args.seconds or 5.0
+    total = seconds = 0.0
+    while seconds < length:  # the split again and again, as long as one N's run
+        figures = read_ceiling(locations, sizes, max_seconds=length - seconds)
+        total, seconds = total + figures["bytes"], seconds + figures["seconds"]
     per_sample = float(source.columns.record_sizes.sum()) / len(source.columns)
-    return {"mb_per_s": figures["mb_per_s"], "samples_per_s": figures["mb_per_s"] * 1e6 / per_sample,
-            "note": "the split's local shard files read once in this process, 4 MiB reads, no CRC32C, no decode"}
+    mb_per_s = total / 1e6 / seconds
+    return {"mb_per_s": mb_per_s, "samples_per_s": mb_per_s * 1e6 / per_sample, "seconds": seconds,
+            "note": f"the split's local shard files read in this process for {seconds:.1f} s, 1 MiB reads, "
+                    f"no CRC32C, no decode (transports.read_ceiling)"}
 
 
 TABLE_HEADER = (f"{'N':>4} {'workers':>7} {'AU mean':>8} {'AU std':>7} {'AU min':>7} {'pass':>5} {'samples/s':>10} "
