@@ -49,6 +49,18 @@ def test_au_of_a_loader_slowed_on_purpose_is_compute_over_compute_plus_wait():
     assert record["seconds"] == pytest.approx(1.0)
 
 
+def test_au_lost_to_a_late_wake_up_is_told_apart_from_the_wait():
+    """A host too busy to wake the accelerator on time (the sleep overruns) lowers AU without any data wait."""
+    clock = Clock()
+    late = lambda seconds: clock.sleep(seconds + 0.05)  # noqa: E731
+    record = consume(slowed_loader(clock, [1.0] + [0.05] * 20), 0.2, steps=10, clock=clock, sleep=late)
+    record.update(cpu_s=0.0, epochs=1.0)
+    profile = emulate.Profile("p", 8, 0.2, "test")
+    summary = emulate.summarise([record], profile, 0.9)
+    assert summary["au_mean"] == pytest.approx(0.2 / 0.3) and not summary["passed"]
+    assert summary["wait_share"] == pytest.approx(0.05 / 0.3) and summary["late_share"] == pytest.approx(0.05 / 0.3)
+
+
 def simulate(rate, profile, n, steps=40):
     """N accelerators sharing a loader of `rate` samples/s: accelerator i's k-th batch is ready at
     k x batch x N / rate (a fixed rate, prefetched without limit). Each one's record, on its own clock."""
@@ -130,6 +142,7 @@ def test_a_bad_profile_threshold_or_source_is_one_line_and_exit_2(converted, ext
 
 JSON_FIELDS = {"config", "profile", "results", "tried", "headline", "repeats", "notes", "ceiling"}
 RESULT_FIELDS = {"accelerators", "au_per_accelerator", "au_mean", "au_std", "au_min", "passed", "samples_per_s",
+                 "wait_share", "late_share",
                  "mb_per_s", "cpu_s_per_sample", "wait_ms_p50", "wait_ms_p90", "epochs_read", "workers_per_accelerator"}
 
 

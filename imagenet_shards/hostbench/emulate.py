@@ -162,6 +162,8 @@ def summarise(accelerators: list, profile: Profile, threshold: float) -> dict:
     seconds = max((a["seconds"] for a in accelerators), default=0.0) or 1e-9
     cpu = sum(a["cpu_s"] for a in accelerators)
     n = len(accelerators)
+    waited = [sum(a["waits"][1:]) / sum(a["steps"][1:]) for a in accelerators if sum(a["steps"][1:]) > 0]
+    wait_share = statistics.fmean(waited) if waited else None
     return {
         "accelerators": n,
         "au_per_accelerator": aus,
@@ -169,6 +171,10 @@ def summarise(accelerators: list, profile: Profile, threshold: float) -> dict:
         "au_std": statistics.pstdev(known) if len(known) > 1 else (0.0 if known else None),
         "au_min": min(known) if known else None,
         "passed": bool(known) and len(known) == n and min(known) >= threshold,
+        # 1 - AU = the share of step time spent waiting for the batch + the share the sleep overran (a host too
+        # busy to wake the accelerator's process on time: CPU contention, not the data)
+        "wait_share": wait_share,
+        "late_share": None if wait_share is None or not known else max(0.0, 1 - statistics.fmean(known) - wait_share),
         "steps": sum(max(0, len(a["waits"]) - 1) for a in accelerators),
         "samples": samples, "seconds": seconds,
         "samples_per_s": samples / seconds,

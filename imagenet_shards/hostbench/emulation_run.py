@@ -177,7 +177,7 @@ def storage_ceiling(args) -> dict | None:
 
 
 TABLE_HEADER = (f"{'N':>4} {'workers':>7} {'AU mean':>8} {'AU std':>7} {'AU min':>7} {'pass':>5} {'samples/s':>10} "
-                f"{'MB/s':>8} {'CPU-ms/smp':>10} {'wait p50/p90 ms':>16} {'epochs':>6}")
+                f"{'MB/s':>8} {'CPU-ms/smp':>10} {'wait p50/p90 ms':>16} {'wait%':>6} {'late%':>6} {'epochs':>6}")
 
 
 def format_row(r: dict) -> str:
@@ -189,7 +189,11 @@ def format_row(r: dict) -> str:
     return (f"{r['accelerators']:>4} {r.get('workers_per_accelerator', '-'):>7} {f(r['au_mean'], '.3f'):>8} "
             f"{f(r['au_std'], '.3f'):>7} {f(r['au_min'], '.3f'):>7} {'yes' if r['passed'] else 'no':>5} "
             f"{r['samples_per_s']:>10,.1f} {r['mb_per_s']:>8,.1f} {f(cpu, '.2f'):>10} {waits:>16} "
-            f"{r['epochs_read']:>6.2f}")
+            f"{f(pct(r['wait_share']), '.1f'):>6} {f(pct(r['late_share']), '.1f'):>6} {r['epochs_read']:>6.2f}")
+
+
+def pct(share):
+    return None if share is None else 100 * share
 
 
 def print_header(args, profile, instance) -> None:
