@@ -20,6 +20,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from queue import Empty
 
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.hostbench.emulate import Profile
@@ -292,14 +293,24 @@ def run_local(spec: EmulationSpec, count: int) -> list:
         process.start()
     results, errors = {}, []
     try:
-        for _ in range(count):
-            index, record, error = queue.get(timeout=START_TIMEOUT_S + 3600)
+        while len(results) + len(errors) < count:
+            try:
+                index, record, error = queue.get(timeout=5)
+            except Empty:  # a process killed (out of memory, a signal) sends nothing: say which
+                dead = [i for i, p in enumerate(processes) if p.exitcode not in (None, 0) and i not in results]
+                if dead:
+                    errors.append(f"accelerator {dead[0]}: its process ended with exit code "
+                                  f"{processes[dead[0]].exitcode}")
+                    break
+                continue
             if error:
                 errors.append(f"accelerator {index}: {error}")
             else:
                 results[index] = record
     finally:
         for process in processes:
+            if len(results) < count and process.is_alive():  # a failed or interrupted run: the rest wait in vain
+                process.kill()
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
