@@ -8,7 +8,7 @@ from imagenet_shards.errors import UsageError
 from imagenet_shards.hostbench.emulate import DEFAULT_THRESHOLD, check_threshold, resolve_profile
 
 NOT_WITH = {"compare": "--compare", "recommend": "--recommend", "compare_transport": "--compare-transport",
-            "formats": "--formats", "cache_dir": "--cache-dir", "rendezvous": None}
+            "formats": "--formats", "rendezvous": None}
 
 
 def check_emulation(args) -> None:
@@ -34,6 +34,7 @@ def check_emulation(args) -> None:
             count = 0
         if count < 1:
             raise UsageError(f"--accelerators {args.accelerators}: not a count >= 1 or auto")
+    check_cache(args)
     args.au_threshold = check_threshold(DEFAULT_THRESHOLD if args.au_threshold is None else args.au_threshold)
     profile = resolve_profile(args.profile, args.batch_size, args.compute_time)
     if profile.compute_s == 0 and args.accelerators == "auto":
@@ -54,3 +55,21 @@ def check_emulation(args) -> None:
                              f"does not exist")
     if args.disable_async_loading:
         args.dataloader_worker = 0
+
+
+def check_cache(args) -> None:
+    """--cache-dir: the pipeline depth reads through the node's shard cache (get_data's Cache); the storage
+    depth reads the source itself (what the storage serves), so the cache is refused there."""
+    if args.cache_dir is None:
+        if args.cache_limit is not None or args.cache_prefetch or args.cache_remote_paths:
+            raise UsageError("--cache-limit, --cache-prefetch and --cache-remote-paths need --cache-dir")
+        return
+    if args.depth != "pipeline":
+        raise UsageError("--cache-dir goes with --depth pipeline (the storage depth reads the storage itself)")
+    if args.cache_limit is not None:
+        from imagenet_shards.shard_cache import CacheError, parse_size  # light: no torch
+
+        try:
+            parse_size(args.cache_limit)
+        except CacheError as error:
+            raise UsageError(f"--{error}") from None

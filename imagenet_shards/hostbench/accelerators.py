@@ -47,6 +47,7 @@ class EmulationSpec:
     normalization: str = "device"
     decode: str = "host"
     image_size: int = 224
+    cache: object = None  # pipeline depth: imagenet_shards.loader.options.Cache (the node's shard cache), or None
 
 
 # ---------------------------------------------------------------- the storage depth
@@ -180,6 +181,8 @@ def pipeline_batches(spec: EmulationSpec, index: int, count: int):
 
     instance = Instance(index, count, "explicit", evidence="emulated accelerator")
     options = {"jpeg_decode": "device"} if spec.decode == "device" else {}
+    if spec.cache is not None:
+        options["cache"] = spec.cache
     batches = loader_batches(spec.location, spec.split, spec.profile.batch_size, spec.workers, spec.normalization,
                              instance, seed=spec.seed, image_size=spec.image_size, verify=spec.verify, **options)
     return batches, batches.loader.samples_per_epoch

@@ -36,7 +36,17 @@ def spec_for(args, n: int) -> EmulationSpec:
     return EmulationSpec(args.imagenet_data_path, args.split, args.depth, args.profile_resolved, workers_for(args, n),
                          steps=steps, seconds=args.seconds, seed=args.seed, verify=not args.no_verify,
                          normalization=args.normalization_location, decode=args.decode_location,
-                         image_size=args.image_size)
+                         image_size=args.image_size, cache=cache_of(args))
+
+
+def cache_of(args):
+    """--cache-dir as get_data's Cache (the pipeline depth), else None."""
+    if not getattr(args, "cache_dir", None):
+        return None
+    from imagenet_shards.loader.options import Cache
+
+    return Cache(args.cache_dir, limit=args.cache_limit, prefetch=args.cache_prefetch,
+                 remote_paths=args.cache_remote_paths)
 
 
 def measure(args, n: int, instance, collective, progress) -> dict:
@@ -108,6 +118,7 @@ def build_report(args, profile, instance, results, runs, best, tried) -> dict:
                    "threshold": args.au_threshold, "accelerators": args.accelerators, "runs": args.runs,
                    "max_accelerators": args.max_accelerators, "seconds": args.seconds, "steps": args.batches,
                    "normalization": args.normalization_location, "decode": args.decode_location,
+                   "cache_dir": getattr(args, "cache_dir", None),
                    "instances": instance.count, "instance_source": instance.source, "usable_cpus": usable_cpus(),
                    "cores_busy_before": getattr(args, "cores_busy_before", None),
                    "memory_available_bytes": memory_available_bytes(),
