@@ -131,6 +131,7 @@ def test_profiles_from_mlperf_a_dlio_yaml_a_step_log_and_by_hand(tmp_path):
     (("--profile", "resnet50-h100", "--au-threshold", "1.5"), "--au-threshold 1.5: not in (0, 1]"),
     (("--profile", "resnet50-h100", "--data", "generated"), "--data generated reads no stored shards"),
     (("--compute-time", "0.1"), "need --profile NAME|FILE, or --batch-size and --compute-time"),
+    (("--profile", "resnet50-h100", "--recommend"), "--compare DIR and --recommend go together"),
 ])
 def test_a_bad_profile_threshold_or_source_is_one_line_and_exit_2(converted, extra, message):
     result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", converted("img"),
@@ -187,3 +188,16 @@ def test_torchrun_two_ranks_are_two_accelerators(converted, tmp_path):
     (row,) = json.loads(out.read_text())["results"]
     assert row["accelerators"] == 2 and len(row["au_per_accelerator"]) == 2 and row["samples"] == 2 * 3 * 4
     assert result.stdout.count("accelerators fed:") == 1 and "instance 0 of 2 (torchrun" in result.stdout
+
+
+def test_the_recommendation_takes_the_cheapest_combination_that_feeds_them_else_the_closest():
+    from imagenet_shards.hostbench.emulate_recommend import choose
+
+    def row(name, au_min, cpu_ms, workers=1):
+        return {"id": name, "au_min": au_min, "passed": au_min >= 0.9, "cpu_s_per_sample": cpu_ms / 1e3,
+                "workers": workers}
+
+    rows = [row("img/host/2w", 0.95, 2.0, 2), row("tensor/host/1w", 0.92, 0.5), row("tfrecord/host/1w", 0.5, 0.4)]
+    assert choose(rows, 0.9)["chosen"] == "tensor/host/1w" and choose(rows, 0.9)["fed"]
+    decision = choose([row("img/host/1w", 0.3, 1.0), row("tensor/host/1w", 0.6, 0.5)], 0.9)
+    assert decision == {"chosen": "tensor/host/1w", "fed": False, "why": decision["why"]} and "0.600" in decision["why"]

@@ -7,8 +7,7 @@ import os
 from imagenet_shards.errors import UsageError
 from imagenet_shards.hostbench.emulate import DEFAULT_THRESHOLD, check_threshold, resolve_profile
 
-NOT_WITH = {"compare": "--compare", "recommend": "--recommend", "compare_transport": "--compare-transport",
-            "formats": "--formats", "rendezvous": None}
+NOT_WITH = {"compare_transport": "--compare-transport", "target_rate": "--target-rate"}
 
 
 def check_emulation(args) -> None:
@@ -18,13 +17,15 @@ def check_emulation(args) -> None:
             raise UsageError(f"{flag} does not go with --accelerators (one emulated run at a time)")
     if args.rounds != 1:
         raise UsageError("--rounds applies to --compare: --accelerators repeats with --runs")
-    if args.data in ("generated", "synthetic", "cifar10"):
+    if _recommend(args):
+        pass  # the sources are the formats in --compare DIR
+    elif args.data in ("generated", "synthetic", "cifar10"):
         raise UsageError(f"--accelerators reads a real source, --data {args.data} reads no stored shards: use --data "
                          f"imagenet --imagenet-data-path PATH|URL (a converted dataset)")
     path = args.imagenet_data_path
-    if not path:
+    if args.compare is None and not path:
         raise UsageError("--accelerators needs --data imagenet --imagenet-data-path PATH|URL")
-    if "://" not in path and not os.path.isfile(os.path.join(path, "metadata.json")):
+    if args.compare is None and "://" not in path and not os.path.isfile(os.path.join(path, "metadata.json")):
         raise UsageError(f"--imagenet-data-path {path}: not a converted dataset (no metadata.json): the emulated "
                          f"accelerators read a dataset converted by create_webdataset.py")
     if args.accelerators != "auto":
@@ -73,3 +74,18 @@ def check_cache(args) -> None:
             parse_size(args.cache_limit)
         except CacheError as error:
             raise UsageError(f"--{error}") from None
+
+
+def _recommend(args) -> bool:
+    """--compare DIR --recommend with --accelerators N: the format, decode location and workers chosen from measured
+    AU (hostbench/emulate_recommend.py). Otherwise neither option goes with --accelerators."""
+    if args.compare is None and args.recommend is None and args.formats is None:
+        return False
+    if args.compare is None or args.recommend != "":
+        raise UsageError("with --accelerators, --compare DIR and --recommend go together (recommend from measured "
+                         "AU over the formats in DIR); --recommend SAVED.json does not")
+    if args.accelerators == "auto":
+        raise UsageError("--recommend with --accelerators needs a count N (the accelerators to feed), not auto")
+    if not os.path.isdir(args.compare):
+        raise UsageError(f"--compare {args.compare}: no such directory")
+    return True

@@ -257,8 +257,15 @@ def run_accelerator(spec: EmulationSpec, index: int, count: int, ready=None) -> 
     if ready is not None:
         ready()
     meter.start()
+    seen = []
+
+    def on_step():  # the workers start at the first batch: found then, and sampled every step while alive
+        if not seen:
+            seen.append(meter.discover())
+        meter.sample()
+
     record = consume(batches, spec.profile.compute_s, steps=spec.steps, seconds=spec.seconds,
-                     on_step=meter.sample, size_of=size_of)
+                     on_step=on_step, size_of=size_of)
     meter.sample()
     own, children, _ = meter.used()
     record["cpu_s"] = own + children

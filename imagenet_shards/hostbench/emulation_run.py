@@ -79,6 +79,8 @@ def emulate_accelerators(args, instance, collective) -> list:
     if reporter:
         print_header(args, profile, instance)
         print(TABLE_HEADER, flush=True)
+    if args.compare is not None:  # --recommend from measured AU over the formats in DIR
+        return recommend(args, instance, collective, progress)
     results, runs = {}, {}
 
     def run(n):
@@ -101,6 +103,24 @@ def emulate_accelerators(args, instance, collective) -> list:
     report = build_report(args, profile, instance, results, runs, best, tried)
     print_report(report)
     write_outputs(args, report)
+    return []
+
+
+def recommend(args, instance, collective, progress) -> list:
+    from imagenet_shards.hostbench.emulate_recommend import format_decision, recommend_by_au
+
+    from imagenet_shards.hostbench.discovery import compared_sources
+
+    sources = getattr(args, "found_sources", None) or compared_sources(args.compare, args.formats)
+    result = recommend_by_au(args, sources, usable_cpus(), instance, collective, measure, progress)
+    if collective.is_reporter:
+        print(format_decision(result))
+        write_outputs(args, {"config": {"compare": args.compare, "threshold": args.au_threshold,
+                                        "accelerators": args.accelerators, "usable_cpus": usable_cpus(),
+                                        "created": time.strftime("%Y-%m-%d %H:%M", time.gmtime()) + " UTC"},
+                             "profile": emulate.profile_dict(args.profile_resolved), "recommendation": result,
+                             "results": result["rows"], "headline": {"accelerators_fed": None},
+                             "tried": [], "notes": []}, plot_it=False)
     return []
 
 
@@ -147,12 +167,22 @@ def report_notes(args, results) -> list:
                else "admitted: nothing dropped (--drop-page-cache drops the shards' pages before each run)")
         notes.append(f"{warning}; {how}")
     if args.decode_location == "device":
-        notes.append("JPEGs are decoded on the device (nvJPEG): the host did only the workers' part (read, verify, "
-                     "crop boxes); an emulated accelerator has no GPU, so the decode counts inside the profile's "
-                     "compute time")
+        notes.append(device_decode_note())
     if args.depth == "storage":
         notes.append("storage depth: bytes read and each payload's CRC32C checked, no decode (as MLPerf Storage)")
     return notes
+
+
+def device_decode_note() -> str:
+    import torch
+
+    text = ("JPEGs decoded on the device (nvJPEG): the host's workers did only their part (read, verify, crop boxes); "
+            "the decode belongs inside the profile's compute time (a --step-log profile of a --decode device run "
+            "has it)")
+    if torch.cuda.is_available():
+        return text + "; here each accelerator process also decoded on this host's GPU"
+    return text + ("; without CUDA the loader's CPU stand-in decoded in each accelerator process, on the host's "
+                   "cores: the AU is a lower bound")
 
 
 def split_bytes_of(args) -> float:
@@ -211,8 +241,9 @@ def pct(share):
 
 
 def print_header(args, profile, instance) -> None:
-    print(f"host_benchmark --accelerators {args.accelerators}: {args.imagenet_data_path}, {args.split} split, "
-          f"{args.depth} depth, profile {profile.name} (batch {profile.batch_size}, {profile.compute_s:g} s compute "
+    what = (f"the formats in {args.compare} (--recommend: pipeline depth each)" if args.compare is not None
+            else f"{args.imagenet_data_path}, {args.depth} depth")
+    print(f"host_benchmark --accelerators {args.accelerators}: {what}, {args.split} split, profile {profile.name} (batch {profile.batch_size}, {profile.compute_s:g} s compute "
           f"a batch = {profile.samples_per_s:,.0f} samples/s an accelerator; {profile.source}); AU threshold "
           f"{args.au_threshold:g}, first step left out; {instance.describe()}", flush=True)
 
@@ -262,13 +293,15 @@ def _figure(value, pattern) -> str:
     return "-" if value is None else format(value, pattern)
 
 
-def write_outputs(args, report: dict) -> None:
+def write_outputs(args, report: dict, plot_it: bool = True) -> None:
     from imagenet_shards.hostbench.report import sanitize_nan, write_json
 
     if args.json:
         write_json(args.json, sanitize_nan(report))
         print(f"wrote {args.json}")
-    if args.plot:
+    if args.plot and not plot_it:
+        print(f"--plot {args.plot}: not written (the recommendation has no AU-against-N chart)", file=sys.stderr)
+    elif args.plot:
         if plot(args.plot, report):
             print(f"wrote {args.plot}")
         else:
