@@ -182,7 +182,7 @@ def summarise(accelerators: list, profile: Profile, threshold: float) -> dict:
         "cpu_s_per_sample": cpu / samples if samples else None,
         "wait_ms_p50": _ms(percentile(waits, 50)), "wait_ms_p90": _ms(percentile(waits, 90)),
         "epochs_read": max((a.get("epochs") or 0 for a in accelerators), default=0),
-        "profile_samples_per_s": n * profile.samples_per_s,
+        "profile_samples_per_s": n * profile.samples_per_s if profile.compute_s > 0 else None,
     }
 
 
