@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -82,9 +83,16 @@ def emulate_accelerators(args, instance, collective) -> list:
     if args.compare is not None:  # --recommend from measured AU over the formats in DIR
         return recommend(args, instance, collective, progress)
     results, runs = {}, {}
+    paired = paired_with_ceiling(args, instance)
 
     def run(n):
+        ceiling = storage_ceiling(args) if paired else None  # just before the run: the same load on the host
         summary = measure(args, n, instance, collective, progress)
+        if ceiling:
+            summary["ceiling_samples_per_s"] = ceiling["samples_per_s"]
+            summary["vs_ceiling"] = summary["samples_per_s"] / ceiling["samples_per_s"]
+            progress(f"     (bare read ceiling just before: {ceiling['samples_per_s']:,.0f} samples/s; this run "
+                     f"{summary['vs_ceiling']:.2f}x)")
         results.setdefault(n, summary)
         runs.setdefault(n, []).append(summary)
         return summary["passed"]
@@ -104,6 +112,15 @@ def emulate_accelerators(args, instance, collective) -> list:
     print_report(report)
     write_outputs(args, report)
     return []
+
+
+def paired_with_ceiling(args, instance) -> bool:
+    """The loader's own rate (--compute-time 0), storage depth, local files, one host: each run is paired with a
+    bare read ceiling read just before it, and their ratio taken run by run (the host's load drifts)."""
+    from imagenet_shards.storage import is_url
+
+    return (args.profile_resolved.compute_s == 0 and args.depth == "storage" and instance.count == 1
+            and not is_url(args.imagenet_data_path))
 
 
 def recommend(args, instance, collective, progress) -> list:
@@ -150,6 +167,7 @@ def build_report(args, profile, instance, results, runs, best, tried) -> dict:
         "results": [results[n] for n in sorted(results)],
         "tried": tried, "headline": answer, "repeats": spreads, "notes": notes,
         "ceiling": storage_ceiling(args) if args.depth == "storage" else None,
+        "all_runs": [r for n in sorted(runs) for r in runs[n]],
     }
 
 
@@ -251,7 +269,11 @@ def print_header(args, profile, instance) -> None:
 def print_report(report: dict) -> None:
     answer, profile, config = report["headline"], report["profile"], report["config"]
     print()
-    if answer["accelerators_fed"]:
+    if not profile["compute_s"]:
+        rates = [r["samples_per_s"] for r in report.get("all_runs", [])]
+        print(f"the loader's own rate (--compute-time 0: no accelerator to keep busy): median {statistics.median(rates):,.0f} "
+              f"samples/s over {len(rates)} run(s)")
+    elif answer["accelerators_fed"]:
         print(f"accelerators fed: {answer['accelerators_fed']} x {profile['name']} at AU >= {config['threshold']:g} "
               f"({config['depth']} depth), {answer['accelerators_fed_per_core']:.2f} per host core "
               f"({answer['host_cores']:g} cores)" + _runs_text(answer))
@@ -265,13 +287,17 @@ def print_report(report: dict) -> None:
         s, a = spread["samples_per_s_spread"], spread["au_mean_spread"]
         print(f"  N = {n}, {spread['runs']} runs: samples/s spread {'-' if s is None else f'{s:.1%}'}, "
               f"AU spread {'-' if a is None else f'{a:.1%}'} ((max - min) / median; MLPerf asks <= 5%)")
+    ratios = [r["vs_ceiling"] for r in report.get("all_runs", []) if r.get("vs_ceiling") is not None]
+    if ratios:
+        print(f"  storage depth / the bare read ceiling read just before it, run by run: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)} (median {statistics.median(ratios):.2f}x)")
     ceiling = report.get("ceiling")
     if ceiling:
         rate = profile["samples_per_s"]
         worth = f" = {ceiling['samples_per_s'] / rate:,.1f} accelerators' worth" if rate else ""
         print(f"  bare read ceiling: {ceiling['samples_per_s']:,.0f} samples/s ({ceiling['mb_per_s']:,.0f} MB/s){worth}")
         limited = [r for r in report["results"] if not r["passed"]]  # where the loader, not the sleep, set the pace
-        if limited:
+        if limited and not ratios:
             fastest = max(r["samples_per_s"] for r in limited)
             print(f"  where the accelerators waited, the storage depth delivered at most {fastest:,.0f} samples/s = "
                   f"{fastest / ceiling['samples_per_s']:.2f}x the bare read ceiling")
