@@ -109,8 +109,8 @@ def add_emulation_arguments(group) -> None:
                             "--seed, --normalization-location (default device), --decode-location, --no-verify, "
                             "--json, --plot; --runs replaces --rounds; the profile's rate replaces --target-rate")
     group.add_argument("--profile", metavar="NAME|FILE",
-                       help="resnet50-h100 (batch 400, 0.224 s) or resnet50-a100 (400, 0.435 s): MLPerf Storage's; resnet50-h200-measured "
-                            "(256, 0.0552 s: docs/train-on-gpu.md); "
+                       help="resnet50-h100 (batch 400, 0.224 s) or resnet50-a100 (400, 0.435 s): MLPerf Storage's; "
+                            "resnet50-h200-measured (256, 0.0552 s: docs/train-on-gpu.md); "
                             "a DLIO workload .yaml (reader.batch_size, train.computation_time); or a "
                             "examples/train_imagenet.py --step-log file (the measured step time less the data wait)")
     group.add_argument("--compute-time", type=float, metavar="S",
