@@ -100,7 +100,8 @@ def test_auto_finds_the_largest_n_a_loader_of_a_fixed_rate_feeds():
     assert emulate.search_largest(lambda n: slow.setdefault(n, emulate.summarise(
         simulate(893.0, profile, n), profile, 0.9))["passed"], 64) == (0, [1])
     answer = emulate.headline(0, slow, profile, cores=2)
-    assert answer["fraction_of_one"] == pytest.approx(0.5, rel=0.02) and answer["au_at_1"] == pytest.approx(0.5, rel=0.02)
+    assert answer["fraction_of_one"] == pytest.approx(0.5, rel=0.02)
+    assert answer["au_at_1"] == pytest.approx(0.5, rel=0.02)
     # every N passes up to the cap: the cap is the answer
     assert emulate.search_largest(lambda n: True, 5) == (5, [1, 2, 4, 5])
 
@@ -117,7 +118,8 @@ def test_profiles_from_mlperf_a_dlio_yaml_a_step_log_and_by_hand(tmp_path):
                            for i, w in enumerate([5.0, 0.01, 0.02, 0.0])))
     measured = emulate.resolve_profile(str(log))
     assert measured.batch_size == 256 and measured.compute_s == pytest.approx(0.055)
-    assert emulate.resolve_profile(None, 32, 0.1) == emulate.Profile("by-hand", 32, 0.1, "--batch-size and --compute-time")
+    by_hand = emulate.Profile("by-hand", 32, 0.1, "--batch-size and --compute-time")
+    assert emulate.resolve_profile(None, 32, 0.1) == by_hand
     assert emulate.resolve_profile("resnet50-h100", 100, None).batch_size == 100
     with pytest.raises(emulate.ProfileError, match="not one of resnet50-h100"):
         emulate.resolve_profile("resnet51-h100")

@@ -101,7 +101,8 @@ def profile_from_dlio_yaml(path: str) -> Profile:
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
         raise ProfileError(f"--profile {path}: not a DLIO workload with reader.batch_size and "
                            f"train.computation_time ({type(error).__name__}: {error})") from None
-    name = (config.get("model") or {}).get("name", Path(path).stem) if isinstance(config.get("model"), dict) else Path(path).stem
+    model = config.get("model")
+    name = model.get("name", Path(path).stem) if isinstance(model, dict) else Path(path).stem
     return Profile(f"dlio:{name}", batch, compute, f"DLIO workload {path}")
 
 

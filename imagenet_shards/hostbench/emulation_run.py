@@ -261,7 +261,8 @@ def pct(share):
 def print_header(args, profile, instance) -> None:
     what = (f"the formats in {args.compare} (--recommend: pipeline depth each)" if args.compare is not None
             else f"{args.imagenet_data_path}, {args.depth} depth")
-    print(f"host_benchmark --accelerators {args.accelerators}: {what}, {args.split} split, profile {profile.name} (batch {profile.batch_size}, {profile.compute_s:g} s compute "
+    print(f"host_benchmark --accelerators {args.accelerators}: {what}, {args.split} split, profile {profile.name} "
+          f"(batch {profile.batch_size}, {profile.compute_s:g} s compute "
           f"a batch = {profile.samples_per_s:,.0f} samples/s an accelerator; {profile.source}); AU threshold "
           f"{args.au_threshold:g}, first step left out; {instance.describe()}", flush=True)
 
@@ -271,7 +272,8 @@ def print_report(report: dict) -> None:
     print()
     if not profile["compute_s"]:
         rates = [r["samples_per_s"] for r in report.get("all_runs", [])]
-        print(f"the loader's own rate (--compute-time 0: no accelerator to keep busy): median {statistics.median(rates):,.0f} "
+        print(f"the loader's own rate (--compute-time 0: no accelerator to keep busy): median "
+              f"{statistics.median(rates):,.0f} "
               f"samples/s over {len(rates)} run(s)")
     elif answer["accelerators_fed"]:
         print(f"accelerators fed: {answer['accelerators_fed']} x {profile['name']} at AU >= {config['threshold']:g} "
@@ -295,7 +297,8 @@ def print_report(report: dict) -> None:
     if ceiling:
         rate = profile["samples_per_s"]
         worth = f" = {ceiling['samples_per_s'] / rate:,.1f} accelerators' worth" if rate else ""
-        print(f"  bare read ceiling: {ceiling['samples_per_s']:,.0f} samples/s ({ceiling['mb_per_s']:,.0f} MB/s){worth}")
+        print(f"  bare read ceiling: {ceiling['samples_per_s']:,.0f} samples/s ({ceiling['mb_per_s']:,.0f} MB/s)"
+              f"{worth}")
         limited = [r for r in report["results"] if not r["passed"]]  # where the loader, not the sleep, set the pace
         if limited and not ratios:
             fastest = max(r["samples_per_s"] for r in limited)
