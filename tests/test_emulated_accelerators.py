@@ -1,5 +1,5 @@
 """host_benchmark.py --accelerators (issue 44): the AU arithmetic on a clock the test drives, the search on a
-loader of a fixed rate, the profiles, the one-line usage errors, one run's JSON, and torchrun.
+loader of a fixed rate, the profiles, the one-line usage errors, one run's JSON, torchrun, and an s3:// copy.
 
 No assertion on speed: the AU figures asserted come from a simulated clock, never the wall clock.
 """
@@ -203,3 +203,20 @@ def test_the_recommendation_takes_the_cheapest_combination_that_feeds_them_else_
     assert choose(rows, 0.9)["chosen"] == "tensor/host/1w" and choose(rows, 0.9)["fed"]
     decision = choose([row("img/host/1w", 0.3, 1.0), row("tensor/host/1w", 0.6, 0.5)], 0.9)
     assert decision == {"chosen": "tensor/host/1w", "fed": False, "why": decision["why"]} and "0.600" in decision["why"]
+
+
+def test_storage_depth_reads_an_s3_copy(converted, s3_server, s3_bucket, tmp_path):
+    """The storage depth over s3:// (ranged GETs, each payload's CRC32C checked): the same samples as local."""
+    target = f"s3://{s3_bucket}/img"
+    upload = run_script("upload_dataset.py", converted("img"), target, "--s3-endpoint", s3_server.endpoint,
+                        "--no-progress", env=s3_server.env())
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    out = tmp_path / "emu.json"
+    result = run_script("host_benchmark.py", "--data", "imagenet", "--imagenet-data-path", target,
+                        "--s3-endpoint", s3_server.endpoint, "--accelerators", 2, "--batch-size", 4,
+                        "--compute-time", 0.001, "--batches", 3, "--dataloader-worker", 1, "--json", out,
+                        env=s3_server.env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.read_text())
+    (row,) = report["results"]
+    assert row["samples"] == 2 * 3 * 4 and row["mb_per_s"] > 0 and report["ceiling"] is None
