@@ -220,3 +220,16 @@ def test_storage_depth_reads_an_s3_copy(converted, s3_server, s3_bucket, tmp_pat
     report = json.loads(out.read_text())
     (row,) = report["results"]
     assert row["samples"] == 2 * 3 * 4 and row["mb_per_s"] > 0 and report["ceiling"] is None
+
+
+def test_storage_depth_reads_lmdb_by_key(converted, tmp_path):
+    """LMDB's records are values looked up by key, not byte ranges: read through the format's cursor walk."""
+    from imagenet_shards.cli.host_benchmark import main
+
+    out = tmp_path / "emu.json"
+    result = run_main(main, "--data", "imagenet", "--imagenet-data-path", converted("lmdb"), "--accelerators", 1,
+                      "--batch-size", 4, "--compute-time", 0.001, "--batches", 2, "--dataloader-worker", 0,
+                      "--json", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["samples"] == 8 and row["mb_per_s"] > 0

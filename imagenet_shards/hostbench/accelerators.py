@@ -3,8 +3,8 @@ the profile's compute time (imagenet_shards/hostbench/emulate.py holds the arith
 
 Two depths of loader:
     storage    the accelerator's share of the split's shards read in sequence (local files, or one ranged
-               GET per shard part over http(s)/s3), each sample's payload checked against its CRC32C in
-               the sample index; no decode, and only the counts cross to the accelerator (as MLPerf
+               GET per shard part over http(s)/s3; LMDB by key, locally), each sample's payload checked
+               against its CRC32C in the sample index; no decode, and only the counts cross to the accelerator (as MLPerf
                Storage measures: bytes from storage). In a DataLoader with the accelerator's workers.
     pipeline   the project's loader (get_data): region decode, crop, flip, batches in shared memory.
 
@@ -109,6 +109,28 @@ def read_run(location: str, columns, first: int, end: int, buffer: bytearray, ve
             row = last + 1
 
 
+def read_by_key(location: str, columns, first: int, end: int, shard_format, verify: bool):
+    """Rows [first, end) of a local shard whose records are not byte ranges (LMDB: values looked up by key, one
+    cursor walk), through the format's own `read_payloads`; yields (records, bytes) per CHUNK, CRC32C checked."""
+    from crc32c import crc32c
+
+    from imagenet_shards.loader.shard_reader import Run
+
+    records = columns.records(range(first, end))
+    count = size = 0
+    for record, _, payload, reason in shard_format.read_payloads(Run(location, 0, None, tuple(records))):
+        if reason is not None:
+            raise EmulationError(reason)
+        if verify and record.payload_crc32c is not None and crc32c(payload) != record.payload_crc32c:
+            raise EmulationError(f"{location}: sample {record.key!r}: payload CRC32C differs from the sample index")
+        count, size = count + 1, size + record.record_size
+        if size >= CHUNK:
+            yield count, size
+            count = size = 0
+    if count:
+        yield count, size
+
+
 def _read_exactly(stream, view, location) -> None:
     done = 0
     while done < len(view):
@@ -128,6 +150,7 @@ def _storage_dataset_class():
         def __init__(self, source, start, stop, batch_size, verify, seed):
             self.source, self.start, self.stop = source, start, stop
             self.batch_size, self.verify, self.seed = batch_size, verify, seed
+            self.by_range = getattr(source.shard_format, "records_are_byte_ranges", True)
 
         def __iter__(self):
             info = torch.utils.data.get_worker_info()
@@ -137,13 +160,16 @@ def _storage_dataset_class():
             runs = shard_runs(columns, self.start + first, self.start + last)
             if not runs:
                 return
-            buffer = bytearray(CHUNK + int(columns.record_sizes.max()))
+            buffer = bytearray(CHUNK + int(columns.record_sizes.max())) if self.by_range else None
             samples = size = epoch = 0
             while True:
                 order = list(runs)
                 random.Random(self.seed * 1000003 + epoch * 7919 + part).shuffle(order)  # the runs' order per epoch
                 for shard, begin, end in order:
-                    for count, got in read_run(self.source.locate(shard), columns, begin, end, buffer, self.verify):
+                    location = self.source.locate(shard)
+                    chunks = (read_run(location, columns, begin, end, buffer, self.verify) if self.by_range else
+                              read_by_key(location, columns, begin, end, self.source.shard_format, self.verify))
+                    for count, got in chunks:
                         samples, size = samples + count, size + got
                         while samples >= self.batch_size:  # bytes shared out by records (a chunk may span batches)
                             share = size * self.batch_size // samples
@@ -159,11 +185,14 @@ def storage_batches(spec: EmulationSpec, index: int, count: int):
     import torch
 
     from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.storage import is_url
 
     source = resolve_source(spec.location, spec.split)
-    if source.columns is None or not getattr(source.shard_format, "records_are_byte_ranges", True):
-        raise EmulationError(f"{spec.location}: the storage depth reads converted datasets whose records are byte "
-                             f"ranges (img, tensor, tfrecord), not {source.description}")
+    if source.columns is None:
+        raise EmulationError(f"{spec.location}: the storage depth reads converted datasets (a sample index), not "
+                             f"{source.description}")
+    if not getattr(source.shard_format, "records_are_byte_ranges", True) and is_url(spec.location):
+        raise EmulationError(f"{spec.location}: {source.shard_format.name} is read from local files only")
     start, stop = share_rows(len(source.columns), index, count)
     if stop - start < max(1, spec.workers):
         raise EmulationError(f"{spec.location}: {len(source.columns)} {spec.split} samples cannot be shared by "
