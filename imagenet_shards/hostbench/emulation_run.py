@@ -103,7 +103,7 @@ def emulate_accelerators(args, instance, collective) -> list:
             run(n)
         best, tried = (n if results[n]["passed"] else 0), [n]
     else:
-        best, tried = emulate.search_largest(run, args.max_accelerators)
+        best, tried = emulate.search_largest(run, search_cap(args, progress))
         for _ in range(args.runs - 1):  # the answer measured again: its spread
             run(max(best, 1))
     if not reporter:
@@ -112,6 +112,22 @@ def emulate_accelerators(args, instance, collective) -> list:
     print_report(report)
     write_outputs(args, report)
     return []
+
+
+def search_cap(args, progress) -> int:
+    """--max-accelerators, and for the pipeline depth no more accelerators than the split has full batches for
+    (the loader hands out whole batches of an instance's share; the storage depth runs on across epochs)."""
+    if args.depth != "pipeline":
+        return args.max_accelerators
+    from imagenet_shards.loader.sources import resolve_source
+
+    samples = resolve_source(args.imagenet_data_path, args.split).total
+    cap = max(1, samples // args.profile_resolved.batch_size)
+    if cap < args.max_accelerators:
+        progress(f"     (the pipeline depth tries at most N = {cap}: {samples} {args.split} samples give each of more "
+                 f"accelerators less than a batch of {args.profile_resolved.batch_size})")
+    args.split_cap = cap if cap < args.max_accelerators else None
+    return min(cap, args.max_accelerators)
 
 
 def paired_with_ceiling(args, instance) -> bool:
@@ -153,6 +169,9 @@ def build_report(args, profile, instance, results, runs, best, tried) -> dict:
                         "samples_per_s_spread": emulate.spread([r["samples_per_s"] for r in rs]),
                         "au_mean_spread": emulate.spread([r["au_mean"] for r in rs])} for n, rs in repeated.items()}
     notes = report_notes(args, results)
+    if best and best == getattr(args, "split_cap", None):
+        notes.append(f"N = {best} passed and is the most this split allows the pipeline depth (a batch each): "
+                     f"a larger split may feed more")
     return {
         "config": {"source": args.imagenet_data_path, "split": args.split, "depth": args.depth,
                    "threshold": args.au_threshold, "accelerators": args.accelerators, "runs": args.runs,
