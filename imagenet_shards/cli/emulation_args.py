@@ -36,6 +36,7 @@ def check_emulation(args) -> None:
         if count < 1:
             raise UsageError(f"--accelerators {args.accelerators}: not a count >= 1 or auto")
     check_cache(args)
+    args.max_accelerators = args.max_accelerators or 64
     args.au_threshold = check_threshold(DEFAULT_THRESHOLD if args.au_threshold is None else args.au_threshold)
     profile = resolve_profile(args.profile, args.batch_size, args.compute_time)
     if profile.compute_s == 0 and args.accelerators == "auto":

@@ -26,7 +26,7 @@ first byte, and the transport ceiling: raw ranged GETs with no decode):
 How many accelerators of a kind this host and its storage keep busy (emulated: a batch, then a sleep of
 the profile's compute time; the largest N with AU >= 0.9, as MLPerf Storage; docs/emulated-accelerators.md):
 
-    python host_benchmark.py --data imagenet --imagenet-data-path DIR|URL --accelerators auto \
+    python host_benchmark.py --data imagenet --imagenet-data-path DIR|URL --accelerators auto \\
         --profile resnet50-h100 --depth storage|pipeline [--runs 5] --json emu.json --plot emu.png
 
 Under torchrun (or poprun/SLURM/OpenMPI with MASTER_ADDR/MASTER_PORT or --rendezvous) every
@@ -123,7 +123,7 @@ def add_emulation_arguments(group) -> None:
     group.add_argument("--runs", type=positive_int, default=1,
                        help="runs of the fixed N (auto: of the N found, the search's run included), with their "
                             "spread (default 1; MLPerf Storage: 5)")
-    group.add_argument("--max-accelerators", type=positive_int, default=64, metavar="N",
+    group.add_argument("--max-accelerators", type=positive_int, default=None, metavar="N",
                        help="auto: the largest N tried (default 64)")
     group.add_argument("--drop-page-cache", action="store_true",
                        help="before each run, posix_fadvise(DONTNEED) on the split's local shards, so that run's "
@@ -336,10 +336,11 @@ def _workers(parser, args) -> None:
 
 def _refuse_emulation_options(parser, args) -> None:
     """The --accelerators options without --accelerators: a usage error; --batch-size's default, 64."""
-    if any(getattr(args, name) is not None for name in ("profile", "compute_time", "au_threshold")) or \
+    if any(getattr(args, name) is not None for name in ("profile", "compute_time", "au_threshold",
+                                                        "max_accelerators")) or \
             args.runs != 1 or args.depth != "storage" or args.drop_page_cache:
-        parser.error("--profile, --compute-time, --depth, --au-threshold, --runs and --drop-page-cache apply to "
-                     "--accelerators only")
+        parser.error("--profile, --compute-time, --depth, --au-threshold, --runs, --max-accelerators and "
+                     "--drop-page-cache apply to --accelerators only")
     if args.batch_size is None:
         args.batch_size = 64
 
