@@ -7,6 +7,7 @@ import os
 from imagenet_shards.errors import UsageError
 from imagenet_shards.hostbench.emulate import DEFAULT_THRESHOLD, check_threshold, resolve_profile
 
+STORED_SHARDS = ("real", "imagenet")  # the --data values that read a converted dataset's shards
 NOT_WITH = {"compare_transport": "--compare-transport", "target_rate": "--target-rate"}
 
 
@@ -19,7 +20,7 @@ def check_emulation(args) -> None:
         raise UsageError("--rounds applies to --compare: --accelerators repeats with --runs")
     if _recommend(args):
         pass  # the sources are the formats in --compare DIR
-    elif args.data in ("generated", "synthetic", "cifar10"):
+    elif args.data not in STORED_SHARDS:
         raise UsageError(f"--accelerators reads a real source, --data {args.data} reads no stored shards: use --data "
                          f"imagenet --imagenet-data-path PATH|URL (a converted dataset)")
     path = args.imagenet_data_path
