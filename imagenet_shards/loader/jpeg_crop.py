@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image
 
 from imagenet_shards.errors import Error
+from imagenet_shards.pixel_limit import check_pixels
 
 try:
     from imagenet_shards import _jpeg_crop as _native
@@ -100,6 +101,7 @@ def jpeg_size(data) -> Optional[tuple]:
         width, height, space = _native.header(data)
     except _NativeJpegError:
         return None
+    check_pixels(width, height)  # before any canvas is allocated (ImageTooLargeError: this sample's error)
     return (width, height) if space in _SUPPORTED_SPACES else None
 
 
@@ -192,6 +194,7 @@ def decode_canvas(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Op
         raise JpegError(f"_jpeg_crop is not available: {UNAVAILABLE_REASON}")
     try:
         width, height = size if size is not None else _native.header(data)[:2]
+        check_pixels(width, height)
         out_width, out_height = -(-width // scale), -(-height // scale)
         nbytes = out_width * out_height * 4
         buffer = _canvas(nbytes) if canvas is None else canvas.reshape(-1)[:nbytes]

@@ -43,6 +43,7 @@ from PIL import Image
 
 from imagenet_shards.formats.npy import decode_npy
 from imagenet_shards.loader import jpeg_crop
+from imagenet_shards.pixel_limit import check_pixels
 from imagenet_shards.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
 from imagenet_shards.errors import Error
 
@@ -218,7 +219,7 @@ class ImagePipeline:
         if RANDOM_RESIZED_CROP in self.steps:
             pixels = np.empty((self.size, self.size, 3), np.uint8)
             return pixels, self._random_crop_into(payload, pixels, rng, bbox, mirror=False)
-        image = Image.open(io.BytesIO(payload))
+        image = open_image(payload)
         if RESIZE in self.steps:
             width, height = resized_size(*image.size, self.resize)
             image = _rgb(self._draft(image, width, height))
@@ -237,7 +238,7 @@ class ImagePipeline:
         (`_crop_region`, native resize: no intermediate image); others take `_decoded_then_cropped`.
         The draws (box, then flip after the decode) are the same on both paths."""
         size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
-        image = None if size is not None else Image.open(io.BytesIO(payload))
+        image = None if size is not None else open_image(payload)
         width, height = size or image.size
         box = self.crop_box(width, height, rng, bbox)
         region = None
@@ -247,7 +248,7 @@ class ImagePipeline:
             except jpeg_crop.JpegError:
                 pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
         if region is None:
-            pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
+            pixels = self._decoded_then_cropped(image or open_image(payload), width, height, box)
             flip = self.flip_draw(rng)
             write_pixels(slot, pixels, flip and mirror)
             return flip
@@ -461,3 +462,11 @@ def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
     """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
     check_slot(slot, pixels.shape)
     slot[...] = pixels[:, ::-1] if flip else pixels
+
+
+def open_image(payload) -> Image.Image:
+    """PIL's image of `payload`, its header read, nothing decoded; ImageTooLargeError over the pixel limit
+    (imagenet_shards.pixel_limit: the same limit as the native decoder's, not PIL's warning band)."""
+    image = Image.open(io.BytesIO(payload))
+    check_pixels(*image.size)
+    return image
