@@ -63,6 +63,8 @@ _warned_no_range = set()
 # a hostile store cannot make a process allocate more than this (env DATASETS_MAX_READ_BYTES).
 READ_LIMIT_VARIABLE = "DATASETS_MAX_READ_BYTES"
 DEFAULT_READ_LIMIT = 4 << 30
+METADATA_READ_LIMIT = 64 << 20  # metadata.json and repartition manifests (ImageNet's: under 1 MB)
+_SMALL_FILES = ("metadata.json", "manifest.json")
 
 
 class ShardReadError(Error):
@@ -146,7 +148,9 @@ def split_s3(location: str) -> tuple:
 def read_bytes(location: str, limit: Optional[int] = None) -> bytes:
     """The whole content of a small file, URL or object (metadata, index, manifest), read in chunks and at
     most `limit` bytes (default read_limit(): DatasetError past it). FileNotFoundError when it does not exist."""
-    limit = read_limit() if limit is None else limit
+    if limit is None:
+        small = str(location).split("?", 1)[0].endswith(_SMALL_FILES)
+        limit = min(read_limit(), METADATA_READ_LIMIT) if small else read_limit()
     if is_s3(location):
         with open_byte_range(location, 0, None) as stream:
             return read_capped(stream, limit, location)

@@ -367,7 +367,7 @@ def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.
     after its size and sha256 are held against what `recorded_by` records for it in `split_entry`
     (metadata.json's split entry, a repartition manifest's instance entry; index_trust)."""
     if is_url(location):
-        columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
+        columns = parse_sample_columns(iter(read_bytes(location, _recorded_bytes(split_entry)).splitlines()), location)
     else:
         problem = index_file_disagreement(location, split_entry, recorded_by, remedy) if split_entry else None
         if problem:
@@ -380,6 +380,14 @@ def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.
             raise SourceError(f"{location}: the sample index is not UTF-8 text at byte {error.start} "
                               f"(a damaged index: {remedy})") from None
     return columns.in_shard_order()
+
+
+def _recorded_bytes(split_entry) -> Optional[int]:
+    """The index size `split_entry` records (the most a remote read of it takes), or None (the default cap)."""
+    try:
+        return int(split_entry["index"]["bytes"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:
