@@ -36,8 +36,7 @@ from imagenet_shards.formats import UnknownFormatError, get_format, payload_exte
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import parse_metadata, sample_index_name
-from imagenet_shards.loader.index_trust import index_disagreement
-from imagenet_shards.safe_names import redact
+from imagenet_shards.safe_names import is_plain_name, redact
 from imagenet_shards.reference import ReferenceMetadataError
 from imagenet_shards.index import parse_sample_columns
 from imagenet_shards.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
@@ -141,9 +140,10 @@ def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list):
         columns = parse_sample_columns(io.BytesIO(read_bytes(location)), location)
     except (DatasetError, OSError, ShardReadError, StorageUnavailable) as error:
         raise ImageNetSourceError(f"{location}: {error}") from None
-    problem = index_disagreement(columns, metadata["splits"][split], location)
-    if problem:  # an unsafe shard name (a path, `..`, a URL), counts or keys that disagree with metadata.json
-        raise ImageNetSourceError(problem)
+    unsafe = next((name for name in columns.shard_names if not is_plain_name(name)), None)
+    if unsafe is not None:  # never a path or URL outside the parent dataset (imagenet_shards.safe_names)
+        raise ImageNetSourceError(f"{location}: unsafe shard name {unsafe!r} (not a plain file name: a path, "
+                                  f"`..` or a URL); a hostile or damaged index")
     outside = np.flatnonzero((columns.labels < 0) | (columns.labels >= len(classes)))
     if outside.size:
         row = int(outside[0])
