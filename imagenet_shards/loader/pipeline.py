@@ -43,7 +43,7 @@ from PIL import Image
 
 from imagenet_shards.formats.npy import decode_npy
 from imagenet_shards.loader import jpeg_crop
-from imagenet_shards.pixel_limit import check_pixels
+from imagenet_shards.pixel_limit import VARIABLE, ImageTooLargeError, check_pixels, max_pixels
 from imagenet_shards.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
 from imagenet_shards.errors import Error
 
@@ -467,6 +467,12 @@ def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
 def open_image(payload) -> Image.Image:
     """PIL's image of `payload`, its header read, nothing decoded; ImageTooLargeError over the pixel limit
     (imagenet_shards.pixel_limit: the same limit as the native decoder's, not PIL's warning band)."""
-    image = Image.open(io.BytesIO(payload))
+    limit = max_pixels()
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < limit:
+        Image.MAX_IMAGE_PIXELS = limit  # the one setting governs PIL's own guard too (it refuses at twice its own)
+    try:
+        image = Image.open(io.BytesIO(payload))
+    except Image.DecompressionBombError as error:
+        raise ImageTooLargeError(f"{error} ({VARIABLE}: {limit:,})") from None
     check_pixels(*image.size)
     return image

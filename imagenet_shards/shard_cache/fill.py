@@ -46,7 +46,16 @@ def register(cache) -> None:
 
 def lock_file(path: Path, mode: int, wait: bool = True) -> Optional[int]:
     """An fd of `path` (created if missing) locked with flock `mode`; None if not waiting and it is taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # never through a link
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # never through a link
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        log.warning("%s: a link where the cache keeps a lock file: removed, never followed", path)
+        if os.path.islink(path):  # a link is never anyone's lock (flock is taken on regular files only)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
