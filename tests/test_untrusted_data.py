@@ -405,7 +405,7 @@ def test_9_the_npy_header_cache_is_bounded():
 
     for n in range(3000):
         npy.decode_npy(npy.encode_npy(np.zeros((1, n + 1), np.uint8)))
-    assert len(npy._header_cache) <= npy.HEADER_CACHE_ENTRIES
+    assert len(npy._header_cache) <= 64  # 3,000 distinct headers added 185 MB before
 
 
 # ---------------------------------------------------------------- 10: names in metadata.json and indexes
