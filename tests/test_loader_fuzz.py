@@ -207,24 +207,25 @@ def _planted_cache(dataset, outside, cache):
     (cache / "other").symlink_to(outside, target_is_directory=True)
 
 
-HOSTILE = [  # (case, format, what is done to a copy of the converted dataset)
-    ("split named ../../escaped", "img", _names("metadata", "validation", "../../escaped")),
-    ("split named by an absolute path", "img", _names("metadata", "train", "OUTSIDE/escaped")),
-    ("shard named ../x", "img", _names("metadata", "validation-000000.tar", "../validation-000000.tar")),
-    ("shard named by an absolute path", "img", _names("metadata", "validation-000000.tar", "/etc/hostname")),
-    ("shard named by a URL", "img", _names("metadata", "validation-000000.tar", "http://127.0.0.1:9/x.tar")),
-    ("index named ../x", "img", _names("metadata", "samples-validation.index.tsv", "../samples.tsv")),
-    ("index named by a URL", "img", _names("metadata", "samples-validation.index.tsv", "http://127.0.0.1:9/i")),
-    ("index row naming an absolute path", "img", _names("index", "validation-000000.tar", "/etc/hostname")),
-    ("index row naming ../x", "img", _names("index", "validation-000001.tar", "../validation-000001.tar")),
-    ("index row naming a URL", "img", _names("index", "validation-000000.tar", "http://127.0.0.1:9/x.tar")),
-    ("checksum ..", "img", lambda d, o: _reseal(d, lambda m: m.update(checksum=".."))),
-    ("checksum an absolute path", "img", lambda d, o: _reseal(d, lambda m: m.update(checksum=str(o)))),
-    ("tar member claiming 8 GiB", "img", _member_size_max),
-    ("JPEG claiming 65535x65535 pixels", "img", _pixels_max),
-    ("TFRecord claiming 2^64 bytes", "tfrecord", _tfrecord_length_max),
-    ("a shard that is a link outside", "img", _linked_shard),
-    ("a planted cache", "img", None),
+SHARD0, SHARD1, INDEX = "validation-000000.tar", "validation-000001.tar", "samples-validation.index.tsv"
+HOSTILE = [  # (case, format, a word every reader's report holds or None, what is done to a copy)
+    ("split named ../../escaped", "img", "unsafe", _names("metadata", "validation", "../../escaped")),
+    ("split named by an absolute path", "img", "unsafe", _names("metadata", "train", "OUTSIDE/escaped")),
+    ("shard named ../x", "img", "unsafe", _names("metadata", SHARD0, "../" + SHARD0)),
+    ("shard named by an absolute path", "img", "unsafe", _names("metadata", SHARD0, "/etc/hostname")),
+    ("shard named by a URL", "img", "unsafe", _names("metadata", SHARD0, "http://127.0.0.1:9/x.tar")),
+    ("index named ../x", "img", "unsafe", _names("metadata", INDEX, "../samples.tsv")),
+    ("index named by a URL", "img", "unsafe", _names("metadata", INDEX, "http://127.0.0.1:9/i")),
+    ("index row naming an absolute path", "img", "unsafe", _names("index", SHARD0, "/etc/hostname")),
+    ("index row naming ../x", "img", "unsafe", _names("index", SHARD1, "../" + SHARD1)),
+    ("index row naming a URL", "img", "unsafe", _names("index", SHARD0, "http://127.0.0.1:9/x.tar")),
+    ("checksum ..", "img", None, lambda d, o: _reseal(d, lambda m: m.update(checksum=".."))),
+    ("checksum an absolute path", "img", None, lambda d, o: _reseal(d, lambda m: m.update(checksum=str(o)))),
+    ("tar member claiming 8 GiB", "img", "truncated", _member_size_max),
+    ("JPEG claiming 65535x65535 pixels", "img", "pixels", _pixels_max),
+    ("TFRecord claiming 2^64 bytes", "tfrecord", "truncated", _tfrecord_length_max),
+    ("a shard that is a link outside", "img", None, _linked_shard),
+    ("a planted cache", "img", None, None),
 ]
 
 
@@ -257,9 +258,9 @@ def _hostile_read(dataset, transport, cache):
 
 
 @pytest.mark.parametrize("transport", ["local", "http"])
-@pytest.mark.parametrize("case,fmt,make", HOSTILE, ids=[case for case, _, _ in HOSTILE])
+@pytest.mark.parametrize("case,fmt,word,make", HOSTILE, ids=[case for case, *_ in HOSTILE])
 def test_a_hostile_dataset_writes_nothing_outside_stays_bounded_and_says_so_in_one_line(converted, tmp_path, case,
-                                                                                       fmt, make, transport):
+                                                                                       fmt, word, make, transport):
     dataset, cache, outside = tmp_path / "dataset", tmp_path / "cache", tmp_path / "outside"
     shutil.copytree(converted(fmt), dataset)
     outside.mkdir()
@@ -280,3 +281,4 @@ def test_a_hostile_dataset_writes_nothing_outside_stays_bounded_and_says_so_in_o
     assert not escaped, f"{case}: written or deleted outside the dataset and the cache: {escaped}"
     assert peak < HOSTILE_PEAK, f"{case}: {peak / 1e6:.0f} MB allocated at the peak"
     assert all(len(line.splitlines()) == 1 for line in said), f"{case}: {said}"
+    assert word is None or any(word in line for line in said), f"{case}: no reader said {word!r}: {said}"

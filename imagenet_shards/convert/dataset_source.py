@@ -126,7 +126,8 @@ def open_dataset_source(base: str, splits) -> ImageNetSource:
             raise ImageNetSourceError(f"{metadata_location}: no split {split!r} (it has "
                                       f"{', '.join(metadata['splits'])}); choose with --splits", usage=True)
         listed[split] = SourceSplit(split, _split_samples(base, metadata, split, fmt, classes))
-    provenance = {"derived_from": {"source": redact(base), "format": metadata["format"], "metadata_sha256": sha256_bytes(data),
+    provenance = {"derived_from": {"source": redact(base), "format": metadata["format"],
+                                   "metadata_sha256": sha256_bytes(data),
                                    "checksum": metadata.get("checksum"),
                                    "plan_fingerprint": metadata.get("plan_fingerprint")}}
     return ImageNetSource(base, LAYOUT, classes, listed, provenance=provenance)

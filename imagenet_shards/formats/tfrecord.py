@@ -201,8 +201,9 @@ def _reader_from_stream(stream, source, end=None):
 
     def read(n, position, number, record_offset, what):
         if end is not None and position + n > end:  # a claimed length past the range: never allocated
-            raise TFRecordFormatError(source, number, record_offset, f"truncated: {what} needs {n} bytes from byte "
-                                                                     f"{position}, only {max(end - position, 0)} remain")
+            remain = max(end - position, 0)
+            raise TFRecordFormatError(source, number, record_offset,
+                                      f"truncated: {what} needs {n} bytes from byte {position}, only {remain} remain")
         data = read_exactly(stream, n)
         if len(data) != n:
             raise TFRecordFormatError(source, number, record_offset, f"truncated: {what} needs {n} bytes from byte {position}, only {len(data)} remain")

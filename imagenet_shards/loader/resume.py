@@ -442,7 +442,8 @@ def write_ledger(path, planner, context, live, source_argument, identity_: dict,
         plan = planner.plan(epoch)
     batches = walker.delivered_batches(plan, number, segment, own.index, progress)
     entries.append(_entry(context, number, own.index, segment, batches, plan, complete))
-    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": source_argument and redact(source_argument),
+    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"],
+              "source": source_argument and redact(source_argument),
               **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": own.index,
               "instances": own.count, "entries": entries}
     temporary = f"{path}.tmp{os.getpid()}"

@@ -370,13 +370,15 @@ def tsv(locations, fields, out) -> int:
 def run_writer(args) -> dict:
     inputs = load_inputs(args.inputs, args.split or "train")
     try:
-        split = plain_name(args.split or inputs.split or "train", "--split" if args.split else "the input's metadata.json")
+        split = plain_name(args.split or inputs.split or "train",
+                           "--split" if args.split else "the input's metadata.json")
         if split not in SPLITS:
             print(f"note: split {split!r} is neither train nor validation; get_data reads it by name", file=sys.stderr)
         pairs = ordered(inputs.records(), args.command, args.seed)
         if args.out == STDIO:
             return stream_tar(inputs, pairs, sys.stdout.buffer)
-        derived = {"tool": f"tar_tools {args.command}", "inputs": [redact(item) for item in args.inputs], "seed": args.seed,
+        derived = {"tool": f"tar_tools {args.command}", "inputs": [redact(item) for item in args.inputs],
+                   "seed": args.seed,
                    "samples_per_shard": args.samples_per_shard, "max_shard_bytes": args.max_shard_bytes}
         return write_dataset(inputs, pairs, Path(args.out), split, derived,
                              (args.samples_per_shard, args.max_shard_bytes))
