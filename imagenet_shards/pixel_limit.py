@@ -11,6 +11,7 @@ and the converter skips and names (create_webdataset.py's --max-image-pixels, th
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from imagenet_shards.errors import DatasetError
 
@@ -36,9 +37,10 @@ def max_pixels() -> int:
     return PIL_DEFAULT
 
 
-def check_pixels(width: int, height: int) -> None:
-    """ImageTooLargeError when `width` x `height` is over the limit (one line: the size and the limit)."""
-    limit = max_pixels()
+def check_pixels(width: int, height: int, limit: Optional[int] = None) -> None:
+    """ImageTooLargeError when `width` x `height` is over `limit` (None: max_pixels(); a decoder reads the setting
+    once, off the per-sample path) in one line: the size and the limit."""
+    limit = max_pixels() if limit is None else limit
     if width * height > limit:
         raise ImageTooLargeError(f"{width}x{height} = {width * height:,} pixels, over the limit of {limit:,} "
                                  f"({VARIABLE}): not decoded")

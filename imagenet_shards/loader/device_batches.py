@@ -140,7 +140,7 @@ class JpegPacker:
         refusal = device_eligible(payload)
         if refusal is None:
             header = read_header(payload)
-            check_pixels(header.width, header.height)  # over the limit: this sample's error, never packed
+            check_pixels(header.width, header.height, self.pipeline.pixel_limit)  # over the limit: this sample's error, never packed
             with self.torch_random if self.torch_random is not None else contextlib.nullcontext():
                 drawn = device_box(self.pipeline, header.width, header.height, rng, bbox)
             if drawn is None:
