@@ -70,6 +70,14 @@ def is_plain_name(name) -> bool:
     return not _problem(name)
 
 
+_URL = re.compile(r"""\b(?:https?|s3)://[^\s'"]*[^\s'":,;.)]""")  # a trailing ':' or '.' is the text's
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error message, a report line) with every URL in it redacted."""
+    return _URL.sub(lambda match: redact(match.group()), text) if "://" in text else text
+
+
 def redact(location) -> str:
     """`location` without a URL's userinfo and query string (fragment too); a local path unchanged."""
     text = str(location)

@@ -36,6 +36,7 @@ from typing import Optional
 
 import numpy as np
 
+from imagenet_shards.safe_names import redact
 from imagenet_shards.cifar10 import is_cifar_folder, load_split
 from imagenet_shards.fileio import sha256_bytes
 from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, image_folder_samples
@@ -257,7 +258,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         raise SourceError(f"{metadata_location}: {error}") from None
     source = Source(
         SHARDS.name,
-        f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
+        f"{redact(base)} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)",
         [],
         payload_extension_of(metadata),
         shard_format=shard_format,
