@@ -354,6 +354,7 @@ def test_7_upload_sends_no_link_and_nothing_metadata_does_not_name(s3_server, co
     (dataset / "notes.txt").write_text("not part of the dataset")
     result = upload_cli(s3_server, dataset, f"s3://{s3_bucket}/ds")
     assert result.returncode == 0, result.stderr
+    assert "README.txt: a link: not uploaded" in result.stderr and "notes.txt: not uploaded" in result.stderr
     os.environ.update(s3_server.env())
     configure_s3(endpoint=s3_server.endpoint)
     names = set(list_objects(f"s3://{s3_bucket}/ds"))

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,7 @@ from imagenet_shards.storage import (
 )
 
 CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class UploadError(DatasetError):
@@ -115,8 +116,8 @@ def local_files(root: Path) -> list:
         if name.endswith(PARTIAL_SUFFIX) or any(part.startswith(".") for part in name.split("/")):
             continue  # a write in progress, or a hidden file: not part of the dataset
         if not _known(name, known):
-            warnings.warn(f"{path}: not uploaded: metadata.json does not name it and it is no known companion "
-                          f"(index, .tfindex, repartition)", stacklevel=2)
+            log.warning("%s: not uploaded: metadata.json does not name it and it is no known companion "
+                        "(index, .tfindex, repartition)", path)
             continue
         size = path.stat().st_size
         if name in recorded:
@@ -140,10 +141,13 @@ def _regular_files(root: Path) -> list:
     """Every regular file under `root`, sorted; links (to files or folders) are never followed nor sent."""
     found = []
     for folder, folders, names in os.walk(root, followlinks=False):
-        folders[:] = [n for n in folders if not os.path.islink(os.path.join(folder, n))]
-        for name in names:
+        links = [n for n in folders if os.path.islink(os.path.join(folder, n))]
+        folders[:] = [n for n in folders if n not in links]
+        for name in names + links:
             path = Path(folder) / name
-            if not path.is_symlink() and path.is_file():
+            if path.is_symlink():
+                log.warning("%s: a link: not uploaded (an upload never follows one)", path)
+            elif path.is_file():
                 found.append(path)
     return sorted(found)
 
