@@ -70,6 +70,12 @@ def is_plain_name(name) -> bool:
     return not _problem(name)
 
 
+def is_relative_name(name) -> bool:
+    """Whether `name` passes relative_name (plain names joined by `/`)."""
+    return isinstance(name, str) and bool(name) and "://" not in name and not name.startswith(("/", "\\")) \
+        and all(not _problem(part) for part in name.split("/"))
+
+
 _URL = re.compile(r"""\b(?:https?|s3)://[^\s'"]*[^\s'":,;.)]""")  # a trailing ':' or '.' is the text's
 
 

@@ -36,7 +36,7 @@ from typing import Optional
 
 import numpy as np
 
-from imagenet_shards.safe_names import redact
+from imagenet_shards.safe_names import is_relative_name, redact
 from imagenet_shards.cifar10 import is_cifar_folder, load_split
 from imagenet_shards.fileio import sha256_bytes
 from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, find_split_folder, image_folder_samples
@@ -357,6 +357,10 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
                             remedy=REBUILD_REPARTITION)
     if len(columns) != int(item["samples"]):
         raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
+    unsafe = next((name for name in columns.shard_names if not is_relative_name(name)), None)
+    if unsafe is not None:  # a shard outside the dataset (imagenet_shards.safe_names)
+        raise SourceError(f"{index_location}: unsafe shard name {unsafe!r} (a path outside the dataset, `..` or a URL); "
+                          f"{REBUILD_REPARTITION}")
     return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
