@@ -101,7 +101,8 @@ def check_names(metadata: dict, source) -> None:
         plain_name(split, source)
         if not isinstance(entry, dict):
             continue
-        for shard in entry.get("shards") or ():
+        shards = entry.get("shards")
+        for shard in shards if isinstance(shards, list) else ():  # a malformed list: the validator names it
             if isinstance(shard, dict) and "name" in shard:
                 plain_name(shard["name"], source)
         index = entry.get("index")
