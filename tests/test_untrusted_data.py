@@ -244,16 +244,22 @@ def test_5_a_jpeg_claiming_32768_squared_is_refused_from_its_header():
         open_image(bomb)
 
 
-@pytest.mark.parametrize("path", ["crop-train", "crop-validation", "pil-train", "device-train"])
+@pytest.mark.parametrize("path", ["crop-train", "crop-validation", "pil-train", "device-train", "device-usertransform"])
 def test_5_every_decode_path_skips_and_names_a_sample_over_the_pixel_limit(converted, monkeypatch, path):
     from imagenet_shards.loader import SampleError, get_data
 
+    dataset = str(converted("img"))  # converted before the limit is set: the converter takes it too
     decode, split = path.split("-")
+    options = {}
+    if split == "usertransform":  # a torchvision transform: its leading crop fused in the decoder or the device
+        from imagenet_shards.torchvision_cpu import transforms_v2 as v2
+
+        split, options["transform"] = "train", v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip()])
     monkeypatch.setenv("DATASETS_MAX_IMAGE_PIXELS", "100")  # every sample image is larger
     if decode == "pil":
         monkeypatch.setenv("DATASETS_JPEG_DECODE", "pil")
-    loader = get_data(str(converted("img")), split, 4, 0, normalization="device", instance=SINGLE, on_error="fail",
-                      jpeg_decode="device" if decode == "device" else None)
+    loader = get_data(dataset, split, 4, 0, normalization="device", instance=SINGLE, on_error="fail",
+                      jpeg_decode="device" if decode == "device" else None, **options)
     with pytest.raises(SampleError, match=r"over the limit of 100 \(DATASETS_MAX_IMAGE_PIXELS\)") as raised:
         next(iter(loader))
     assert len(str(raised.value).splitlines()) == 1 and ".tar" in str(raised.value)
