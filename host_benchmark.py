@@ -7,7 +7,7 @@ Its --help and docstring describe the options and exit codes.
 
 import sys
 
-from imagenet_shards.cli.host_benchmark import main, parse_args  # noqa: F401 (tests and benchmarks call them)
+from imagenet_shards.cli.host_benchmark import main, parse_args  # noqa: F401 (tests call them)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,9 +4,9 @@
 The project's metadata is in pyproject.toml; this file only adds the extension. It links the system
 libjpeg-turbo (`-ljpeg`). Where its headers are missing (or the compiler fails) the extension is left
 out with one printed line and the install still succeeds: the loader then decodes JPEGs whole with
-PIL and says so once (imagenet_shards/loader/jpeg_crop.py). DATASETS_NATIVE_BUILD=0 leaves it out on purpose
-(an editable install puts the module into the checkout, where it would shadow the one `make` builds into
-.venv; tests/test_train_example.py's editable install sets it).
+PIL and says so once (imagenet_shards/loader/jpeg_crop.py). `make` builds the same extension into the checkout
+(`setup.py build_ext --inplace`, scripts/setup_venv.sh). DATASETS_NATIVE_BUILD=0 leaves it out on purpose
+(tests/test_train_example.py's editable install: the checkout's build is there already).
 """
 import os
 

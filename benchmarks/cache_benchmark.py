@@ -4,7 +4,7 @@
         [--latency-ms 2] [--mbps 100] [--prefetch 0] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (imagenet_shards/testing/s3_server.py) and uploads it, and serves the same folder over http
+starts `weed mini` (testing_rigs/s3_server.py) and uploads it, and serves the same folder over http
 (tests/http_range_server.py) behind benchmarks/latency_proxy.py (--latency-ms before every request,
 --mbps for all bodies together), so that loopback does not hide the network. Then runs
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from imagenet_shards import storage  # noqa: E402
 from s3_benchmark import build_dataset  # noqa: E402
-from imagenet_shards.testing.s3_server import SeaweedServer  # noqa: E402
+from testing_rigs.s3_server import SeaweedServer  # noqa: E402
 
 
 def start(command) -> tuple:
@@ -74,7 +74,7 @@ def main():
 
         remote = "s3://cachebench/img"
         assert upload_dataset(local, remote, progress=False).ok
-        import host_benchmark
+        from imagenet_shards.cli import host_benchmark
 
         report = args.out / "compare.json"
         code = host_benchmark.main([

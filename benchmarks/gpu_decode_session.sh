@@ -41,7 +41,7 @@ prepare() {  # on a machine with a registry, before the run: what the GPU host c
   done
   pip download -q --no-deps -d .device-wheels braceexpand==0.1.7 tqdm==4.70.1 webdataset==1.0.2
   rm -f .device-wheels/earlier.tar.gz
-  if [ -n "${EARLIER:-}" ]; then  # the library under its name at that commit (datasets/ before 0.1)
+  if [ -n "${EARLIER:-}" ]; then  # the library under its name at that commit (datasets/ before 0.2.0)
     git archive "$EARLIER" $(git ls-tree --name-only "$EARLIER" imagenet_shards datasets) examples benchmarks \
       | gzip > .device-wheels/earlier.tar.gz
   fi
@@ -63,15 +63,12 @@ environment() {
   "$PY" -c "import crc32c, braceexpand; import imagenet_shards.loader; print('imagenet_shards.loader imports')"
 }
 
-native() {  # the region decoder against the host's libjpeg-turbo: setuptools, else the compiler directly
-  cd native/jpeg_crop
-  # imagenet_shards/_jpeg_crop*.so here (this folder is on PYTHONPATH); a copy at the top level for an earlier commit
+native() {  # the region decoder against the host's libjpeg-turbo, into imagenet_shards/: setuptools, else cc directly
   local suffix; suffix=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-  "$PY" setup.py build_ext --inplace || { mkdir -p imagenet_shards && cc -O2 -shared -fPIC $("$PY"-config --includes \
-    2>/dev/null || "$PY" -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") _jpeg_crop.c resample.c \
-    -ljpeg -o "imagenet_shards/_jpeg_crop$suffix"; }
-  cp "imagenet_shards/_jpeg_crop$suffix" "_jpeg_crop$suffix"
-  cd ../..
+  "$PY" setup.py -q build_ext --inplace || cc -O2 -shared -fPIC $("$PY"-config --includes 2>/dev/null \
+    || "$PY" -c "import sysconfig; print('-I' + sysconfig.get_paths()['include'])") native/jpeg_crop/_jpeg_crop.c \
+    native/jpeg_crop/resample.c -ljpeg -o "imagenet_shards/_jpeg_crop$suffix"
+  cp "imagenet_shards/_jpeg_crop$suffix" "native/jpeg_crop/_jpeg_crop$suffix"  # an earlier commit's top-level name
   "$PY" -c "from imagenet_shards.loader import jpeg_crop; print('decode path', jpeg_crop.decode_path())"
 }
 

@@ -8,7 +8,7 @@ body bytes it sent, per path, and writes them to `--stats FILE` (JSON) on every 
     (prints its port, serves until killed)
 
 A separate process, so that its CPU is not counted in the loader's (it still shares the cores).
-Like imagenet_shards/testing/fault_proxy.py, but streaming (a whole shard is never held) and with the network's costs.
+Like testing_rigs/fault_proxy.py, but streaming (a whole shard is never held) and with the network's costs.
 """
 
 from __future__ import annotations

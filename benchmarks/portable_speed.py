@@ -41,7 +41,7 @@ SPLITS = ("train", "validation")
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
                                      "benchmark-output", ".pytest_cache", ".device-*")
 # One measurement, run by each environment's python: the --compare machinery on DIR/img, one JSON line. The
-# library's import name is the checkout's own ({package}: `datasets` before 0.1, `imagenet_shards` since).
+# library's import name is the checkout's own ({package}: `datasets` before 0.2.0, `imagenet_shards` since).
 MEASURE = """
 import json, sys
 import PIL
@@ -107,7 +107,7 @@ def stock_venv(folder: Path, checkout: Path, name: str) -> Environment:
 
 
 def library_name(checkout: Path) -> str:
-    """The checkout's import name: `imagenet_shards`, or `datasets` for a checkout from before 0.1 (issue 42)."""
+    """The checkout's import name: `imagenet_shards`, or `datasets` for a checkout from before 0.2.0 (issue 42)."""
     return "imagenet_shards" if (checkout / "imagenet_shards" / "__init__.py").is_file() else "datasets"
 
 

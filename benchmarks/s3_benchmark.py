@@ -3,7 +3,7 @@
     python benchmarks/s3_benchmark.py [--out benchmark-output/s3] [--val-per-class 50] [--seconds 2] [--rounds 3]
 
 Builds (once, reused if present) the sample dataset (10 classes, real photos) converted to `img`,
-starts `weed mini` (imagenet_shards/testing/s3_server.py) and a Range-honouring http file server
+starts `weed mini` (testing_rigs/s3_server.py) and a Range-honouring http file server
 (tests/http_range_server.py, another process), and measures:
 
   upload        upload_dataset with 1 and 4 workers against a single-stream PUT of one 64 MB object
@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from imagenet_shards import storage  # noqa: E402
 from imagenet_shards.dataset_folder import METADATA_FILE  # noqa: E402
-from imagenet_shards.testing.s3_server import SeaweedServer  # noqa: E402
+from testing_rigs.s3_server import SeaweedServer  # noqa: E402
 
 def build_dataset(out: Path, val_per_class: int) -> Path:
     converted = out / "img"
@@ -117,7 +117,7 @@ def floor_rows(bucket: str, local: Path, repeats) -> list:
 
 def transport_rows(out: Path, http_base: str, remote: str, endpoint: str, args) -> dict:
     """host_benchmark --compare with the http and s3 copies: its JSON report."""
-    import host_benchmark
+    from imagenet_shards.cli import host_benchmark
 
     report = out / "compare.json"
     code = host_benchmark.main(["--compare", str(out), "--formats", "img", "--split", "validation",

@@ -6,14 +6,16 @@ history against an uninterrupted run.
 
 examples/train_imagenet.py (resnet18 unless --arch, small images, CPU, gloo) runs under torchrun, 2 ranks x 2 workers,
 reading the sample dataset from s3:// on a local SeaweedFS through the fault proxy, with the shard cache
-on. The seed draws a schedule keyed by step (imagenet_shards/testing/soak_schedule.py): 503 bursts, resets
+on. The seed draws a schedule keyed by step (testing_rigs/soak_schedule.py): 503 bursts, resets
 mid-body, stalls past the read timeout, an outage within the retries and one past them (the job must
 stop with one line naming the store; the restart carries on once it is back), a bit flipped in a cached
 shard, a cached shard truncated, and SIGKILL of a rank, of a DataLoader worker, of the whole job and of
 rank 0 in the middle of a checkpoint's write. After each fault that ends the job the soak restarts it
-from the last checkpoint (--resume), on 2 ranks or, in a rank-change schedule, on 1, 2 or 3.
+from the last checkpoint (--resume), on 2 ranks or, in a rank-change schedule, on 1, 2 or 4, the
+global batch kept (train_imagenet.py --global-batch-size: order="global", per-rank batch G/N), so a
+rank-change run is checked to train on the reference's global batch at every step.
 
-Then the checker (imagenet_shards/testing/soak_check.py). Writes DIR/soak.json and prints a table; exit 0 when
+Then the checker (testing_rigs/soak_check.py). Writes DIR/soak.json and prints a table; exit 0 when
 every check passed, 1 otherwise. The reference run (same steps and seed, no faults) is kept in
 DIR/reference and reused while its settings match. --minutes is a budget: the soak stops restarting
 once it is spent (the checks that need the whole run are then skipped and named).
@@ -31,11 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from imagenet_shards.testing import soak_check  # noqa: E402
-from imagenet_shards.testing.soak_job import identity, leaked  # noqa: E402
-from imagenet_shards.testing.soak_run import NAMED, Settings, Store, final_digest, prepare_dataset, run_reference, \
+from testing_rigs import soak_check  # noqa: E402
+from testing_rigs.soak_job import identity, leaked  # noqa: E402
+from testing_rigs.soak_run import NAMED, Settings, Store, final_digest, prepare_dataset, run_reference, \
     run_schedule  # noqa: E402
-from imagenet_shards.testing.soak_schedule import FAULT_KINDS, draw_schedule  # noqa: E402
+from testing_rigs.soak_schedule import FAULT_KINDS, draw_schedule  # noqa: E402
 
 STORE_FAULT_NAMES = {"slowdown": "slowdown", "cut_body": "reset", "stall": "stall", "stall_mid_body": "stall",
                      "outage": "outage"}
@@ -96,6 +98,8 @@ def check(out: Path, settings, schedule, soaked, reference, dataset, started) ->
         if not equal:
             problems.append(f"final parameters {digest} differ from the reference's {reference['digest']}")
         problems += soak_check.check_batches(out / "logs" / "keys", Path(reference["root"]) / "logs" / "keys")
+    else:  # the global order, G kept: the same global batch at each step on any rank count
+        problems += soak_check.check_global_batches(out / "logs" / "keys", Path(reference["root"]) / "logs" / "keys")
     faults = [fault.as_dict() for fault in schedule.faults]
     problems += soak_check.check_cache_faults(faults, run.jobs)
     for fault in faults:

@@ -32,11 +32,12 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return NEW + name[len(__name__):]
 
     def create_module(self, spec):
-        return importlib.import_module(self._real(spec.name))
+        module = importlib.import_module(self._real(spec.name))
+        spec.loader_state = module.__spec__  # importlib sets the alias's spec on it next: exec_module restores
+        return module
 
     def exec_module(self, module):
-        # importlib set the alias's spec on the real module: give it back its own (pickle, reload and -m use it)
-        module.__spec__ = importlib.util.find_spec(module.__name__)
+        module.__spec__ = module.__spec__.loader_state  # its own spec again (pickle, reload and -m read it)
 
     def is_package(self, name):
         return importlib.util.find_spec(self._real(name)).submodule_search_locations is not None

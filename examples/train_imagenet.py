@@ -22,12 +22,15 @@ each, gathered to rank 0). With the same instance count the resumed run continue
 batches (samples and pixels) the uninterrupted run would have had; with another count the loader
 deals what no instance had delivered yet in that epoch (`load_state_dict` of the list). A checkpoint
 without loader states (written by an earlier version) is resumed by replaying the epoch's plan and
-skipping the batches already done. `--ledger DIR` writes each instance's order ledger at every
+skipping the batches already done. `--order global --global-batch-size G` keys the order by G: the
+same global batches (and pixels) on any instance count, so a resume onto another count with G kept
+continues with the uninterrupted run's next global batch (the per-instance batch becomes G/N; the
+learning rate, scaled by G, stays). `--ledger DIR` writes each instance's order ledger at every
 epoch's end: `python -m imagenet_shards.ledger verify DIR/epoch0-*.json` proves the epoch delivered every
 sample once.
 
 Exit codes: 0 done, 1 a data problem, 2 a usage problem (bad options, a checkpoint that does not
-match the run, another package named `datasets` imported instead of this library).
+match the run).
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from imagenet_shards.loader import (Cache, Normalization, NormalizeOnDevice, SourceError, TrainCrop,  # noqa: E402
-                                     ValidationCrop, get_data, is_worker_death, mixup_cutmix,
+from imagenet_shards.loader import (Cache, GlobalOrder, Normalization, NormalizeOnDevice, SourceError,  # noqa: E402
+                                     TrainCrop, ValidationCrop, get_data, is_worker_death, mixup_cutmix,
                                      strong_augmentation)
 from imagenet_shards.training import CpuMeter, Error, LauncherError, detect_instance, exit_code, torchvision  # noqa: E402,E501
 
@@ -72,7 +75,14 @@ def parse_args(argv=None):
     p.add_argument("--arch", default="resnet50", help="a torchvision.models name (resnet50, resnet18, ...)")
     p.add_argument("--epochs", type=int, default=90)
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps in all")
-    p.add_argument("--batch-size", type=int, default=256, help="per instance")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="per instance (default 256; with --global-batch-size derived as G / the instance count)")
+    p.add_argument("--order", default="shards", choices=("shards", "global"),
+                   help="the train order: 'global' gives the same global batches at any instance/worker count and "
+                        "across a resume onto another count (get_data's GlobalOrder)")
+    p.add_argument("--global-batch-size", type=int, default=None,
+                   help="G, every step's samples over all instances (implies --order global); keep it across a "
+                        "resume onto another instance count")
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers per instance")
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--lr", type=float, default=0.1, help="for a global batch of 256, scaled linearly")
@@ -107,8 +117,11 @@ def parse_args(argv=None):
     # benchmarks/soak.py: rank 0 SIGKILLs itself in the middle of writing the checkpoint of this step
     p.add_argument("--kill-in-checkpoint-write", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.batch_size < 1 or args.workers < 0 or args.image_size < 8:
-        p.error("--batch-size must be >= 1, --workers >= 0, --image-size >= 8")
+    if (args.batch_size is not None and args.batch_size < 1) or args.workers < 0 or args.image_size < 8 or \
+            (args.global_batch_size is not None and args.global_batch_size < 1):
+        p.error("--batch-size and --global-batch-size must be >= 1, --workers >= 0, --image-size >= 8")
+    if args.global_batch_size is not None:
+        args.order = "global"
     if args.arch not in torchvision.models.list_models(module=torchvision.models):
         p.error(f"--arch {args.arch}: not a torchvision classification model")
     prepare_output_paths(args)
@@ -150,7 +163,20 @@ def setup_distributed():
     return instance, device
 
 
+def per_instance_batch(args, instance) -> int:
+    """--batch-size, or G / the instance count under --global-batch-size (a --batch-size given must equal it)."""
+    g = args.global_batch_size
+    if g is None:
+        return 256 if args.batch_size is None else args.batch_size
+    if g % instance.count or (args.batch_size is not None and args.batch_size * instance.count != g):
+        fail(f"--global-batch-size {g} is not --batch-size x {instance.count} instances"
+             + ("" if g % instance.count else f" (give --batch-size {g // instance.count} or none)"))
+    return g // instance.count
+
+
 def make_loaders(args, instance):
+    args.batch_size = per_instance_batch(args, instance)
+    order = GlobalOrder(global_batch_size=args.global_batch_size) if args.order == "global" else None
     common = dict(batch_size=args.batch_size, workers=args.workers,
                   normalization=Normalization(args.normalization, channels_last=args.channels_last),
                   seed=args.seed, instance=instance, pin_memory=torch.cuda.is_available(), with_keys=True,
@@ -158,10 +184,10 @@ def make_loaders(args, instance):
     if args.cache_dir:
         common.update(cache=Cache(args.cache_dir, limit=args.cache_limit))
     transform = strong_augmentation(args.image_size) if args.strong_aug else TrainCrop(image_size=args.image_size)
-    train = get_data(args.data, "train", transform=transform, **common)
+    train = get_data(args.data, "train", transform=transform, order=order, **common)
     if args.strong_aug:  # MixUp/CutMix need the class count, which the loader read from the dataset
         train = get_data(args.data, "train", transform=transform, batch_transform=mixup_cutmix(len(train.classes)),
-                         **common)
+                         order=order, **common)
     val = None if args.no_val else get_data(args.data, "validation",
                                             transform=ValidationCrop(image_size=args.image_size), **common)
     return train, val
@@ -374,7 +400,7 @@ def log_step(args, instance, run, epoch, step, images, keys, loss_value, times):
     `times`: (before the batch was asked for, when it arrived, when the step ended)."""
     t0, t1, t2 = times
     if run.log:
-        run.log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys,
+        run.log.write(json.dumps({"step": step, "epoch": epoch, "keys": keys, "ranks": instance.count,
                                   "pixels": int(images.sum().item())}) + "\n")
         run.log.flush()
     run.waited.add(len(keys), t1 - t0, t2 - t0)

@@ -15,7 +15,11 @@ The epoch's samples come from the dataset (the ledgers name it; --source overrid
 be read, the sample count and the fingerprint stand in and missing samples are counted, not named.
 
 Shuffle quality: the distribution of distinct labels per batch, against the same batch sizes drawn
-from the epoch's labels by a perfect shuffle (a seeded permutation, repeated to 2,000 batches at least).
+from the epoch's labels by a perfect shuffle (a seeded permutation, repeated to 2,000 batches at least),
+per rank batch and per global batch (every instance's batch of one step together). Which bound applies:
+an instance reads its own 1/N of the shards (today's order: a contiguous share; order="global": its
+partitions), so on class-ordered shards a rank's batch sees at most the classes of its own shards; a
+global batch under order="global" takes from every partition, so it can match a perfect shuffle.
 """
 
 from __future__ import annotations
@@ -187,21 +191,46 @@ def verify(ledgers, source: Optional[str] = None) -> Verdict:
     return verdict
 
 
-def shuffle_quality(entries, labels=None, seed: int = 0) -> dict:
-    """Distinct labels per batch in the ledgers, and for the same batch sizes under a perfect shuffle
-    of `labels` (default: the delivered labels): mean and 5/50/95th percentiles."""
-    sizes, observed, pool = [], [], []
+def rank_batches(entry) -> list:
+    """One ledger entry's batches, as lists of labels, in delivery order."""
+    out, start = [], 0
+    for size in entry["batches"]:
+        out.append(entry["labels"][start:start + size])
+        start += size
+    return out
+
+
+def global_batches(entries) -> list:
+    """Step k's global batch of each segment: the labels of every instance's batch k, together."""
+    by_segment = {}
     for entry in entries:
-        start = 0
-        for size in entry["batches"]:
-            batch = entry["labels"][start:start + size]
-            observed.append(len(set(batch)))
-            sizes.append(size)
-            pool.extend(batch)
-            start += size
-    if not sizes:
+        by_segment.setdefault(entry["segment"], []).append(rank_batches(entry))
+    out = []
+    for _, ranks in sorted(by_segment.items()):
+        for step in range(max(len(batches) for batches in ranks)):
+            out.append([label for batches in ranks if step < len(batches) for label in batches[step]])
+    return out
+
+
+def shuffle_quality(entries, labels=None, seed: int = 0) -> dict:
+    """Distinct labels per batch in the ledgers, per rank batch ("run") and per global batch (every
+    instance's batch of one step: "global"), each against the same batch sizes under a perfect shuffle
+    of `labels` (default: the delivered labels): mean and 5/50/95th percentiles."""
+    entries = list(entries)
+    batches = [batch for entry in entries for batch in rank_batches(entry)]
+    if not batches:
         return {}
-    population = np.asarray(labels if labels is not None else pool)
+    population = np.asarray(labels if labels is not None else [label for batch in batches for label in batch])
+    out = quality(batches, population, seed)
+    out["global"] = quality(global_batches(entries), population, seed)
+    return out
+
+
+def quality(batches, population, seed: int) -> dict:
+    """{"run", "perfect_shuffle"}: distinct labels per batch of `batches` and of the same sizes drawn
+    from `population` by a perfect shuffle (a seeded permutation, repeated to 2,000 batches at least)."""
+    sizes = [len(batch) for batch in batches]
+    observed = [len(set(batch)) for batch in batches]
     rng = np.random.default_rng(seed)
     perfect = []
     while len(perfect) < max(2000, len(sizes)):
@@ -227,9 +256,11 @@ def summary(verdict: Verdict, ledgers) -> str:
              f"seed {first['seed']}; segments (instances each): {verdict.segments}",
              f"delivered {verdict.delivered} ({verdict.distinct} distinct) of {verdict.samples} samples; "
              f"padded repeats named {verdict.padded}; dropped named {verdict.dropped}"]
-    if verdict.shuffle:
-        run, perfect = verdict.shuffle["run"], verdict.shuffle["perfect_shuffle"]
-        lines.append(f"distinct labels per batch: this run mean {run['mean']} (p5 {run['p5']:g}, p50 {run['p50']:g}, "
+    for what, figures in (("batch", verdict.shuffle), ("global batch", verdict.shuffle.get("global"))):
+        if not figures:
+            continue
+        run, perfect = figures["run"], figures["perfect_shuffle"]
+        lines.append(f"distinct labels per {what}: this run mean {run['mean']} (p5 {run['p5']:g}, p50 {run['p50']:g}, "
                      f"p95 {run['p95']:g}); a perfect shuffle mean {perfect['mean']} (p5 {perfect['p5']:g}, "
                      f"p50 {perfect['p50']:g}, p95 {perfect['p95']:g})")
     lines += [f"PROBLEM: {problem}" for problem in verdict.problems]

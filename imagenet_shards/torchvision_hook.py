@@ -14,7 +14,7 @@ that calls `register()`:
     schemas defined and the import run again. A matching torch/torchvision pair imports at the first
     try, so nothing is defined there.
 
-Only the standard library is imported here, and nothing from `datasets`: the copy in site-packages
+Only the standard library is imported here, and nothing from the library: the copy in site-packages
 runs where this checkout is not on sys.path.
 
     python imagenet_shards/torchvision_hook.py SITE_PACKAGES     install the copy and the .pth line there

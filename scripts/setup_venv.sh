@@ -45,17 +45,19 @@ version=$("$PY" -c "import PIL; print(PIL.__version__)")
 echo "$active $version" > "$VENV/.pil-flavour"
 say "ACTIVE PIL: $active, PIL.__version__ = $version"
 
-# The region JPEG decoder (native/jpeg_crop) links the same system libjpeg-turbo as pillow-simd;
-# built after it so nothing reinstalls over it. Without it the loader decodes whole train JPEGs.
-say "building native/jpeg_crop (imagenet_shards._jpeg_crop, region JPEG decode) against the system libjpeg-turbo"
-rm -rf native/jpeg_crop/build
-if "$PY" -m pip install -q --no-deps --no-cache-dir --force-reinstall ./native/jpeg_crop \
-   && "$PY" -c "from imagenet_shards import _jpeg_crop" 2>/dev/null; then
+# The region JPEG decoder (native/jpeg_crop) links the same system libjpeg-turbo as pillow-simd; built after it
+# so nothing reinstalls over it, into the checkout's package (imagenet_shards/_jpeg_crop*.so, .gitignore'd) as a
+# development build is: the same module wherever the checkout is imported from (PYTHONPATH, `pip install -e .`).
+# Without it the loader decodes whole train JPEGs.
+say "building imagenet_shards._jpeg_crop (native/jpeg_crop, region JPEG decode) against the system libjpeg-turbo"
+"$PY" -m pip uninstall -y -q jpeg-crop >/dev/null 2>&1 || true  # an earlier .venv's copy in site-packages
+rm -rf build imagenet_shards/_jpeg_crop*.so
+if "$PY" setup.py -q build_ext --inplace && "$PY" -c "from imagenet_shards import _jpeg_crop" 2>/dev/null; then
   jpeg_decode="crop (native/jpeg_crop: train JPEGs decode only the crop's region)"
 else
   jpeg_decode="pil (native/jpeg_crop build FAILED: train JPEGs are decoded whole, slower)"
 fi
-rm -rf native/jpeg_crop/build native/jpeg_crop/*.egg-info
+rm -rf build
 echo "$jpeg_decode" > "$VENV/.jpeg-decode"
 say "ACTIVE JPEG TRAIN DECODE: $jpeg_decode"
 

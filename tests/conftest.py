@@ -201,8 +201,8 @@ def converted(tmp_path_factory, sample_source):
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
-    """A real SeaweedFS S3 server on loopback for the whole session (see imagenet_shards/testing/s3_server.py)."""
-    from imagenet_shards.testing.s3_server import SeaweedServer
+    """A real SeaweedFS S3 server on loopback for the whole session (see testing_rigs/s3_server.py)."""
+    from testing_rigs.s3_server import SeaweedServer
 
     server = SeaweedServer(tmp_path_factory.mktemp("seaweedfs")).start()
     yield server

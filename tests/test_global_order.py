@@ -1,10 +1,10 @@
 """The global train order (get_data's order="global"; imagenet_shards/loader/global_order.py).
 
 Pure planner checks on integers, then the loader on the converted sample dataset (36 train samples,
-shards of 8): the same flat key sequence for (instances, workers) = (1, 0), (2, 2) and (4, 1),
-instances simulated in-process with `instance=(i, N)` and, for (2, 2), under torchrun with gloo
-gathering the keys; a torchrun job of 2 ranks killed mid-epoch (SIGKILL) and resumed on 3
-continues the flat sequence; the ledger verifies both.
+shards of 8) with GlobalOrder(global_batch_size=16): the same global batches (sets of keys, step by
+step) and pixels for (N, b) = (1, 16), (2, 8), (4, 4) with W in {0, 2}, ranks simulated in-process
+with `instance=(i, N)`; under torchrun with gloo, G = 8: 2 ranks killed mid-epoch (SIGKILL) and
+resumed on 4 deliver the uninterrupted run's global batches; the ledger verifies them.
 """
 
 import json
@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from conftest import PYTHON, REPO
-from imagenet_shards.balance import instance_counts
 from imagenet_shards.ledger import main as ledger_main
 from imagenet_shards.loader import DataSource, GlobalOrder, TrainCrop, get_data
-from imagenet_shards.loader.global_order import FlatLayout, check_layout, deal_batches, flat_sequence, plan_flat
+from imagenet_shards.loader.global_order import (FlatLayout, check_layout, deal_batches, default_partitions,
+                                                 flat_sequence, plan_flat)
+from imagenet_shards.loader.resume import ResumeError
 from imagenet_shards.loader.share_plan import PlanError
 
-SEED, BATCH, PARTITIONS = 7, 3, 12  # 12: 2, 3 and 4 instances divide it
+SEED = 7
 
 
 def steps(per_rank):
@@ -37,11 +38,12 @@ def steps(per_rank):
 # ------------------------------------------------------------------------------------------ pure
 
 
-@pytest.mark.parametrize("total,policy", [(1000, "drop"), (1003, "drop"), (1003, "pad"), (64 * 7 + 5, "pad")])
-def test_flat_sequence_holds_each_kept_sample_once_and_names_the_tail(total, policy):
-    layout = FlatLayout(total, 8, 5, policy)
+@pytest.mark.parametrize("total,parts,g,policy", [(1000, 8, 16, "drop"), (1003, 8, 20, "drop"), (1003, 8, 20, "pad"),
+                                                  (64 * 7 + 5, 64, 100, "pad"), (36, 16, 16, "drop")])
+def test_flat_sequence_holds_each_kept_sample_once_and_names_the_tail(total, parts, g, policy):
+    layout = FlatLayout(total, parts, g, policy)
     flat = flat_sequence(layout, seed=3, epoch=1, block=16)
-    assert len(flat) == len(layout) and len(layout) % (8 * 5) == 0
+    assert len(flat) == len(layout) == layout.global_batches * g
     mask = layout.padded_mask()
     kept = flat.positions[~mask]
     assert len(set(kept.tolist())) == len(kept)  # no sample twice but the padded slots
@@ -60,17 +62,28 @@ def test_flat_sequence_depends_on_seed_and_epoch_only():
     assert not (first == flat_sequence(layout, 2, 2).positions).all()
 
 
-@pytest.mark.parametrize("instances", [1, 2, 4, 8])
-def test_every_instance_count_dividing_p_reads_the_flat_sequence_and_only_its_partitions(instances):
-    layout = FlatLayout(1000, 8, 5, "drop")
+def partition_of(layout, flat, positions):
+    bounds = np.cumsum([0] + layout.partition_sizes)
+    return np.searchsorted(bounds, flat.positions[positions], side="right") - 1
+
+
+@pytest.mark.parametrize("g", [64, 40, 12])  # P divides G; the remainder 8 (40 % 16) and G < P rotate
+def test_a_global_batch_takes_its_share_of_every_partition_and_each_rank_its_own_partitions(g):
+    layout = FlatLayout(1000, 16, g, "drop")
     flat = flat_sequence(layout, seed=0, epoch=4)
-    bounds = np.cumsum([0] + instance_counts(1000, 8, "spread"))
-    plans = [plan_flat(np.arange(len(flat)), layout, i, instances) for i in range(instances)]
-    per_rank = [[p.items[k * 5:(k + 1) * 5].tolist() for k in range(p.batches)] for p in plans]
-    assert steps(per_rank) == list(range(len(flat)))  # the deal, in flat positions
-    for i, plan in enumerate(plans):  # bytes 1x: instance i reads partitions i, i + N, ... only
-        partitions = set(np.searchsorted(bounds, flat.positions[plan.items], side="right") - 1)
-        assert partitions == set(range(i, 8, instances))
+    shares = layout.shares()
+    assert (shares.sum(axis=1) == g).all() and shares.max() - shares.min() <= 1
+    for k in range(layout.global_batches):  # global batch k, partition by partition
+        parts = partition_of(layout, flat, np.arange(k * g, (k + 1) * g))
+        assert np.bincount(parts, minlength=16).tolist() == shares[k].tolist()
+    for instances in (n for n in (1, 2, 4, 8, 16) if g % n == 0):
+        plans = [plan_flat(np.arange(len(flat)), layout, i, instances) for i in range(instances)]
+        b = g // instances
+        per_rank = [[p.items[k * b:(k + 1) * b].tolist() for k in range(p.batches)] for p in plans]
+        assert steps(per_rank) == list(range(len(flat)))  # rank r's batch k: flat kG + rB ... kG + (r+1)B - 1
+        for i, plan in enumerate(plans):  # bytes 1x: rank i reads its own run of partitions only
+            owned = set(range(i * 16 // instances, (i + 1) * 16 // instances))
+            assert set(partition_of(layout, flat, plan.items).tolist()) <= owned
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 4])
@@ -80,6 +93,7 @@ def test_strided_workers_hand_out_the_plan_in_order_round_robin(workers):
     assert [sum(1 for _ in range(0, len(w), 3)) for w in per_worker] == plan.worker_batches(workers)
     batches = [[w[k:k + 3] for k in range(0, len(w), 3)] for w in per_worker]
     assert steps(batches) == plan.items.tolist()
+    assert [plan.worker_sample_ids(w, workers).tolist() for w in range(workers)] == per_worker
 
 
 def test_a_segment_tail_is_dropped_or_padded_and_named():
@@ -89,31 +103,57 @@ def test_a_segment_tail_is_dropped_or_padded_and_named():
     assert indices.tolist() == [6, 7, 8, 15, 16, 17, 0, 1, 2] and padded.tolist() == [0, 1, 2]
 
 
-def test_instance_counts_that_do_not_divide_p_or_too_few_samples_are_refused():
+def test_default_partitions_follow_the_split_size_and_g_only():
+    assert default_partitions(1_281_167, 1024) == 64  # ImageNet: N = 1, 2, 4, 8, 16 (and 32, 64) divide it
+    for n in (1, 2, 4, 8, 16):
+        check_layout(FlatLayout(1_281_167, 64, 1024, "drop"), n)
+    assert default_partitions(36, 16) == 16 and default_partitions(36, 48) == 32 and default_partitions(5, 3) == 2
+    assert default_partitions(10_000, 32) == 32 and default_partitions(10_000, 256) == 64
+
+
+def test_what_the_global_order_cannot_serve_is_refused_in_one_line():
     with pytest.raises(PlanError, match="divides it, got 3"):
-        check_layout(FlatLayout(1000, 64, 8, "drop"), 3)
-    with pytest.raises(PlanError, match="no whole batch"):
-        check_layout(FlatLayout(100, 64, 8, "drop"), 1)
+        check_layout(FlatLayout(1000, 64, 96, "drop"), 3)
+    with pytest.raises(PlanError, match="cannot be split among 4 instances"):
+        check_layout(FlatLayout(1000, 8, 18, "drop"), 4)
+    with pytest.raises(PlanError, match="not a power of two"):
+        check_layout(FlatLayout(1000, 12, 16, "drop"), 1)
+    with pytest.raises(PlanError, match="no whole global batch of 128"):
+        check_layout(FlatLayout(100, 64, 128, "drop"), 1)
     with pytest.raises(PlanError, match="cannot fill 64 partitions"):
-        check_layout(FlatLayout(40, 64, 8, "pad"), 1)
+        check_layout(FlatLayout(40, 64, 64, "pad"), 1)
     with pytest.raises(PlanError, match="unknown order"):
         get_data(DataSource("synthetic", synthetic_length=64), "train", 3, 0, order="random",
                  transform=TrainCrop(image_size=8))
+    with pytest.raises(PlanError, match="batch_size 8 is not the global batch 16 / 4 instances = 4"):
+        get_data(DataSource("synthetic", synthetic_length=64), "train", 8, 0, instance=(0, 4),
+                 order=GlobalOrder(global_batch_size=16), transform=TrainCrop(image_size=8))
 
 
 # ------------------------------------------------------------------------------------------ the loader
 
-
-def make(source, instance, workers, epoch=3, **options):
-    return get_data(source, "train", BATCH, workers, normalization="device", with_keys=True, seed=SEED, epoch=epoch,
-                    instance=instance, order=GlobalOrder(partitions=PARTITIONS), **options)
+G = 16  # 36 samples: 2 global batches of 16 (default P = 16), 4 left out
 
 
-def flat_keys(source, instances, workers, **options):
-    per_rank = [[list(keys) for _, _, keys in make(source, (i, instances), workers, **options)]
-                for i in range(instances)]
+def make(source, instance, workers, epoch=3, g=G, **options):
+    return get_data(source, "train", None, workers, normalization="device", with_keys=True, seed=SEED, epoch=epoch,
+                    instance=instance, order=GlobalOrder(global_batch_size=g), **options)
+
+
+def global_batches(source, instances, workers, images=False, **options):
+    """Step k's global batch as {key: image} (images) or a set of keys, for `instances` ranks in-process."""
+    per_rank = [[(list(keys), pixels.clone() if images else None) for pixels, _, keys in
+                 make(source, (i, instances), workers, **options)] for i in range(instances)]
     assert len({len(batches) for batches in per_rank}) == 1  # equal steps
-    return steps(per_rank)
+    out = []
+    for step in range(len(per_rank[0])):
+        batch = {}
+        for rank in per_rank:
+            keys, pixels = rank[step]
+            assert len(keys) == options.get("g", G) // instances
+            batch.update({key: pixels[n] if images else None for n, key in enumerate(keys)})
+        out.append(batch if images else set(batch))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -121,35 +161,48 @@ def img(converted):
     return converted("img")
 
 
-def test_one_flat_sequence_for_1x0_2x2_4x1_and_validation_keeps_its_order(img):
-    reference = flat_keys(img, 1, 0)
-    assert len(reference) == 36 and len(set(reference)) == 36
-    assert flat_keys(img, 2, 2) == reference
-    assert flat_keys(img, 4, 1) == reference
-    today = [k for _, _, keys in get_data(img, "train", BATCH, 0, normalization="device", with_keys=True, seed=SEED,
+def test_the_same_global_batches_and_pixels_for_n_b_1_16_2_8_4_4_and_w_0_2(img):
+    """Keys and train crops (drawn per sample by its flat position): the same global batches at any scale."""
+    import torch
+
+    crop = TrainCrop(image_size=32)
+    reference = global_batches(img, 1, 0, images=True, transform=crop)
+    assert [len(batch) for batch in reference] == [16, 16]
+    assert len(set().union(*map(set, reference))) == 32
+    for instances, workers in ((1, 2), (2, 0), (2, 2), (4, 0), (4, 2)):
+        other = global_batches(img, instances, workers, images=True, transform=crop)
+        assert [set(batch) for batch in other] == [set(batch) for batch in reference], (instances, workers)
+        assert all(torch.equal(batch[key], ref[key]) for batch, ref in zip(other, reference) for key in ref)
+    today = [k for _, _, keys in get_data(img, "train", 16, 0, normalization="device", with_keys=True, seed=SEED,
                                           epoch=3) for k in keys]
-    assert sorted(today) != today and today != reference  # another order, the same samples
-    validation = [[k for _, _, keys in get_data(img, "validation", BATCH, 0, normalization="device", with_keys=True,
+    assert set(today[:16]) != reference[0].keys()  # another order
+    validation = [[k for _, _, keys in get_data(img, "validation", 4, 0, normalization="device", with_keys=True,
                                                 instance=(0, 2), order=order) for k in keys]
                   for order in (None, "global")]
     assert validation[0] == validation[1]
 
 
-def test_a_flat_batch_is_augmented_alike_at_any_scale(img):
-    """Train crops and flips are drawn per flat batch: the same pixels for (1, 0), (2, 2) and (4, 1)."""
-    import torch
+def test_the_default_p_serves_the_sample_dataset_and_is_in_the_state(img):
+    loader = make(img, (0, 2), 0, g=8)
+    state = loader.state_dict()
+    assert state["order"] == {"name": "global", "partitions": 8, "block": 1 << 18, "global_batch_size": 8}
+    assert loader.planner.batch_size == 4 and len(loader) == 4
+    later = make(img, (0, 2), 0, g=16)
+    with pytest.raises(ResumeError, match="saved with global batch size 8, this loader's is 16"):
+        later.load_state_dict(state)
 
-    def flat_images(instances, workers):
-        per_rank = [[(list(keys), images.clone()) for images, _, keys in make(img, (i, instances), workers,
-                                                                             transform=TrainCrop(image_size=32))]
-                    for i in range(instances)]
-        return [per_rank[rank][step] for step in range(len(per_rank[0])) for rank in range(instances)]
 
-    reference = flat_images(1, 0)
-    for instances, workers in ((2, 2), (4, 1)):
-        other = flat_images(instances, workers)
-        assert [keys for keys, _ in other] == [keys for keys, _ in reference]
-        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(other, reference))
+def test_a_resume_on_the_same_count_continues_each_worker_where_it_stopped(img):
+    """Same N and W: the workers continue their own plans mid-way (no shuffle buffer under the global order)."""
+    reference = [list(keys) for _, _, keys in make(img, (1, 2), 2, g=8)]
+    loader = make(img, (1, 2), 2, g=8)
+    iterator = iter(loader)
+    before = [list(next(iterator)[2]) for _ in range(3)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    iterator.close()
+    resumed = make(img, (1, 2), 2, epoch=0, g=8)
+    resumed.load_state_dict(state)
+    assert before + [list(keys) for _, _, keys in resumed] == reference
 
 
 RANKS = """
@@ -161,8 +214,8 @@ phase, source, out, workers = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.arg
 dist.init_process_group("gloo")
 instance = detect_instance()
 def loader(epoch=3):
-    return get_data(source, "train", 3, workers, normalization="device", with_keys=True, seed=7, epoch=epoch,
-                    instance=instance, order=GlobalOrder(partitions=12))
+    return get_data(source, "train", None, workers, normalization="device", with_keys=True, seed=7, epoch=epoch,
+                    instance=instance, order=GlobalOrder(global_batch_size=8))
 def gather(value):
     values = [None] * dist.get_world_size()
     dist.all_gather_object(values, value)
@@ -195,24 +248,31 @@ def torchrun(processes, *args):
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_torchrun_2x2_reads_the_flat_sequence_and_a_kill_resumed_on_3_continues_it(img, tmp_path, capsys):
+def rank_steps(per_rank):
+    """Step k's global batch as a set of keys, from every rank's batches."""
+    return [set().union(*(batches[step] for batches in per_rank)) for step in range(len(per_rank[0]))]
+
+
+def test_torchrun_2_ranks_killed_and_resumed_on_4_with_g_kept_deliver_the_uninterrupted_global_batches(
+        img, tmp_path, capsys):
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
     killed = torchrun(2, script, "full", img, tmp_path, 2)
     assert (tmp_path / "killed.json").exists(), killed.stdout[-3000:] + killed.stderr[-3000:]
     assert killed.returncode != 0  # the ranks killed themselves
-    reference = flat_keys(img, 1, 0)
-    assert steps(json.loads((tmp_path / "full.json").read_text())) == reference
-    resumed = torchrun(3, script, "resume", img, tmp_path, 1)
+    reference = global_batches(img, 1, 0, g=8)  # 4 global batches of 8 (P = 8), 4 samples left out
+    assert rank_steps(json.loads((tmp_path / "full.json").read_text())) == reference
+    resumed = torchrun(4, script, "resume", img, tmp_path, 1)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    before = steps(json.loads((tmp_path / "killed.json").read_text())["batches"])
+    before = rank_steps(json.loads((tmp_path / "killed.json").read_text())["batches"])
     ranks = json.loads((tmp_path / "resumed.json").read_text())
-    after = steps([rank["batches"] for rank in ranks])
-    # 12 flat batches, 4 delivered on 2 ranks; 8 left over 3 ranks: 2 each, the last 2 batches dropped
-    assert len(before) == 12 and len(after) == 18
-    assert before + after == reference[:30]
-    assert all(sorted(rank["dropped"]) == sorted(reference[30:]) for rank in ranks)
-    ledgers = [str(tmp_path / f"ledger-{i}.json") for i in range(3)]
+    after = rank_steps([rank["batches"] for rank in ranks])
+    assert all(len(rank["batches"][0]) == 2 for rank in ranks)  # G / 4
+    assert before + after == reference  # global batches 0, 1 on 2 ranks; 2, 3 on 4
+    left_out = {k for _, _, keys in get_data(img, "train", 36, 0, with_keys=True, normalization="device",
+                                             train=False) for k in keys} - set().union(*reference)
+    assert all(set(rank["dropped"]) == left_out for rank in ranks)
+    ledgers = [str(tmp_path / f"ledger-{i}.json") for i in range(4)]
     assert ledger_main(["verify", *ledgers]) == 0, capsys.readouterr().out
     assert "OK: every sample of the epoch delivered" in capsys.readouterr().out
 

@@ -1,24 +1,33 @@
-"""The one-step install (issue 32): `pip wheel` of this checkout into a fresh venv with stock Pillow.
+"""The one-step install (issues 32, 42): `pip wheel` of this checkout into a fresh venv with stock Pillow,
+beside Hugging Face's `datasets`.
 
 As in a user's training environment, torch 2.13.0 (the CPU wheel in /opt/wheels) and torchvision 0.28.0
-are installed first (--no-deps), then the project's wheel, which pulls stock Pillow and the rest. pip's
+are installed first (--no-deps), then Hugging Face's `datasets` with its dependencies (as most ready-made ML
+environments have it; it was the name this library took before 0.2.0), then the project's wheel, which pulls
+stock Pillow and the rest. pip's
 cache is reused, and pip installs with --no-compile: byte-compiling every file of torch, sympy and numpy
 up front was over half of the venv's build (about a minute of two), and what the commands import is
 compiled once, on first import, into the venv's own __pycache__ (PYTHONDONTWRITEBYTECODE is dropped for
 the venv's commands). One venv per test process (module fixture).
 
-  * with libjpeg-turbo's headers the wheel carries `_jpeg_crop`, the loader's decode path is "crop", and
-    the installed commands run the smoke path: sample -> convert -> validate -> get_data -> --compare;
+  * with libjpeg-turbo's headers the wheel carries `imagenet_shards._jpeg_crop`, the loader's decode path is
+    "crop", and the installed commands run the smoke path: sample -> convert -> validate -> get_data -> --compare;
+  * Hugging Face's `datasets` and the library import in one interpreter, each its own; `pip uninstall` of the
+    library leaves every file of theirs as their RECORD lists it;
   * with the headers hidden (an include directory first on the path whose jpeglib.h stops the compiler,
     as a missing header does) the build still succeeds without `_jpeg_crop`, says so in one line, and
     the loader says once, in one line, that it decodes with PIL.
 """
 
+import base64
+import csv
 import glob
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -27,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 TORCH_WHEELS = sorted(glob.glob("/opt/wheels/torch-2.13.0+cpu-*.whl"))
 PIL_NOTE = "JPEGs are decoded whole with PIL"
 BUILD_NOTE = "_jpeg_crop (native JPEG region decoder) not built"
+HUGGING_FACE = "datasets"  # the distribution and import name the library had before 0.2.0 (issue 42)
 COPY_IGNORE = shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__", "*.so", "demo-output",
                                      "benchmark-output", ".pytest_cache")
 
@@ -69,13 +79,94 @@ def user_venv(tmp_path_factory):
     run([sys.executable, "-m", "venv", venv], tmp)
     python = venv_python(venv)
     run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", TORCH_WHEELS[-1], "torchvision==0.28.0"], tmp)
+    run([python, "-m", "pip", "install", "-q", "--no-compile", HUGGING_FACE], tmp)
     run([python, "-m", "pip", "install", "-q", "--no-compile", wheel], tmp)
     return tmp, venv
+
+
+def site_packages(venv: Path) -> Path:
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    return site
+
+
+def linked_copy(venv: Path, second: Path, leave_out=(), scripts=False) -> Path:
+    """A second venv holding the first one's packages as hard links (seconds, not a second torch install),
+    less the entries whose names start with `leave_out`, and with `scripts` its console scripts (for an
+    uninstall, which unlinks them: an install into the copy would write through the links); its python."""
+    run([sys.executable, "-m", "venv", "--without-pip", second], second.parent)
+    site = site_packages(venv)
+    target = second / site.relative_to(venv)
+    for entry in site.iterdir():
+        if leave_out and entry.name.startswith(tuple(leave_out)):
+            continue
+        destination = target / entry.name
+        if entry.is_dir():
+            shutil.copytree(entry, destination, copy_function=os.link, symlinks=True)
+        else:
+            os.link(entry, destination)
+    for script in (venv / "bin").iterdir() if scripts else ():  # not the venv's own python links
+        if not (second / "bin" / script.name).exists() and not script.is_symlink():
+            os.link(script, second / "bin" / script.name)
+    return venv_python(second)
+
+
+def record_mismatches(site: Path, distribution: str) -> tuple:
+    """(files of `distribution` whose bytes differ from its RECORD's sha256 or are missing, files checked)."""
+    (record,) = site.glob(f"{distribution}-*.dist-info/RECORD")
+    wrong, checked = [], 0
+    for path, digest, _ in csv.reader(record.read_text().splitlines()):
+        if not digest:  # RECORD itself, and files pip wrote after it (INSTALLER, REQUESTED, bytecode)
+            continue
+        algorithm, expected = digest.split("=", 1)
+        file = site / path
+        checked += 1
+        if not file.is_file():
+            wrong.append(f"{path}: missing")
+        elif base64.urlsafe_b64encode(hashlib.new(algorithm, file.read_bytes()).digest()).rstrip(b"=").decode() \
+                != expected:
+            wrong.append(f"{path}: changed")
+    return wrong, checked
+
+
+def test_beside_hugging_face_datasets_each_package_is_its_own(user_venv):
+    """Both import in one interpreter: `datasets.load_dataset` is Hugging Face's, the library is imagenet_shards
+    with its native decoder inside it; the library's install wrote none of their files."""
+    tmp, venv = user_venv
+    probe = ("import datasets, imagenet_shards, imagenet_shards.loader, imagenet_shards._jpeg_crop as native; "
+             "print(datasets.load_dataset.__module__, callable(datasets.load_dataset)); "
+             "print(imagenet_shards.__file__); print(native.__file__); print(imagenet_shards.loader.get_data.__module__)")
+    lines = run([venv_python(venv), "-c", probe], tmp).stdout.splitlines()
+    site = site_packages(venv)
+    assert lines[0] == "datasets.load True"
+    assert lines[1] == str(site / "imagenet_shards" / "__init__.py")
+    assert Path(lines[2]).parent == site / "imagenet_shards"
+    assert lines[3] == "imagenet_shards.loader.image_loader"
+    assert not list(site.glob("_jpeg_crop*"))  # no top-level module of ours
+    wrong, checked = record_mismatches(site, HUGGING_FACE)
+    assert checked > 100 and wrong == []
+
+
+def test_uninstalling_the_library_leaves_hugging_face_datasets_whole(user_venv, tmp_path):
+    """`pip uninstall imagenet-shards` (in a linked copy of the user's venv, so the module's venv stays whole):
+    every file of Hugging Face's `datasets` is still there with its RECORD's sha256, and it still imports."""
+    tmp, venv = user_venv
+    python = linked_copy(venv, tmp_path / "venv", scripts=True)
+    site = site_packages(tmp_path / "venv")
+    run([python, "-m", "pip", "uninstall", "-y", "-q", "imagenet-shards"], tmp_path)
+    assert not (site / "imagenet_shards").exists()
+    wrong, checked = record_mismatches(site, HUGGING_FACE)
+    assert checked > 100 and wrong == []
+    after = run([python, "-c", "import datasets; print(datasets.load_dataset.__module__); "
+                               "import importlib.util; print(importlib.util.find_spec('imagenet_shards'))"], tmp_path)
+    assert after.stdout.split() == ["datasets.load", "None"]
 
 
 def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
     tmp, venv = user_venv
     python, bin_dir = venv_python(venv), venv / "bin"
+    (wheel,) = (tmp / "wheel").glob("imagenet_shards-*.whl")
+    shipped = zipfile.ZipFile(wheel).namelist()  # issue 46: the test rigs stay in the checkout
+    assert not [name for name in shipped if name.startswith(("imagenet_shards/testing/", "testing_rigs/"))]
     work = tmp / "smoke"
     work.mkdir()
     run([bin_dir / "sample-imagenet", "--out", "cmp/source", "--classes", 2, "--train-per-class", 6,
@@ -84,7 +175,7 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
          "--no-progress", "--samples-per-shard", 4], work)
     assert "Dataset OK." in run([bin_dir / "validate-dataset", "cmp/img", "--workers", 1, "--no-progress"], work).stdout
     # What was installed, and a batch through the installed loader: one interpreter (a torch import less)
-    load = ("import PIL, _jpeg_crop; from imagenet_shards.loader import jpeg_crop; "
+    load = ("import PIL; from imagenet_shards import _jpeg_crop; from imagenet_shards.loader import jpeg_crop; "
             "from imagenet_shards.torchvision_cpu import torchvision, transforms_v2; "
             "print(jpeg_crop.decode_path(), PIL.__version__, torchvision.__version__); "
             "from imagenet_shards.loader import TrainCrop, get_data; "
@@ -102,6 +193,14 @@ def test_the_wheel_installs_the_native_decoder_and_the_commands(user_venv):
                     "--json", "compare.json"], work)
     assert "img, device normalisation, crop decode" in compared.stdout
     assert (work / "compare.json").is_file()
+    # A dataset written before the CRC32C index (3a4a4fc): one line naming the command as an install has it
+    shutil.copytree(REPO / "tests" / "data" / "earlier-layouts" / "img-3a4a4fc", work / "earlier")
+    earlier = subprocess.run([bin_dir / "validate-dataset", "earlier", "--workers", "1", "--no-progress"], cwd=work,
+                             capture_output=True, text=True, timeout=300)
+    assert earlier.returncode == 1 and "corrupt" not in (earlier.stdout + earlier.stderr).lower(), earlier.stdout
+    assert "tar-tools reindex" in earlier.stdout + earlier.stderr and "tar_tools.py" not in earlier.stderr
+    run([bin_dir / "tar-tools", "reindex", "earlier"], work)
+    assert "Dataset OK." in run([bin_dir / "validate-dataset", "earlier", "--workers", 1, "--no-progress"], work).stdout
 
 
 def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_uses_pil(user_venv, tmp_path):
@@ -112,23 +211,13 @@ def test_without_libjpeg_headers_the_install_succeeds_and_the_loader_says_it_use
     wheel, output = build_wheel(tmp_path, "wheel", env={"CFLAGS": f"-I{hidden}"})
     assert [line for line in output.splitlines() if BUILD_NOTE in line], output[-3000:]
 
-    # A second venv holding the first one's packages (hard links: seconds, not a second torch install) but not
-    # the project, which pip then installs from the wheel built without the headers.
+    # A second venv holding the first one's packages but not the project, which pip then installs from the wheel
+    # built without the headers.
+    python = linked_copy(venv, tmp_path / "venv", leave_out=("imagenet_shards", "_jpeg_crop"))
     second = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", second], tmp_path)
-    (site,) = (venv / "lib").glob("python3*/site-packages")
-    target = second / site.relative_to(venv)
-    for entry in site.iterdir():
-        if entry.name.startswith(("datasets", "_jpeg_crop", "imagenet_shards")):
-            continue
-        destination = target / entry.name
-        if entry.is_dir():
-            shutil.copytree(entry, destination, copy_function=os.link, symlinks=True)
-        else:
-            os.link(entry, destination)
-    python = venv_python(second)
+    target = site_packages(second)
     run([python, "-m", "pip", "install", "-q", "--no-compile", "--no-deps", wheel], tmp_path)
-    assert not list(target.glob("_jpeg_crop*"))
+    assert not list(target.glob("_jpeg_crop*")) and not list(target.glob("imagenet_shards/_jpeg_crop*"))
 
     run([venv / "bin" / "sample-imagenet", "--out", "source", "--classes", 2, "--train-per-class", 4,
          "--val-per-class", 1, "--layout", "folder", "--workers", 1], tmp_path)

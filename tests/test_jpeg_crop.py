@@ -18,25 +18,38 @@ from imagenet_shards.loader import jpeg_crop
 from imagenet_shards.loader.pipeline import ImagePipeline, random_resized_crop_box, resized_size
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"
 # The bound of DCT-scaled (1/2, 1/4) output vs a full-size decode, measured on imagenet_shards/photos and
-# ../shared/photos/large at 128, 160 and 224 px: mean of the per-image mean abs difference 1.2,
+# the CI host's larger photos at 128, 160 and 224 px: mean of the per-image mean abs difference 1.2,
 # per-image mean <= 7.6, max <= 108 (docs/crop-decode.md).
 DCT_MEAN_BOUND, DCT_IMAGE_MEAN_BOUND, DCT_MAX_BOUND = 1.5, 8.0, 120
 
-
-def _photos():
-    bundled = sorted((REPO / "imagenet_shards" / "photos").rglob("*.jp*g"))
-    large = sorted(SHARED_LARGE.rglob("*.jpg"))[::7] if SHARED_LARGE.is_dir() else []
-    return bundled + large
-
-
-PHOTOS = _photos()
+# The bundled photos only (imagenet_shards/photos): every test sees the same inputs in any clone.
+PHOTOS = sorted((REPO / "imagenet_shards" / "photos").rglob("*.jp*g"))
+# Photos larger than any bundled one, made from bundled ones, so that a box can be 8x the output on both
+# axes at each output size (DCT scale 8): (bundled photo, short side, chroma subsampling).
+LARGE_SHORT_SIDE = 1536
+LARGE_FROM = (("large/erase/kingfisher.jpg", 2), ("large/explore_world_animals/panda.jpg", 2),
+              ("large/explore_monuments/usa_statueofLiberty.jpg", 0), ("large/erase/pika.jpg", 1))
 
 
 @pytest.fixture(scope="module")
 def payloads():
     return [path.read_bytes() for path in PHOTOS]
+
+
+@pytest.fixture(scope="module")
+def large_payloads():
+    """Bundled photos upscaled (bicubic) to a short side of LARGE_SHORT_SIDE px and encoded again: the same
+    bytes on every run of one Pillow build (4:2:0, 4:4:4 and 4:2:2 among them)."""
+    out = []
+    for rel, subsampling in LARGE_FROM:
+        with Image.open(REPO / "imagenet_shards" / "photos" / rel) as image:
+            factor = LARGE_SHORT_SIDE / min(image.size)
+            size = (round(image.width * factor), round(image.height * factor))
+            out.append(_encoded(image.convert("RGB").resize(size, Image.BICUBIC), quality=90,
+                                subsampling=subsampling))
+    assert all(min(jpeg_crop.jpeg_size(payload)) == LARGE_SHORT_SIDE for payload in out)
+    return out
 
 
 def _pipelines(size, use_draft, crop_edges=False):
@@ -51,7 +64,7 @@ def _pipelines(size, use_draft, crop_edges=False):
 
 def _simd_levels():
     """The resampler's kernel sets this CPU has (0 scalar, 1 SSE2, 2 AVX2)."""
-    import _jpeg_crop
+    from imagenet_shards import _jpeg_crop
 
     best = _jpeg_crop.simd()
     return list(range(best + 1))
@@ -59,7 +72,7 @@ def _simd_levels():
 
 def _each_simd_level():
     """Use each kernel set in turn (the best again afterwards), yielding its level."""
-    import _jpeg_crop
+    from imagenet_shards import _jpeg_crop
 
     try:
         for level in _simd_levels():
@@ -140,13 +153,14 @@ def _chw_slot(size):
 
 
 @pytest.mark.parametrize("crop_edges", [False, True], ids=["box", "crop-edges"])
-def test_train_resize_equals_pil_at_each_simd_level(payloads, crop_edges):
+def test_train_resize_equals_pil_at_each_simd_level(payloads, large_payloads, crop_edges):
     """The train path's native resize (region decode, then the box resized straight into a CHW slot
     view, mirrored for the flip) against today's pinned path: PIL's decode and resize (pillow-simd),
-    flipped by the copy. Random and edge boxes, odd and even sizes, each DCT scale, each kernel set."""
+    flipped by the copy. Random and edge boxes, odd and even sizes, each DCT scale, each kernel set;
+    every other bundled photo, then the large ones made from them."""
     rng = random.Random(31 + crop_edges)
     scales, compared = set(), 0
-    for index, payload in enumerate(payloads[::2]):
+    for index, payload in enumerate(payloads[::2] + large_payloads):
         width, height = jpeg_crop.jpeg_size(payload)
         size = (224, 97, 160)[index % 3]
         for use_draft in (False, True):

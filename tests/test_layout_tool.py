@@ -126,3 +126,49 @@ def test_get_data_over_its_parameter_goal_and_a_wide_class_init_are_reported(tmp
     (root / "loader/read_loop.py").write_text("")
     assert layout.survey(root)["wide_signatures"] == [
         "loader/image_loader.py: get_data: not found (PARAMETER_GOALS names it)"]
+
+
+def test_a_kind_name_compared_with_anything_but_a_shared_word_is_reported(tmp_path):
+    root = _package(tmp_path, {
+        "loader/__init__.py": "",
+        "loader/source_kinds/__init__.py": "",
+        "loader/source_kinds/cifar10.py": 'CIFAR10 = SourceKind("cifar10", f)\n',
+        "loader/source_kinds/folder.py": 'FOLDER = SourceKind("folder", f)\n',
+        "hostbench.py": 'def f(data, row):\n    return data == "cifar10" or row.format != "folder"\n',
+    })
+    assert layout.survey(root)["kind_name_comparisons"] == ["imagenet_shards/hostbench.py:2 'cifar10'"]
+
+
+def test_a_source_field_only_one_kind_reads_is_reported(tmp_path):
+    source = ("@dataclass\nclass Source:\n    kind: str\n    groups: list\n    shape: tuple = ()\n"
+              "    settings: object = None\n")
+    root = _package(tmp_path, {
+        "loader/__init__.py": "",
+        "loader/read.py": "def f(source):\n    return source.groups\n",  # read outside the kinds: shared
+        "loader/source_kinds/__init__.py": "",
+        "loader/source_kinds/source.py": source,
+        "loader/source_kinds/synthetic.py": 'def f(c):\n    return c.source.shape, c.source.settings\n'
+                                            'SYNTHETIC = SourceKind("synthetic", f)\n',
+        "loader/source_kinds/cifar10.py": 'def f(c):\n    return c.source.settings\nCIFAR10 = SourceKind("cifar10", f)\n',
+    })
+    assert layout.survey(root)["one_kind_fields"] == [
+        "Source.shape: only the synthetic kind reads it (move it into its settings)"]
+    assert layout.main(["--root", str(root)]) == 1
+
+
+def test_a_test_rig_in_the_wheel_or_imported_by_the_library_is_reported(tmp_path):
+    root = _package(tmp_path, {"testing/__init__.py": "", "fileio.py": "from testing_rigs import s3_server\n"})
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.packages.find]\ninclude = ["imagenet_shards*"]\n')
+    (tmp_path / "testing_rigs").mkdir()
+    (tmp_path / "testing_rigs" / "__init__.py").write_text("")
+    assert layout.survey(root)["test_rigs_in_wheel"] == ["imagenet_shards.testing",
+                                                         "imagenet_shards/fileio.py:1 imports testing_rigs"]
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.packages.find]\ninclude = ["*"]\n')
+    assert "testing_rigs" in layout.survey(root)["test_rigs_in_wheel"]
+
+
+def test_the_checkout_ships_no_test_rig():
+    """Issue 46: the wheel's packages (pyproject's packages.find, as setuptools finds them) hold no test rig."""
+    assert layout.wheel_test_rigs(REPO) == []
+    assert not list((REPO / "imagenet_shards" / "testing").glob("*.py"))  # a __pycache__ left by the move is not one
+    assert (REPO / "testing_rigs" / "s3_server.py").is_file()

@@ -158,3 +158,16 @@ def test_a_ledger_names_the_location_a_data_source_holds(img, tmp_path):
                       transform=ValidationCrop(image_size=32))
     list(loader)
     assert loader.write_ledger(tmp_path / "ledger.json")["source"] == str(img)
+
+
+@pytest.mark.parametrize("arguments, refusal", [
+    ({"on_error": "ignore"}, "on_error must be one of"),
+    ({"order": Order(policy="even")}, "unknown policy 'even'"),
+    ({"batch_size": 0}, "batch_size must be at least 1"),
+    ({"jpeg_decode": "device"}, "jpeg_decode='device' hands out uint8 batches"),
+])
+def test_a_refusal_the_arguments_alone_decide_comes_before_the_source_is_read(tmp_path, arguments, refusal):
+    """Issue 46: get_data's settings are checked before any I/O: a source that does not exist is not reached."""
+    arguments = {"batch_size": 4, **arguments}
+    with pytest.raises(ValueError, match=refusal):
+        get_data(str(tmp_path / "nowhere"), "train", instance=Instance(0, 1, "explicit"), **arguments)

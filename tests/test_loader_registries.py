@@ -10,7 +10,7 @@ from imagenet_shards.loader import ValidationCrop
 from imagenet_shards.loader.image_loader import get_data
 from imagenet_shards.loader.payloads import PAYLOADS, PayloadKind, get_payload
 from imagenet_shards.loader.source_kinds import SOURCE_KINDS, SourceKind, UnknownSourceKindError
-from imagenet_shards.loader.sources import FolderItem, Source
+from imagenet_shards.loader.sources import FolderItem, Source, resolve_source
 
 SINGLE = Instance(0, 1, "explicit")
 SIZE = 8
@@ -81,3 +81,17 @@ def test_an_unregistered_payload_kind_is_a_bad_sample(monkeypatch):
         list(loader)
     assert [s.reason for s in loader.report.skipped] == [
         "UnknownPayloadError: unknown payload kind 'toy-gray' (known: encoded, npy, pth, array)"] * 2
+
+
+def test_every_kind_resolves_and_resolve_source_asks_each_in_the_registry_order():
+    """Issue 46: a kind resolves what names it (its `resolve` hook); the registry lists every kind once to ask."""
+    from imagenet_shards.loader.source_kinds import RESOLVING, SOURCE_KINDS
+    from imagenet_shards.loader.source_kinds.shard_sources import KIND
+    from imagenet_shards.loader.source_kinds.synthetic import SyntheticSettings
+
+    assert sorted(kind.name for kind in RESOLVING) == sorted(SOURCE_KINDS)
+    assert all(kind.resolve is not None for kind in RESOLVING)
+    assert SOURCE_KINDS[KIND].resolve_loose is not None  # shard_sources makes Sources of the shard kind
+    resolved = resolve_source("Generated", "validation", image_size=32, synthetic_length=5)
+    assert (resolved.kind, resolved.total, resolved.settings) == ("synthetic", 5, SyntheticSettings((32, 32, 3)))
+    assert resolved.columns is None and resolved.label_offset == 0  # the shard kind's settings read as before

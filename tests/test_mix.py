@@ -112,3 +112,73 @@ def test_a_mix_of_other_sources_is_refused_with_one_line(two_datasets):
         make(Mix([(two_datasets[0], 1), ("synthetic", 1)]))
     with pytest.raises(MixError, match="positive weight"):
         Mix([(two_datasets[0], 0)])
+
+
+def test_a_70_30_mix_under_the_global_order_exact_counts_and_each_global_batch_within_one_sample(
+        two_datasets, tmp_path, capsys):
+    """GlobalOrder(global_batch_size=8) on 2 ranks (batch 4 each): 71 samples an epoch (50 + 21), 8 global
+    batches of 8, 7 left out; every global batch takes 8 x 50/71 = 5.63 of source 0 to within one sample."""
+    img, tfrecord = two_datasets
+    mix = Mix([(img, 0.7), (tfrecord, 0.3)])
+    order = GlobalOrder(global_batch_size=8)
+    ranks = [get_data(mix, "train", None, 0, normalization="device", with_keys=True, seed=5, epoch=2,
+                      instance=(i, 2), order=order) for i in range(2)]
+    per_rank = [[list(keys) for _, _, keys in loader] for loader in ranks]
+    steps = [a + b for a, b in zip(*per_rank)]
+    assert len(steps) == 8 and all(len(step) == 8 for step in steps)
+    for step in steps:
+        share = sum(key.startswith("0/") for key in step)
+        assert abs(share - 8 * 50 / 71) < 1 and abs((8 - share) - 8 * 21 / 71) < 1, step
+    delivered = [key for step in steps for key in step]
+    dropped = ranks[0].report.policy_dropped
+    assert sorted(dropped) == sorted(ranks[1].report.policy_dropped)
+    epoch_keys = delivered + dropped
+    assert len(epoch_keys) == len(set(epoch_keys)) == 71
+    assert Counter(k.split("/")[0] for k in epoch_keys) == {"0": 50, "1": 21}  # exact per-epoch counts
+    for i, loader in enumerate(ranks):
+        loader.write_ledger(tmp_path / f"ledger-{i}.json")
+    assert ledger_main(["verify", *(str(tmp_path / f"ledger-{i}.json") for i in range(2))]) == 0
+    assert "OK: every sample" in capsys.readouterr().out
+
+
+def test_the_shard_cache_serves_each_source_of_a_mix(two_datasets, tmp_path):
+    """Each source's shards are cached under the one directory, each keyed by its dataset; a second epoch
+    reads them from there (the same keys as without the cache)."""
+    img, tfrecord = two_datasets
+    mix = Mix([(img, 0.7), (tfrecord, 0.3)])
+    plain = [k for _, _, keys in make(mix, order=GlobalOrder(global_batch_size=3)) for k in keys]
+    loader = make(mix, order=GlobalOrder(global_batch_size=3), cache=str(tmp_path / "cache"))
+    assert [k for _, _, keys in loader for k in keys] == plain
+    assert len([d for d in (tmp_path / "cache").iterdir() if d.is_dir()]) == 2  # one entry folder per source
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.suffix in (".tar", ".tfrecord")]
+    assert len(cached) == len(list(img.glob("train/*.tar"))) + len(list(tfrecord.glob("train/*.tfrecord")))
+
+
+def test_a_mix_under_the_global_order_resumed_from_2_onto_4_ranks_keeps_the_global_batches(two_datasets, tmp_path,
+                                                                                            capsys):
+    img, tfrecord = two_datasets
+    mix = Mix([(img, 0.7), (tfrecord, 0.3)])
+
+    def ranks(count, epoch=2):
+        return [get_data(mix, "train", None, 0, normalization="device", with_keys=True, seed=5, epoch=epoch,
+                         instance=(i, count), order=GlobalOrder(global_batch_size=8)) for i in range(count)]
+
+    def steps(per_rank):
+        return [set().union(*batches) for batches in zip(*per_rank)]
+
+    reference = steps([[list(keys) for _, _, keys in loader] for loader in ranks(1)])
+    first = ranks(2)
+    iterators = [iter(loader) for loader in first]
+    before = steps([[list(next(it)[2]) for _ in range(3)] for it in iterators])
+    states = json.loads(json.dumps([loader.state_dict() for loader in first]))
+    for it in iterators:
+        it.close()
+    later = ranks(4, epoch=0)
+    for loader in later:
+        loader.load_state_dict(states)
+    after = steps([[list(keys) for _, _, keys in loader] for loader in later])
+    assert before + after == reference and len(reference) == 8
+    for i, loader in enumerate(later):
+        loader.write_ledger(tmp_path / f"ledger-{i}.json")
+    assert ledger_main(["verify", *(str(tmp_path / f"ledger-{i}.json") for i in range(4))]) == 0
+    assert "OK: every sample" in capsys.readouterr().out

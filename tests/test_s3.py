@@ -1,4 +1,4 @@
-"""s3:// datasets against a real SeaweedFS on loopback (imagenet_shards/testing/s3_server.py): upload, load, fail loudly."""
+"""s3:// datasets against a real SeaweedFS on loopback (testing_rigs/s3_server.py): upload, load, fail loudly."""
 
 import json
 
@@ -18,7 +18,7 @@ DATASET_BUCKET = "datasets"
 @pytest.fixture
 def s3_env(s3_server, monkeypatch):
     """This process talks to the session server (credentials from the environment, --s3-endpoint)."""
-    from imagenet_shards.testing.s3_server import client_environment
+    from testing_rigs.s3_server import client_environment
 
     with client_environment(monkeypatch, s3_server, s3_server.endpoint, retries=2):
         yield s3_server
@@ -254,7 +254,7 @@ def test_validator_names_missing_and_extra_objects(s3_server, converted, s3_buck
 
 
 def test_validator_exits_2_when_the_endpoint_is_unreachable(s3_server):
-    from imagenet_shards.testing.s3_server import free_port_pairs
+    from testing_rigs.s3_server import free_port_pairs
 
     dead = f"http://127.0.0.1:{free_port_pairs(1)[0]}"
     result = run_script("validate_dataset.py", f"s3://{DATASET_BUCKET}/img0", "--s3-endpoint", dead, "--s3-retries", 1,
@@ -434,7 +434,7 @@ def test_host_benchmark_compares_the_same_dataset_locally_over_http_and_over_s3(
     """--compare-transport: the img device row over each copy, GETs per epoch, TTFB and the transport ceilings;
     every GET the report counts is one the servers saw (a proxy in front of SeaweedFS, a counting http server),
     DataLoader workers' GETs included."""
-    from imagenet_shards.testing.fault_proxy import FaultProxy
+    from testing_rigs.fault_proxy import FaultProxy
     from http_range_server import RangeHandler, serve
 
     local, remote = converted("img"), uploaded("img")

@@ -1,4 +1,4 @@
-"""s3:// reads and uploads under faults: a fault-injecting proxy (imagenet_shards/testing/fault_proxy.py) in front of
+"""s3:// reads and uploads under faults: a fault-injecting proxy (testing_rigs/fault_proxy.py) in front of
 the real SeaweedFS, and a server killed mid-epoch. Nothing is mocked: botocore, urllib3 and the
 server do what they do; the proxy only drops, throttles or corrupts bytes between them."""
 
@@ -13,7 +13,7 @@ from imagenet_shards import storage
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.launcher import Instance
 from imagenet_shards.loader import get_data
-from imagenet_shards.testing.fault_proxy import FaultProxy
+from testing_rigs.fault_proxy import FaultProxy
 from test_s3 import read_all, upload_cli
 
 SINGLE = Instance(0, 1, "test")
@@ -31,7 +31,7 @@ def dataset(s3_server, converted, s3_bucket):
 @pytest.fixture
 def proxy(s3_server, monkeypatch):
     """A proxy in front of the session server; this process's S3 endpoint is the proxy."""
-    from imagenet_shards.testing.s3_server import client_environment
+    from testing_rigs.s3_server import client_environment
 
     proxy = FaultProxy(s3_server.endpoint)
     with client_environment(monkeypatch, s3_server, proxy.endpoint, retries=4):
@@ -143,7 +143,7 @@ def test_upload_corrupted_every_time_is_reported_and_never_stored(s3_server, con
 def test_server_killed_mid_epoch_stops_the_epoch_naming_endpoint_and_shard(tmp_path, converted, monkeypatch, workers):
     """The server dies as the loader asks for its third shard (a proxy in front only to time the kill):
     the epoch stops with StorageUnavailable naming endpoint and shard, not a hang, not a short epoch."""
-    from imagenet_shards.testing.s3_server import SeaweedServer
+    from testing_rigs.s3_server import SeaweedServer
 
     server = SeaweedServer(tmp_path / "doomed").start()
     proxy = FaultProxy(server.endpoint)

@@ -1,5 +1,5 @@
 """The node-local shard cache (imagenet_shards/shard_cache/, get_data(cache=...)) against the real SeaweedFS
-(imagenet_shards/testing/s3_server.py), with the fault proxy (imagenet_shards/testing/fault_proxy.py, test_s3_faults' fixture) in front of it
+(testing_rigs/s3_server.py), with the fault proxy (testing_rigs/fault_proxy.py, test_s3_faults' fixture) in front of it
 counting every GET by key."""
 
 import json
@@ -421,7 +421,7 @@ def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_serve
     """--compare-transport with --cache-dir: two whole epochs of the local, uncached and cached loaders; the
     cold epoch fetches every shard once into the cache (store bytes = the split's shard bytes), the warm one
     nothing; every GET counted is one the server saw."""
-    from imagenet_shards.testing.fault_proxy import FaultProxy
+    from testing_rigs.fault_proxy import FaultProxy
 
     local = converted("img")
     remote = upload(s3_server, local, f"s3://{s3_bucket}/ds")
@@ -456,10 +456,11 @@ def test_host_benchmark_measures_cold_and_warm_epochs_through_the_cache(s3_serve
     assert goals["cache_cold_vs_uncached@s3"]["status"] in ("met", "not met")
 
 
-def test_host_benchmark_cache_options_are_checked(converted):
+def test_host_benchmark_cache_options_are_checked(converted, tmp_path):
+    cache = str(tmp_path / "c")
     for args, message in ((("--cache-limit", "lots"), "need --cache-dir"),
-                          (("--cache-dir", "/tmp/c", "--cache-limit", "lots"), "not a size"),
-                          (("--compare", converted("img"), "--cache-dir", "/tmp/c"), "--compare-transport")):
+                          (("--cache-dir", cache, "--cache-limit", "lots"), "not a size"),
+                          (("--compare", converted("img"), "--cache-dir", cache), "--compare-transport")):
         result = run_script("host_benchmark.py", *(args if "--compare" in args else
                                                    ("--imagenet-data-path", converted("img"), *args)))
         assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from conftest import run_script
-from imagenet_shards.testing.soak_schedule import FAULT_KINDS, draw_schedule
+from testing_rigs.soak_schedule import FAULT_KINDS, draw_schedule
 
 SEED, STEPS = 1, 24
 
@@ -52,7 +52,7 @@ def test_a_short_soak_passes_its_checker_with_every_fault_kind_injected(tmp_path
 def test_a_kill_in_a_checkpoint_write_is_not_armed_behind_an_outage_past_the_retries():
     # seed 2 at 200 steps: the job read ahead past the outage at 126 and its armed write kill at 128
     # fired first, so the store's one line never came
-    from imagenet_shards.testing.soak_schedule import Fault, checkpoint_kill_to_arm
+    from testing_rigs.soak_schedule import Fault, checkpoint_kill_to_arm
     assert checkpoint_kill_to_arm([Fault(126, "outage_past_retries"), Fault(128, "kill_in_checkpoint_write")]) is None
     assert checkpoint_kill_to_arm([Fault(125, "stall"), Fault(128, "kill_in_checkpoint_write"),
                                    Fault(130, "outage_past_retries")]) == 128
@@ -64,7 +64,7 @@ def test_memory_growth_is_measured_over_a_job_that_is_only_waited_for(tmp_path):
     # first step was read only after the warm-up test. A stand-in rank that keeps 1 MiB a step: it grows.
     import sys
 
-    from imagenet_shards.testing.soak_job import Memory, TrainingJob
+    from testing_rigs.soak_job import Memory, TrainingJob
 
     steps = tmp_path / "steps.jsonl"
     rank = ("import json, time\nkept = []\nwith open(%r, 'a') as log:\n    for step in range(1, 41):\n"
@@ -84,8 +84,8 @@ def test_a_503_burst_is_not_laid_on_one_not_met_yet():
     from pathlib import Path
     from types import SimpleNamespace
 
-    from imagenet_shards.testing.soak_run import Injector
-    from imagenet_shards.testing.soak_schedule import Fault, Schedule
+    from testing_rigs.soak_run import Injector
+    from testing_rigs.soak_schedule import Fault, Schedule
 
     proxy = SimpleNamespace(slowdown=0)
     run = SimpleNamespace(root=Path("."), jobs=[], settings=SimpleNamespace(retries=3), store=SimpleNamespace(proxy=proxy))

@@ -367,6 +367,23 @@ def test_loader_refuses_to_guess_the_label_offset(tmp_path):
         get_data(DataSource(tmp_path, label_offset=1), "train", 2, 0, instance=Instance(0, 1, "explicit"))
 
 
+def test_a_given_label_offset_holds_for_a_local_brace_pattern(tmp_path):
+    """Issue 46: the offset given for local TF-slim shards named by a brace pattern is used, not detected
+    (it was dropped for patterns that are no path of their own)."""
+    from imagenet_shards.launcher import Instance
+    from imagenet_shards.loader import DataSource, get_data
+    from imagenet_shards.loader.sources import SourceError
+
+    write_tfslim_shards(tmp_path, "train", [1, 2, 3, 4, 5, 6, 7, 8, 9], shards=2)  # 0-based or 1-based: ambiguous
+    pattern = f"{tmp_path}/train-{{00000..00001}}-of-00002"
+    with pytest.raises(SourceError, match="cannot tell whether the labels start at 0 or at 1"):
+        get_data(pattern, "train", 9, 0, instance=Instance(0, 1, "explicit"))
+    with pytest.warns(UserWarning, match="label offset 1: given explicitly"):
+        loader = get_data(DataSource(pattern, label_offset=1), "train", 9, 0, instance=Instance(0, 1, "explicit"),
+                          normalization="device")
+    assert sorted(label for _, labels in loader for label in labels.tolist()) == list(range(9))
+
+
 def test_loader_reads_a_tfslim_shard_over_http_equal_to_local(tmp_path):
     import socket
     import sys

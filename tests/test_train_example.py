@@ -213,3 +213,22 @@ def test_every_output_path_gets_its_folder_or_one_line(converted, tmp_path, caps
         load_example().main([*options, "--keys-log", str(tmp_path / "a-file"), "--checkpoint", str(out / "c2.pt")])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and err.strip().count("\n") == 0 and "--keys-log" in err, err
+
+
+def test_the_global_order_and_g_are_options(converted, tmp_path, capsys):
+    """--global-batch-size G: the global order, the per-instance batch G/N (a --batch-size that is not G/N is one
+    line and exit 2)."""
+    import torch
+
+    options = ["--data", str(converted("img")), "--arch", "shufflenet_v2_x0_5", "--image-size", "32", "--workers", "0",
+               "--no-val", "--max-steps", "1", "--epochs", "1", "--checkpoint", str(tmp_path / "c.pt")]
+    with torch.random.fork_rng(), pytest.raises(SystemExit) as exited:
+        load_example().main([*options, "--global-batch-size", "8", "--batch-size", "3"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.strip().count("\n") == 0, err
+    assert "--global-batch-size 8 is not --batch-size x 1 instances (give --batch-size 8 or none)" in err
+    with torch.random.fork_rng():
+        assert load_example().main([*options, "--global-batch-size", "8", "--keys-log", str(tmp_path / "keys")]) == 0
+    record = json.loads((tmp_path / "keys" / "rank0.jsonl").read_text().splitlines()[0])
+    assert len(record["keys"]) == 8 and record["ranks"] == 1
+    assert "4 batches of 8 per instance" in capsys.readouterr().out  # 36 samples: 4 global batches of 8

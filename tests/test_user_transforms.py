@@ -4,9 +4,9 @@ Real stack: shards from create_webdataset.py, torchvision's own transforms as th
 DataLoader workers.
 """
 
-import glob
 import io
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,8 +24,7 @@ from imagenet_shards.loader.user_transforms import (TorchRandom, TransformError,
 from imagenet_shards.torchvision_cpu import transforms_v2 as v2
 
 SINGLE = Instance(0, 1, "explicit")
-PHOTOS = sorted(glob.glob("/work/shared/photos/**/*.jp*g", recursive=True)) or \
-    sorted(glob.glob("imagenet_shards/photos/**/*.jp*g", recursive=True))
+PHOTOS = sorted((Path(__file__).resolve().parents[1] / "imagenet_shards" / "photos").rglob("*.jp*g"))  # bundled: 32
 DECODE_PATHS = [jpeg_crop.PIL_FULL] + ([jpeg_crop.CROP] if jpeg_crop.available() else [])
 
 

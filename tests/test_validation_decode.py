@@ -130,7 +130,7 @@ def test_a_wrong_slot_size_and_a_truncated_jpeg_are_reported_as_before(payloads)
 @pytest.fixture(params=[0, 1, 2], ids=["scalar", "sse2", "avx2"])
 def simd_level(request):
     """Each of the resampler's kernel sets in turn (skipped where the CPU lacks it); the best after."""
-    import _jpeg_crop
+    from imagenet_shards import _jpeg_crop
 
     if _jpeg_crop.simd(request.param) != request.param:
         _jpeg_crop.simd()

@@ -11,7 +11,11 @@ are not the package's, `os._exit`, `torch._C`, are exempt; PRIVATE_ALLOWED lists
 No module file name twice in the package and the repository root's scripts (role names, registry entries
 and a script's own command in cli/ aside); no function over 80 lines in the root's scripts and examples/;
 docs/crop-decode.md within 150 lines (DOC_LINES); get_data within 20 parameters (PARAMETER_GOALS) and no
-class `__init__` over 12 (INIT_PARAMETERS): settings that belong together travel as one object. Exit 0 when all are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
+class `__init__` over 12 (INIT_PARAMETERS): settings that belong together travel as one object. Issue 46: no
+branch on a kind name outside the registry (`data == "cifar10"` too, SHARED_WORDS aside), no field of the loader's
+`Source` that only one kind reads (it belongs in that kind's settings object), and no test rig (TEST_RIGS, a
+`testing` package) in the wheel pyproject.toml's packages.find makes, nor imported by the library. Exit 0 when all
+are met, 1 otherwise; it prints each offender so a maintainer knows where to cut.
 
 LAYERS orders the package's top-level modules and subpackages from the bottom up: a module may
 import from its own layer's unit (itself or its subpackage) and from units in lower layers. A
@@ -31,6 +35,12 @@ from pathlib import Path
 MODULE_LINES = 600
 FUNCTION_LINES = 80
 SOURCE_KINDS_DIR = ("loader", "source_kinds")  # the one place that names source kinds
+# Kind names that are also words of other vocabularies (order="shards", the format comparison's "folder" row, the
+# sample's layouts): compared with a `.kind` they are reported, compared with anything else they are not.
+SHARED_WORDS = {"shards", "folder"}
+KIND_COMMON_MODULES = {"__init__", "base", "source"}  # source_kinds/ modules of every kind (registry, contract, Source)
+# Folders of the checkout that hold test rigs, tests and benchmarks: never in the wheel, never imported by the library.
+TEST_RIGS = ("testing_rigs", "tests", "benchmarks")
 # Module names that say a module's role in its package, so several packages have one (issue 34).
 ROLE_NAMES = {"__init__", "__main__", "plan", "cli", "report", "run", "base"}
 # Docs with a size goal: {path under the repository: most lines} (issue 34: a method, not a lab log).
@@ -50,7 +60,6 @@ PRIVATE_ALLOWED = {
         "issue 34: torch has no public shared-storage constructor",
     "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
         "issue 34: torch has no public shared-storage constructor",
-    "imagenet_shards/loader/user_transforms.py: crop._log_ratio": "issue 34: torchvision's RandomResizedCrop, being edited",
     "imagenet_shards/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
 }
 
@@ -62,7 +71,7 @@ LAYERS = [
      "safe_names", "pixel_limit"),  # foundations, no data model; the names and pixel rules for untrusted data
     ("storage_hooks",),  # who watches storage's requests (the benchmark's request log)
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
-    ("index", "preprocess", "steps", "balance"),  # the data model: sample index (records, columns, metadata), steps
+    ("index", "preprocess", "balance"),  # the data model: sample index (records, columns, metadata), steps
     ("formats", "cifar10"),  # one module per on-disk format, one registry; CIFAR-10's python batches
     ("reference",),  # Graphcore's reference harness: metadata, checksum, .pth, layout + adopt, remainders
     ("repartition",),  # a package: plan (pure) < source < request < write < run, report
@@ -71,7 +80,7 @@ LAYERS = [
     ("shard_cache",),
     ("loader",),
     ("sample", "tools", "inspect", "ledger"),  # tools over the library (tools/: modules behind one script each)
-    ("hostbench", "testing"),  # applications; testing: real servers for tests and soaks
+    ("hostbench",),  # applications
     ("cli", "training"),  # the commands (top-level scripts, console entry points); a training script's imports
 ]
 
@@ -164,14 +173,81 @@ def _literals(node) -> set:
 
 
 def kind_comparisons(tree, names: set) -> list:
-    """(line, name) of each comparison of something's `.kind` with a source kind's name."""
+    """(line, name) of each branch on a source kind's name: a comparison of something's `.kind` with one, or of
+    anything with one that no other vocabulary uses (SHARED_WORDS): `data == "cifar10"` asks the registry too."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            if any(isinstance(o, ast.Attribute) and o.attr == "kind" for o in operands):
-                for name in sorted(set().union(*map(_literals, operands)) & names):
-                    found.append((node.lineno, name))
+            compared = set().union(*map(_literals, operands)) & names
+            if not any(isinstance(o, ast.Attribute) and o.attr == "kind" for o in operands):
+                compared -= SHARED_WORDS
+            found.extend((node.lineno, name) for name in sorted(compared))
+    return found
+
+
+def _attributes_read(tree) -> set:
+    return {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+
+
+def _kinds_defined(tree) -> set:
+    return {node.args[0].value for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "SourceKind" and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+def one_kind_fields(root: Path, mods: dict) -> list:
+    """"Source.field: only the K kind" for each dataclass field of the loader's Source that only one kind's modules
+    read (its own settings object's business); a module in source_kinds/ defining no kind belongs to the kinds of
+    the modules there that import it (shard_sources.py: shards.py's). Reads outside source_kinds/ make it shared."""
+    kinds_dir = root.joinpath(*SOURCE_KINDS_DIR)
+    trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
+    source_class = next(((m, node) for m, tree in trees.items() for node in tree.body
+                         if isinstance(node, ast.ClassDef) and node.name == "Source" and mods[m].parent in
+                         (kinds_dir, kinds_dir.parent)), None)
+    if source_class is None:
+        return []
+    home, cls = source_class
+    fields = [n.target.id for n in cls.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+    in_kinds = {m: p for m, p in mods.items() if p.parent == kinds_dir and p.stem not in KIND_COMMON_MODULES}
+    owners = {m: _kinds_defined(trees[m]) for m in in_kinds}
+    for module in in_kinds:
+        if not owners[module]:
+            owners[module] = set().union(*(owners[m] for m in in_kinds
+                                           if module in imports_of(m, mods[m], mods) and _kinds_defined(trees[m])))
+    read_outside = set().union(*(_attributes_read(tree) for m, tree in trees.items()
+                                 if m not in in_kinds and m != home and mods[m].parent != kinds_dir))
+    read_outside |= set().union(*(_attributes_read(trees[m]) for m in mods
+                                  if mods[m].parent == kinds_dir and mods[m].stem == "base"))
+    found = []
+    for name in fields:
+        readers = set().union(*(owners[m] for m in in_kinds if name in _attributes_read(trees[m])))
+        if len(readers) == 1 and name not in read_outside:
+            found.append(f"Source.{name}: only the {readers.pop()} kind reads it (move it into its settings)")
+    return found
+
+
+def wheel_test_rigs(repo: Path) -> list:
+    """The packages pyproject.toml's packages.find puts in the wheel that are test rigs (TEST_RIGS, or a `testing`
+    package in the library): setuptools' own find_packages over the checkout, no build. [] without a pyproject."""
+    path = repo / "pyproject.toml"
+    if not path.is_file():
+        return []
+    import tomllib
+
+    from setuptools import find_packages
+
+    found = tomllib.loads(path.read_text()).get("tool", {}).get("setuptools", {}).get("packages", {}).get("find", {})
+    packages = find_packages(where=str(repo), include=found.get("include", ("*",)), exclude=found.get("exclude", ()))
+    return sorted(p for p in packages if p.split(".")[0] in TEST_RIGS or "testing" in p.split(".")[1:])
+
+
+def rig_imports(tree) -> list:
+    """(line, module) of each import of a test rig (TEST_RIGS) by the library: the wheel does not carry them."""
+    found = []
+    for node in ast.walk(tree):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        found.extend((node.lineno, name) for name in names if name.split(".")[0] in TEST_RIGS)
     return found
 
 
@@ -282,7 +358,7 @@ def long_docs(repo: Path) -> list:
 def survey(root: Path) -> dict:
     mods = module_files(root)
     graph = {m: imports_of(m, p, mods) for m, p in mods.items()}
-    big_modules, long_functions, kind_names, private, wide, goals_seen = [], [], [], [], [], set()
+    big_modules, long_functions, kind_names, private, wide, rigs, goals_seen = [], [], [], [], [], [], set()
     names = source_kind_names(root)
     for module, path in sorted(mods.items()):
         source = path.read_text()
@@ -294,6 +370,7 @@ def survey(root: Path) -> dict:
         if path.parent != root.joinpath(*SOURCE_KINDS_DIR):
             kind_names.extend(f"{relative}:{line} {name!r}" for line, name in kind_comparisons(tree, names))
         private.extend(f"{relative}: {access}" for line, access in private_accesses(tree, root.name))
+        rigs.extend(f"{relative}:{line} imports {name}" for line, name in rig_imports(tree))
         long_functions.extend(long_functions_in(path, relative))
         wide.extend(wide_signatures(tree, str(path.relative_to(root))))
         goals_seen.update(f"{path.relative_to(root)}: {node.name}" for node in tree.body
@@ -315,7 +392,8 @@ def survey(root: Path) -> dict:
                 upward.append(f"{module} -> {target}")
     return {"modules": len(mods), "big_modules": big_modules, "long_functions": long_functions,
             "cycles": cycles(graph), "upward_imports": upward, "unplaced_units": sorted(unplaced),
-            "kind_name_comparisons": kind_names, "wide_signatures": wide,
+            "kind_name_comparisons": kind_names, "wide_signatures": wide, "one_kind_fields": one_kind_fields(root, mods),
+            "test_rigs_in_wheel": wheel_test_rigs(root.parent) + rigs,
             "private_accesses": sorted(set(private) - set(PRIVATE_ALLOWED)), "same_names": same_names(root),
             "script_long_functions": script_long_functions(root.parent), "long_docs": long_docs(root.parent),
             "private_allowed": sorted(set(private) & set(PRIVATE_ALLOWED))}
@@ -338,6 +416,8 @@ def main(argv=None) -> int:
         ("upward imports (against LAYERS)", result["upward_imports"]),
         ("units not placed in LAYERS", result["unplaced_units"]),
         ("source kind names compared outside loader/source_kinds/", result["kind_name_comparisons"]),
+        ("Source fields only one kind reads", result["one_kind_fields"]),
+        ("test rigs in the wheel (pyproject's packages.find) or imported by the library", result["test_rigs_in_wheel"]),
         ("private attributes of other objects", result["private_accesses"]),
         ("module file names used twice (imagenet_shards/ and the root's scripts)", result["same_names"]),
         (f"functions over {FUNCTION_LINES} lines in the scripts and {', '.join(SCRIPT_DIRS)}/",

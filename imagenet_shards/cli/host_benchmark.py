@@ -52,6 +52,11 @@ def fraction(text) -> float:
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.launcher import add_instance_arguments
 
+DATA_ALIASES = {"synthetic": "generated"}  # --data: the reference's name for the same images made in memory
+# --data values the benchmark reads itself (a dataset at --imagenet-data-path, or images made in memory); every
+# other value is a loader source kind (loader/source_kinds/), asked about its location by name.
+NOT_KINDS = ("real", "imagenet", "generated")
+
 
 def build_parser():
     parser = argparse.ArgumentParser(
@@ -253,19 +258,18 @@ def parse_args(argv=None):
     else:
         if args.formats or args.rounds != 1 or args.compare_transport:
             parser.error("--formats, --rounds and --compare-transport apply to --compare only")
-        if args.data == "synthetic":
-            args.data = "generated"  # the reference's name for the same images made in memory
+        args.data = DATA_ALIASES.get(args.data, args.data)
         if args.data in ("real", "imagenet") and not args.imagenet_data_path:
             parser.error(f"--data {args.data} needs --imagenet-data-path (or use --data generated, or --compare DIR)")
-        if args.data == "cifar10":
-            from imagenet_shards.cifar10 import WHERE, CifarError, batches_folder  # light: numpy only
+        if args.data not in NOT_KINDS:  # --data names a loader source kind (cifar10): the kind checks its location
+            from imagenet_shards.loader.source_kinds import get_source_kind  # light: numpy only, no torch
 
-            if not args.imagenet_data_path:
-                parser.error(f"--data cifar10 reads local files only (nothing is downloaded): {WHERE}")
+            check = get_source_kind(args.data).check_location
             try:
-                batches_folder(args.imagenet_data_path)
-            except CifarError as error:
-                parser.error(str(error))
+                if check is not None:
+                    check(args.imagenet_data_path)
+            except DatasetError as error:  # without a location, the kind's reason follows the option naming it
+                parser.error(str(error) if args.imagenet_data_path else f"--data {args.data} {error}")
         path = args.imagenet_data_path
         if path and "://" not in path and "{" not in path:
             if not os.path.exists(path):

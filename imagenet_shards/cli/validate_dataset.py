@@ -112,6 +112,8 @@ def render(report):
             lines.append(f"{problem.severity}: {problem.file}: ... and {per_file[problem.file] - MAX_LINES_PER_FILE} "
                          f"more problems in this file (--json FILE lists them all)")
     lines += [f"note: {note}" for note in report.notes]
+    if report.upgrade:  # an earlier layout: the line naming the command (and any damaged shard), no summary
+        return lines
     stats = report.stats
     what = (f"{stats.get('shards_checked', 0)} shards, {stats.get('samples_checked', 0):,} samples"
             if report.mode == "converted" else f"{stats.get('files_checked', 0):,} files")

@@ -121,8 +121,9 @@ def plan_rows(sources: list, split: str, batch_size: int, workers: int, instance
             variants.append(("device", NO_VERIFY, {**loader_options, "verify": False}, loader_decode if jpeg else ""))
         if split == "train" and source.format in ORDER_GLOBAL_FORMATS and "device" in normalizations:
             # The global train order (imagenet_shards/loader/global_order.py) against today's: its block shuffle
-            # reads a partition's rows out of shard order. One partition per instance: any split has a batch.
-            variants.append(("device", ORDER_GLOBAL, {**loader_options, "order": GlobalOrder(instance.count)},
+            # reads a partition's rows out of shard order. G = this row's batch x the instances, P its default.
+            order = GlobalOrder(global_batch_size=batch_size * instance.count)
+            variants.append(("device", ORDER_GLOBAL, {**loader_options, "order": order},
                              loader_decode if jpeg else ""))
         for normalization, suffix, options, decode in variants:
             rows.append(RowPlan(

@@ -158,10 +158,18 @@ def webdataset_shards(path, split: str):
     return [str(p) for p in converted_source(Path(path)).shards.get(split, [])]
 
 
-def source_bytes_per_image(kind: str, path, split: str) -> float:
-    """Mean stored bytes per image of the source `--data` names (0 for generated data)."""
-    if kind in ("generated", "synthetic") or path is None:
+def source_bytes_per_image(data: str, path, split: str) -> float:
+    """Mean stored bytes per image of the source `--data` names (0 for generated data: path None). A `data` that
+    names a loader source kind (cifar10) is resolved and asked (the kind's stored_bytes_per_image)."""
+    if path is None:
         return 0.0
+    from imagenet_shards.loader.source_kinds import SOURCE_KINDS  # lazy: the command's usage checks stay light
+
+    kind = SOURCE_KINDS.get(data)
+    if kind is not None and kind.stored_bytes_per_image is not None:
+        from imagenet_shards.loader.sources import resolve_source
+
+        return kind.stored_bytes_per_image(resolve_source(str(path), split))
     if str(path).startswith("s3://"):
         return _remote_bytes_per_image(str(path), split)
     path = Path(path)
@@ -169,8 +177,6 @@ def source_bytes_per_image(kind: str, path, split: str) -> float:
         return converted_source(path).bytes_per_image.get(split, 0.0)
     if is_image_folder(path):
         return folder_source(path).bytes_per_image.get(split, 0.0)
-    if kind == "cifar10":
-        return 3 * 32 * 32  # raw pixels, as the batches store them
     return 0.0  # URLs or a list of shards: not counted (reported as 0)
 
 

@@ -18,13 +18,30 @@ import numpy as np
 
 from imagenet_shards.launcher import Instance
 from imagenet_shards.loader.batch_ring import SharedFlags
-from imagenet_shards.loader.global_order import FlatLayout, check_layout, flat_sequence, plan_flat
+from imagenet_shards.loader.global_order import FlatLayout, GlobalOrder, check_layout, default_partitions, plan_flat
+from imagenet_shards.loader.global_mix import MixLayout
 from imagenet_shards.loader.resume import SubOrder, plan_items, plan_segment
 from imagenet_shards.loader.share_plan import epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
+from imagenet_shards.loader.source_kinds.mix import mix_parts, source_runs
 from imagenet_shards.loader.sources import Source, load_own_share
 
 log = logging.getLogger(__name__)
+
+
+def flat_layout(source: Source, order: GlobalOrder, policy: str):
+    """The global order's layout: global_order.FlatLayout, or global_mix.MixLayout for a Mix."""
+    mix = mix_parts(source)
+    if mix is not None:
+        return MixLayout(tuple(int(c) for c in mix.counts), order.partitions, order.global_batch_size, policy)
+    return FlatLayout(source.total, order.partitions, order.global_batch_size, policy)
+
+
+def resolved_order(order: GlobalOrder, total: int, batch_size: int, instances: int) -> GlobalOrder:
+    """`order` with G (default: the per-rank batch x the instance count) and P (default_partitions) filled in."""
+    g = int(order.global_batch_size or batch_size * instances)
+    partitions = int(order.partitions or default_partitions(total, g))
+    return GlobalOrder(partitions=partitions, block=int(order.block), global_batch_size=g)
 
 
 class EpochPlanner:
@@ -39,12 +56,19 @@ class EpochPlanner:
         # order="global" (a global_order.GlobalOrder; None: today's order): the epoch's flat sequence
         self.order, self.layout, self._flat = order, None, {}
         if order is not None:
-            self.layout = FlatLayout(source.total, int(order.partitions), batch_size, policy)
+            self.order = order = resolved_order(order, source.total, batch_size, instance.count)
+            self.layout = flat_layout(source, order, policy)
             check_layout(self.layout, instance.count)
             self._padded_mask = self.layout.padded_mask()
         self.own_share, self._padded_rows = None, {}
         if source.repartition is not None and use_repartition and order is None:
             self.own_share = self._choose_repartition(source.repartition)
+        elif source.repartition is not None and use_repartition:
+            # A repartition fixes each of N instances' shards once (today's contiguous deal, remainders
+            # byte-copied); the global order cuts its partitions from every epoch's shard permutation, so
+            # that a global batch does not depend on N: it reads the dataset's own shards instead.
+            log.info("%s: not used by order='global' (its partitions follow each epoch's shard order, not one "
+                     "instance count's fixed shares); reading the dataset's shards", source.repartition["location"])
         self._plans = {}
         # A loaded state (imagenet_shards/loader/resume.py) applies to its epoch while this flag (shared
         # with persistent workers) is 1; it is cleared once that epoch's iteration finished.
@@ -114,16 +138,24 @@ class EpochPlanner:
         """What a resume state records of the order (None: today's)."""
         if self.order is None:
             return None
-        return {**self.order.to_json(), "batch_size": self.batch_size}
+        order = self.order
+        identity = {"name": "global", "partitions": order.partitions, "block": int(order.block),
+                    "global_batch_size": order.global_batch_size}
+        if isinstance(self.layout, MixLayout):
+            identity["sources"] = list(self.layout.counts)
+        return identity
 
     def shard_sequence(self, epoch: int):
-        """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order."""
+        """The source kind's epoch sequence: shards permuted by (seed, epoch), samples in shard order; a Mix's
+        under the global order: its sources' runs one source after the other (global_mix.py)."""
+        if self.order is not None and mix_parts(self.source) is not None:
+            return source_runs(self.source, self.seed, epoch, self.shuffle)
         return get_source_kind(self.source.kind).epoch_sequence(self.source, self.seed, epoch, self.shuffle)
 
     def flat(self, epoch: int):
         """order="global": the epoch's global_order.FlatSequence (one kept: 1.28M positions are 10 MB)."""
         if epoch not in self._flat:
-            self._flat = {epoch: flat_sequence(self.layout, self.seed, epoch, self.order.block if self.shuffle else None)}
+            self._flat = {epoch: self.layout.flat(self.seed, epoch, self.order.block if self.shuffle else None)}
         return self._flat[epoch]
 
     def epoch_sequence(self, epoch: int):

@@ -180,7 +180,7 @@ def _epoch_messages(stream, epoch, generation, workers, shared):
         torch.set_num_threads(1)
         batches = stream.read_loop.batches(items, plan, epoch, (logical, worker), resume.number if resume else 0,
                                            done[logical] if done else (0, 0), report, shared, stream.ring,
-                                           stream.byte_ring, plan.worker_batch_ids(logical, count))
+                                           stream.byte_ring, plan.worker_sample_ids(logical, count))
         for message in batches:
             yield message._replace(run=report.run)
             sent += 1

@@ -69,26 +69,27 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from imagenet_shards.formats.mapped_shards import release_payload
 from imagenet_shards.launcher import Instance, detect_instance
-from imagenet_shards.normalization import Normalization, normalization_location
+from imagenet_shards.normalization import Normalization
 from imagenet_shards.loader.epoch_planner import EpochPlanner
-from imagenet_shards.loader.global_order import order_setting
+from imagenet_shards.loader.global_order import order_setting, per_rank_batch
 from imagenet_shards.loader.options import Cache, DataSource, Order, transform_setting, with_keywords
 from imagenet_shards.loader.epoch_runs import EpochRuns, RunFlags, discard, worker_messages
 from imagenet_shards.loader import jpeg_crop, worker_shards
 from imagenet_shards.loader.batch_ring import BatchRing, RingMessage, labels_tensor
-from imagenet_shards.loader.device_batches import DEVICE_DECODE, NO_BUFFER, check_device_pipeline
+from imagenet_shards.loader.device_batches import NO_BUFFER, check_device_pipeline
 from imagenet_shards.loader.device_decode import DeviceBatches, decode_device
-from imagenet_shards.loader.read_loop import ON_ERROR, ReadLoop, SampleError
+from imagenet_shards.loader.read_loop import ReadLoop, SampleError
 from imagenet_shards.loader.reports import Batch, EpochReport, Skipped, WorkerReport
 from imagenet_shards.loader.resume import (Segment, identity as resume_identity, load as resume_load, state as resume_state,
                                     write_ledger)
-from imagenet_shards.loader.share_plan import DEFAULT_POLICY, POLICIES, SPREAD
 from imagenet_shards.loader.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
+from imagenet_shards.loader.settings import LoaderSettings
+from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.loader.sources import resolve_source
 from imagenet_shards.loader.user_transforms import build_pipeline
 from imagenet_shards.errors import UsageError
-from imagenet_shards.shard_cache import open_cache, warn_cache_problems
+from imagenet_shards.shard_cache import open_cache, parse_size, warn_cache_problems
 
 __all__ = ["ImageLoader", "ImageStream", "SampleError", "get_data"]
 
@@ -361,38 +362,7 @@ def as_sent(message):
     return message
 
 
-def check_options(on_error: str, policy: str, batch_size: int) -> None:
-    """get_data's choices that no later step checks: one clear error each."""
-    if on_error not in ON_ERROR:
-        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; expected one of {', '.join(POLICIES)}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-
-
-def train_order(order, policy: str):
-    """get_data's `order` as a global_order.GlobalOrder, or None: today's order, which validation ("spread",
-    every sample exactly once per instance) keeps. The global order shuffles in its plan, so the
-    workers' shuffle buffer is off under it (a buffer per worker would make the order depend on W)."""
-    setting = order_setting(order)
-    if setting is not None and policy == SPREAD:
-        log.info("order=global applies to the train policies (drop, pad); policy spread keeps its exactly-once order")
-        return None
-    return setting
-
-
-def device_decode_asked(jpeg_decode, location: str) -> bool:
-    """Whether get_data's jpeg_decode asks for the device decoder; its batches are uint8, so normalised on the device."""
-    if jpeg_decode != DEVICE_DECODE:
-        return False
-    if location != "device":
-        raise ValueError("jpeg_decode='device' hands out uint8 batches decoded on the device: use "
-                         "normalization='device' (and imagenet_shards.normalization.NormalizeOnDevice)")
-    return True
-
-
-def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 0, *,
+def get_data(source, split: str = "train", batch_size: Optional[int] = None, workers: int = 0, *,
              transform=None, batch_transform=None, normalization="host", order=None, cache=None,
              instance=None, seed: int = 0, epoch: int = 0, train: Optional[bool] = None, on_error: str = "skip",
              jpeg_decode: Optional[str] = None, with_keys: bool = False, pin_memory: bool = False,
@@ -412,8 +382,11 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
     normalization   "host" (float batches), "device"/"ipu" (uint8 NCHW; wrap the model in
                     imagenet_shards.normalization.NormalizeOnDevice), or a Normalization(location, dtype, mean, std,
                     channels_last).
-    order           None, "shards", "global", GlobalOrder(partitions=P) or an Order(policy, shuffle, drop_last,
-                    shuffle_buffer, sequence): who gets which samples when (imagenet_shards/loader/global_order.py).
+    batch_size      samples per batch of this instance (default 64); under GlobalOrder(global_batch_size=G)
+                    derived as G / the instance count (a batch_size given must equal it).
+    order           None, "shards", "global", GlobalOrder(global_batch_size=G, partitions=P) or an Order(policy,
+                    shuffle, drop_last, shuffle_buffer, sequence): who gets which samples when
+                    (imagenet_shards/loader/global_order.py).
     cache           None, a directory, or Cache(directory, limit, remote_paths, prefetch): docs/shard-cache.md.
     instance        a launcher.Instance or (index, count); default: detected from the launcher.
     train           the split's defaults (recipe, policy, shuffle, drop_last) are train's (default: split == "train").
@@ -434,47 +407,57 @@ def get_data(source, split: str = "train", batch_size: int = 64, workers: int = 
               "normalization": Normalization.of(normalization), "cache": Cache.of(cache), "order": Order.of(order)}
     if earlier:
         groups = with_keywords(groups, earlier)
-    dataset = build_stream(groups, split, batch_size, instance, seed, epoch, train, on_error, jpeg_decode,
-                           batch_transform)
+    # under GlobalOrder(global_batch_size=G): G / the instance count, or checked against it
+    batch_size = per_rank_batch(order_setting(groups["order"].sequence), batch_size, instance.count)
+    settings = LoaderSettings(**groups, split=split, batch_size=batch_size, instance=instance, seed=seed, epoch=epoch,
+                              train=train, on_error=on_error, jpeg_decode=jpeg_decode,
+                              batch_transform=batch_transform).checked()  # before anything is read
+    dataset = build_stream(settings)
     loader = ImageLoader(dataset, workers, with_keys=with_keys, pin_memory=pin_memory,
                          prefetch_factor=prefetch_factor, read_ahead=read_ahead)
-    location = groups["source"].location  # named in ledgers
+    location = settings.source.location  # named in ledgers
     loader.source_argument = str(location) if isinstance(location, (str, os.PathLike)) else None
     announce(loader, loader.planner.source, loader.dataset.pipeline)
     return loader
 
 
-def build_stream(groups: dict, split: str, batch_size: int, instance: Instance, seed: int, epoch: int, train: bool,
-                 on_error: str, jpeg_decode, batch_transform) -> ImageStream:
-    """get_data's dataset from its groups (imagenet_shards/loader/options.py)."""
-    source, recipe, normalization = groups["source"], groups["transform"], groups["normalization"]
-    cache, order = groups["cache"], groups["order"]
-    policy = order.policy or (DEFAULT_POLICY["train"] if train else DEFAULT_POLICY["validation"])
-    shuffle = train if order.shuffle is None else order.shuffle
-    drop_last = train if order.drop_last is None else order.drop_last
-    device_decode = device_decode_asked(jpeg_decode, normalization_location(normalization.location))
-    resolved = resolve_source(source.location, split, instance.count, recipe.image_size or 224,
+def build_stream(settings: LoaderSettings) -> ImageStream:
+    """get_data's dataset from its checked settings (imagenet_shards/loader/settings.py)."""
+    source, recipe, normalization, cache = settings.source, settings.transform, settings.normalization, settings.cache
+    instance, seed, batch_size = settings.instance, settings.seed, settings.batch_size
+    resolved = resolve_source(source.location, settings.split, instance.count, recipe.image_size or 224,
                               source.synthetic_length, seed, source.use_repartition, source.label_offset)
     if cache is not None:
-        resolved.cache = open_cache(cache.directory, resolved.metadata, resolved.description, cache.limit,
-                                    cache.remote_paths, cache.prefetch)
+        open_caches(resolved, cache)
     pipeline, notes, torch_random, batch_transform = build_pipeline(
-        recipe, batch_transform, train, resolved.stored_steps, None if device_decode else jpeg_decode,
-        get_source_kind(resolved.kind).output_sized)
-    if device_decode:
+        recipe, settings.batch_transform, settings.train, resolved.stored_steps,
+        None if settings.device_decode else settings.jpeg_decode, get_source_kind(resolved.kind).output_sized)
+    if settings.device_decode:
         check_device_pipeline(pipeline)  # what the device cannot run is refused now, not at the first batch
     say_pipeline_notes(resolved.description, pipeline, notes)
-    check_options(on_error, policy, batch_size)
-    planner = EpochPlanner(resolved, split, instance, batch_size, policy=policy, seed=seed, epoch=epoch,
-                           shuffle=shuffle, drop_last=drop_last, use_repartition=source.use_repartition,
-                           order=train_order(order.sequence, policy))
+    planner = EpochPlanner(resolved, settings.split, instance, batch_size, policy=settings.policy, seed=seed,
+                           epoch=settings.epoch, shuffle=settings.shuffle, drop_last=settings.drop_last,
+                           use_repartition=source.use_repartition, order=settings.train_order())
     boxes = source.use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps
-    shuffle_buffer = order.shuffle_buffer if shuffle and planner.order is None else 0
+    shuffle_buffer = settings.order.shuffle_buffer if settings.shuffle and planner.order is None else 0
     read_loop = ReadLoop(ReadContext(resolved, planner.columns, source.verify, boxes, seed), pipeline, batch_size,
-                         instance.index, on_error=on_error, shuffle_buffer=shuffle_buffer, drop_last=drop_last,
-                         normalization=normalization, batch_transform=batch_transform, torch_random=torch_random,
-                         device_decode=device_decode)
+                         instance.index, on_error=settings.on_error, shuffle_buffer=shuffle_buffer,
+                         drop_last=settings.drop_last, normalization=normalization, batch_transform=batch_transform,
+                         torch_random=torch_random, device_decode=settings.device_decode)
     return ImageStream(planner, read_loop)
+
+
+def open_caches(resolved, cache: Cache) -> None:
+    """The node's shard cache for the source, or for each source of a Mix (each its own entries under the
+    one directory, keyed by its dataset; the size limit, split evenly among a mix's sources)."""
+    mix = mix_parts(resolved)
+    parts = mix.parts if mix is not None else [resolved]
+    limit = cache.limit
+    if limit is not None and len(parts) > 1:
+        limit = parse_size(limit) // len(parts)
+    for part in parts:
+        part.cache = open_cache(cache.directory, part.metadata, part.description, limit, cache.remote_paths,
+                                cache.prefetch)
 
 
 def announce(loader: ImageLoader, resolved, pipeline) -> None:

@@ -137,8 +137,9 @@ class Order:
     shuffle         shards permuted per (seed, epoch) and samples through the buffer (default: train).
     drop_last       the last partial batch is dropped and its keys reported (default: train).
     shuffle_buffer  samples each worker shuffles among (train; 0 or 1: the plan's order).
-    sequence        "shards" (the above; None says the same) or "global" / GlobalOrder(partitions=P): one flat
-                    sequence whatever the instance and worker counts (imagenet_shards/loader/global_order.py).
+    sequence        "shards" (the above; None says the same) or "global" / GlobalOrder(global_batch_size=G,
+                    partitions=P): the same global batches whatever the instance and worker counts
+                    (imagenet_shards/loader/global_order.py).
     """
 
     policy: Optional[str] = None

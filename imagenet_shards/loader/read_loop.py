@@ -28,7 +28,9 @@ from imagenet_shards.loader.pipeline import ImagePipeline
 from imagenet_shards.loader.reports import Skipped
 from imagenet_shards.loader.resume import augment_rng, buffer_order, in_order, order_rng, pick, shuffled
 from imagenet_shards.loader.source_kinds import Boxed, ReadContext, get_source_kind
+from imagenet_shards.loader.source_kinds.mix import mix_parts
 from imagenet_shards.normalization import Normalization, scale_and_bias
+from imagenet_shards.shard_cache import merge_events
 from imagenet_shards.errors import Error
 
 ON_ERROR = ("skip", "fail")
@@ -38,15 +40,15 @@ GOOD_KEPT = 4096
 
 
 class FlatTag(NamedTuple):
-    """order="global": a worker's batches are augmented by their flat batch number, not by (instance, worker)."""
+    """order="global": each sample is augmented by its flat position, not by (instance, worker, batch)."""
 
     seed: int
     epoch: int
-    batch_ids: object  # the worker's batches' flat numbers, in its order
+    sample_ids: object  # the worker's items' flat positions, in its order
 
-    def name(self, batch: int) -> str:
-        flat = int(self.batch_ids[batch]) if batch < len(self.batch_ids) else f"x{batch}"  # x: past the plan
-        return f"{self.seed}/{self.epoch}/flat{flat}"
+    def name(self, index: int) -> str:
+        flat = int(self.sample_ids[index]) if index < len(self.sample_ids) else f"x{index}"  # x: past the plan
+        return f"{self.seed}/{self.epoch}/g{flat}"
 
 
 class SampleError(Error, RuntimeError):
@@ -76,27 +78,31 @@ class ReadLoop:
         self.byte_capacity = largest_batch_bytes(context.columns, batch_size) if device_decode else 0
 
     def take_cache_events(self) -> dict:
-        """What the source's shard cache did since last asked (for the worker's report)."""
-        cache = self.source.cache
-        return cache.take_events() if cache is not None else {}
+        """What the source's shard cache (a Mix's sources' caches) did since last asked (for the worker's report)."""
+        mix = mix_parts(self.source)
+        caches = [part.cache for part in mix.parts] if mix is not None else [self.source.cache]
+        events = {}
+        for cache in caches:
+            events = merge_events(events, cache.take_events() if cache is not None else {})
+        return events
 
     def batches(self, items, plan, epoch, workers, segment, start, report, shared, ring, byte_ring=None,
-                batch_ids=None):
+                sample_ids=None):
         """Batches of `items` from reading position start[1] (start[0] batches handed over): in the
         shuffle buffer's order (0: none), computed on indices (resume.buffer_order), each batch
         augmented with its own generator, so a resumed worker yields what the uninterrupted one would have.
-        `batch_ids` (order="global"): each of the worker's batches' flat batch number, which then seeds
-        its augmentation, so that a flat batch is augmented alike whatever the instance and worker counts."""
+        `sample_ids` (order="global"): each of the worker's items' flat position, which then seeds its
+        augmentation, so that a sample is augmented alike whatever the instance and worker counts."""
         logical, worker = workers
         tag = (self.context.seed, epoch, segment, self.instance_index, logical)
-        if batch_ids is not None:
-            tag = FlatTag(self.context.seed, epoch, batch_ids)
+        if sample_ids is not None:
+            tag = FlatTag(self.context.seed, epoch, sample_ids)
         size, first_batch, position = self.shuffle_buffer, int(start[0]), int(start[1])
         if position == 0:
             raw = self._raw_samples(items)
             raw = shuffled(raw, size, order_rng(*tag)) if size > 1 else raw
         else:  # resumed: read only what is left, emit it in the order the buffer would have
-            todo = buffer_order(len(items), size, order_rng(*tag))[position:]
+            todo = buffer_order(len(items), size, order_rng(*tag) if size > 1 else None)[position:]
             inputs = np.sort(todo)
             raw = in_order(self._raw_samples(pick(items, inputs)), inputs, todo)
         packer = JpegPacker(self.pipeline, byte_ring, worker, shared, self.byte_capacity, self.torch_random) \
@@ -105,10 +111,13 @@ class ReadLoop:
                                self.dtype, self.scale, self.bias, shared, ring, worker,
                                None if packer else self.batch_transform, packer)
         progress = builder.progress = [logical, first_batch, position]
-        rng = self._augment_rng(tag, first_batch)
+        per_sample = isinstance(tag, FlatTag)
+        rng = self._augment_rng(tag, first_batch * self.batch_size if per_sample else first_batch)
         good = []
         context, key = self.context, self.kind.key
         for item, shard, label, payload, kind, error in raw:
+            if per_sample:
+                rng = self._augment_rng(tag, progress[2])
             progress[2] += 1
             if error is None:
                 error = self._process(kind, payload, builder, rng, shard)
@@ -123,7 +132,8 @@ class ReadLoop:
                 report.batches += 1
                 progress[1] += 1
                 yield builder.emit()
-                rng = self._augment_rng(tag, progress[1])
+                if not per_sample:
+                    rng = self._augment_rng(tag, progress[1])
         deficit = len(items) - first_batch * self.batch_size - report.samples
         if deficit > 0 and plan.policy != "spread":
             yield from self._substitute(good, deficit, builder, report, rng, worker)
@@ -137,8 +147,9 @@ class ReadLoop:
                 yield builder.emit()
 
     def _augment_rng(self, tag, batch: int):
-        """The generator of one batch's augmentation; a user transform's torch draws are seeded alike,
-        so that a resumed worker draws what the uninterrupted one did."""
+        """The generator of one batch's augmentation (of one sample's, item index `batch`, under the global
+        order); a user transform's torch draws are seeded alike, so that a resumed worker draws what the
+        uninterrupted one did."""
         if isinstance(tag, FlatTag):
             name = tag.name(batch)
             if self.torch_random is not None:

@@ -37,6 +37,7 @@ import numpy as np
 
 from imagenet_shards.fileio import open_new
 from imagenet_shards.safe_names import redact
+from imagenet_shards.loader.global_mix import MixLayout
 from imagenet_shards.loader.global_order import FlatLayout, plan_flat
 from imagenet_shards.loader.share_plan import InstancePlan, plan_instance
 from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
@@ -263,7 +264,11 @@ def epoch_of(identity: dict, epoch: int) -> Epoch:
     """The Epoch (planner of delivered positions) of a loader's identity: today's order or the global one."""
     layout, total, order = None, identity["dataset"]["samples"], identity.get("order")
     if order is not None:
-        layout = FlatLayout(total, order["partitions"], order["batch_size"], identity["policy"])
+        if order.get("sources"):
+            layout = MixLayout(tuple(order["sources"]), order["partitions"], order["global_batch_size"],
+                               identity["policy"])
+        else:
+            layout = FlatLayout(total, order["partitions"], order["global_batch_size"], identity["policy"])
         total = len(layout)
     return Epoch(total, identity["seed"], epoch, identity["policy"], identity["drop_last"], layout)
 
@@ -290,9 +295,24 @@ def check_identity(state: dict, identity: dict) -> None:
         raise ResumeError(f"the state is from another dataset: {theirs['description']} ({theirs['samples']} samples, "
                           f"fingerprint {theirs['sha256']}); this loader reads {ours['description']} "
                           f"({ours['samples']} samples, fingerprint {ours['sha256']})")
+    check_global_batch(state.get("order"), identity["order"])
     for name in FIXED:
         if state.get(name) != identity[name]:
             raise ResumeError(f"the state has {name} {state.get(name)!r}, this loader {name} {identity[name]!r}")
+
+
+def check_global_batch(theirs, ours) -> None:
+    """A state of the global order saved with another global batch size G is refused in one line."""
+    if not (isinstance(theirs, dict) and isinstance(ours, dict)):
+        return
+    before, now = theirs.get("global_batch_size"), ours.get("global_batch_size")
+    if before is None:
+        raise ResumeError("the state was saved by the earlier global order (keyed by the per-rank batch, before "
+                          "issue 43): this loader's order is keyed by the global batch size; start the epoch afresh")
+    if before != now:
+        raise ResumeError(f"the state was saved with global batch size {before}, this loader's is {now}: the global "
+                          f"order resumes with the same G only (keep GlobalOrder(global_batch_size={before}) and "
+                          f"change the instance count or the per-rank batch)")
 
 
 def load(states, identity: dict, instance: int, current: Segment) -> Optional[Resume]:
@@ -408,7 +428,7 @@ def plan_items(sequence, plan: InstancePlan) -> InstancePlan:
         return SubOrder(sequence, positions).take(np.arange(len(positions)))
     return InstancePlan(at(plan.items), plan.batch_size, plan.drop_last, plan.policy, plan.instance_counts,
                         at(plan.padded), at(plan.policy_dropped), at(plan.last_batch_dropped), plan.strided,
-                        plan.batch_ids)
+                        plan.sample_ids)
 
 
 def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:

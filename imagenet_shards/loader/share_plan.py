@@ -172,7 +172,7 @@ class InstancePlan:
     # imagenet_shards/loader/global_order.py): the batches w, w + W, ..., so DataLoader's round-robin
     # hands them out in plan order whatever the worker count
     strided: bool = False
-    batch_ids: object = None  # the global order: each batch's flat batch number (its augmentation's seed)
+    sample_ids: object = None  # the global order: each item's flat position (its augmentation's seed)
 
     @property
     def batches(self) -> int:
@@ -185,11 +185,11 @@ class InstancePlan:
         start, stop = worker_ranges(len(self.items), self.batch_size, workers, self.drop_last)[worker]
         return self.items[start:stop]
 
-    def worker_batch_ids(self, worker: int, workers: int):
-        """The flat batch numbers of worker `worker`'s batches (global order), or None."""
-        if self.batch_ids is None:
+    def worker_sample_ids(self, worker: int, workers: int):
+        """The flat positions of worker `worker`'s items (global order), or None."""
+        if self.sample_ids is None:
             return None
-        return self.batch_ids[self.strided_batch_numbers(worker, max(workers, 1))]
+        return np.asarray(self.sample_ids)[self._strided_indices(worker, max(workers, 1))]
 
     def strided_batch_numbers(self, worker: int, workers: int) -> np.ndarray:
         return np.arange(worker, self.batches, workers, dtype=np.int64)

@@ -15,6 +15,7 @@ from pathlib import Path
 from imagenet_shards.formats import format_names
 
 REPO = Path(__file__).resolve().parents[2]  # imagenet_shards/tools/demo.py -> the checkout
+PACKAGE = (__package__ or __name__).split(".")[0]  # the import name it was run under, for `python -m`
 # Small shards, so that the sample dataset has several per split and 2 instances do not divide them.
 SAMPLES_PER_SHARD = 128
 
@@ -23,7 +24,7 @@ def demo_steps(out: Path, classes: int, train_per_class: int, val_per_class: int
     source = out / "source"
     python = sys.executable
     yield "Build the sample dataset (ImageNet layouts from real photos)", [
-        python, "-m", "imagenet_shards.sample", "--out", source, "--classes", classes,
+        python, "-m", f"{PACKAGE}.sample", "--out", source, "--classes", classes,
         "--train-per-class", train_per_class, "--val-per-class", val_per_class, "--seed", "0", "--quirks",
     ]
     for fmt in format_names():

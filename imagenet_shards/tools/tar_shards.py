@@ -46,9 +46,10 @@ from imagenet_shards.safe_names import plain_name, redact
 from imagenet_shards.index import (ShardRecord, parse_metadata, parse_sample_columns, read_metadata, sample_index_name,
                             write_metadata, write_sample_index)
 from imagenet_shards.index.earlier import rewrite_earlier_index
-from imagenet_shards.dataset_folder import METADATA_FILE, SPLITS
+from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, METADATA_FILE, REPARTITION_MANIFEST, SPLITS
 from imagenet_shards.loader.shard_reader import PAYLOAD_PREFERENCE, scan_shard
 from imagenet_shards.repartition.plan import remainder_records
+from imagenet_shards.repartition.run import repartition
 from imagenet_shards.storage import exists, expand_locations, is_url, open_byte_range, read_bytes
 from imagenet_shards.reference.checksum import folder_checksum
 
@@ -386,10 +387,11 @@ def run_writer(args) -> dict:
         inputs.cleanup()
 
 
-def reindex(folder) -> dict:
+def reindex(folder) -> tuple:
     """Re-create a dataset's sample indexes of the earlier version (payload sha256) in place, with CRC32Cs
-    (imagenet_shards.index.earlier checks every payload against its sha256 first), then metadata.json's checksum;
-    {split: samples re-indexed} ({} when every index is already current)."""
+    (imagenet_shards.index.earlier checks every payload against its sha256 first), then metadata.json's checksum,
+    then its repartitions; ({split: samples re-indexed} ({} when every index is already current), [the
+    repartition folders written again])."""
     folder = Path(folder)
     metadata = read_metadata(folder)
     done = {}
@@ -401,7 +403,30 @@ def reindex(folder) -> dict:
         known = {e["index"]["name"]: e["index"]["md5"] for e in metadata["splits"].values() if e["index"].get("md5")}
         metadata["checksum"] = folder_checksum(folder, known)
         write_metadata(folder, metadata)
-    return done
+    return done, _rebuild_repartitions(folder)
+
+
+def _rebuild_repartitions(folder: Path) -> list:
+    """Each repartition (distributed/<N>-instances/) with its manifest's policies, through the repartitioner:
+    one made before re-indexing names the metadata.json that re-indexing resealed, and its instance indexes
+    are of the earlier version, so it is written again from the new indexes; a current one is kept as it is
+    (an interrupted reindex run again finishes them). The folders written again."""
+    rebuilt = []
+    for path in sorted((folder / DISTRIBUTED_DIR).glob(f"*-instances/{REPARTITION_MANIFEST}")):
+        where = path.parent.relative_to(folder).as_posix()
+        try:
+            manifest = json.loads(path.read_bytes())
+            policies = {split: entry["policy"] for split, entry in manifest["splits"].items()}
+            count = int(manifest["num_instances"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise DatasetError(f"{where}/{REPARTITION_MANIFEST}: cannot read it to rebuild the repartition "
+                               f"({type(error).__name__}: {error}); re-run distributed_webdataset.py "
+                               f"--num-instances N --overwrite") from None
+        result = repartition(folder, count, splits=list(policies), policies=policies,
+                             verify=manifest.get("verified_shards") or "copied")
+        if result.plans:
+            rebuilt.append(where)
+    return rebuilt
 
 
 def run(args) -> int:
@@ -413,9 +438,10 @@ def run(args) -> int:
             tsv([loc for item in args.shards for loc in ([STDIO] if item == STDIO else expand_locations(item))],
                 [name.strip() for name in args.fields.split(",") if name.strip()], sys.stdout)
         elif args.command == "reindex":
-            done = reindex(args.dataset)
+            done, rebuilt = reindex(args.dataset)
             print("reindex: " + (", ".join(f"{split} {count:,} samples" for split, count in done.items())
-                                 or f"every index of {args.dataset} is current"))
+                                 or f"every index of {args.dataset} is current")
+                  + "".join(f"; {where} written again" for where in rebuilt))
         else:
             result = run_writer(args)
             where = "stdout" if result["out"] == STDIO else result["out"]

@@ -24,11 +24,12 @@ byte-identical to what the converter wrote, indexed and published, so walking it
 would prove nothing: only the index's own account of it is checked (sample count, byte ranges,
 labels within the class table; a TFRecord shard's .tfindex). When the size or sha256 differs, the
 shard is walked (mapped, page cache) to name the damage: header checksums, structure, every sample
-against the index, every payload's CRC32C (sha256 for an index of the earlier version), every
-json. Remainder shards of repartitions (small: about one shard per instance) and, with `deep`,
-all shards are always walked, `deep` also decoding every payload. Consequence: with the default
-check, contents that match a resealed metadata.json (an edited shard whose new sha256 was written
-into metadata.json) are trusted; `deep` reads them.
+against the index, every payload's CRC32C, every json. Remainder shards of repartitions (small: about
+one shard per instance) and, with `deep`, all shards are always walked, `deep` also decoding every
+payload. Consequence: with the default check, contents that match a resealed metadata.json (an edited
+shard whose new sha256 was written into metadata.json) are trusted; `deep` reads them. A dataset whose
+index is of the earlier version (payload sha256) is not checked sample by sample: one line names the
+re-index command, and its shards are hashed whole (imagenet_shards.validate.upgrade).
 What this costs is measured by benchmarks/validate_benchmark.py (docs/design-figures.md).
 The per-format shard check runs as a task (imagenet_shards.validate.tasks).
 """
@@ -55,9 +56,11 @@ from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import ShardRecord, parse_metadata
 from imagenet_shards.index import KeyTable, SampleColumns, ShardGroups, columns_from_records
+from imagenet_shards.index.earlier import EarlierIndexError
 from imagenet_shards.validate.repartition_checks import check_repartition, plan_repartition_checks
 from imagenet_shards.validate.report import Report, ValidationUsageError, sorted_problems
 from imagenet_shards.validate.tasks import label_offset_of, read_index, run_tasks
+from imagenet_shards.validate.upgrade import earlier_index_report
 
 # Folders the tools keep in a dataset, never read by a loader: not extra files.
 TOOL_FOLDERS = {CONVERT_STATE_DIR}  # create_webdataset.py's resume records
@@ -71,6 +74,7 @@ class _SplitState:
     index_ok: bool
     groups: ShardGroups = None  # the index's records per shard, in index order, built when asked for
     _table: KeyTable = None
+    earlier: bool = False  # the index is of the earlier version (imagenet_shards.validate.upgrade)
 
     def __post_init__(self):
         self.groups = ShardGroups(self.columns, by_offset=False)
@@ -164,6 +168,8 @@ def _load_split_index(root, split, entry, shards, problems) -> _SplitState:
         problems.append(error(name, f"size {size:,} bytes, metadata says {info['bytes']:,}"))
     if "sha256" in info and sha256 != info["sha256"]:
         problems.append(error(name, "sha256 differs from metadata (the index changed since conversion)"))
+    if columns is None and isinstance(failure, EarlierIndexError):
+        return _SplitState(split, shards, columns_from_records([]), False, earlier=True)
     if columns is None:
         problems.append(error(name, str(failure).removeprefix(f"{name}: ")))
         return _no_index(split, shards)
@@ -240,6 +246,10 @@ def validate_converted(root, workers=1, deep=False, progress=None) -> Report:
         report.problems = sorted_problems(problems)
         report.verdicts["Dataset"] = False
         return report
+    earlier = [str(metadata["splits"][split]["index"]["name"]) for split, state in states.items() if state.earlier]
+    if earlier:  # one line naming the re-index command, not every shard's missing samples
+        shards = [shard for state in states.values() for shard in state.shards]
+        return earlier_index_report(root, report, earlier, shards, workers, started)
 
     tasks, expected_files = _shard_tasks(root, metadata, states, payload_ext, deep, problems)
     repartitions = plan_repartition_checks(root, metadata, metadata_sha256, states, fmt, payload_ext,

@@ -28,6 +28,7 @@ class Report:
     problems: list = field(default_factory=list)
     notes: list = field(default_factory=list)  # informational lines, no effect on the verdict
     stats: dict = field(default_factory=dict)
+    upgrade: str = ""  # the command a dataset of an earlier layout needs first (then: no verdict line)
 
     @property
     def errors(self):
@@ -61,6 +62,7 @@ class Report:
             "problems": [p.to_json() for p in self.problems],
             "notes": list(self.notes),
             "stats": dict(self.stats),
+            **({"upgrade": self.upgrade} if self.upgrade else {}),
         }
 
 

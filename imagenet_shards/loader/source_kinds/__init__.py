@@ -11,9 +11,11 @@ Everything that differs by kind is asked of the kind: no code outside this packa
 kind's name (tools/layout.py checks it).
 
 loader/sources.py resolves what a `source` argument names into a Source whose `kind` is a key
-here; the loader reads each worker's items through that kind and decodes each payload through
+here, asking each kind's `resolve` hook in RESOLVING's order (source_kinds/source.py: the Source, the kind's own
+settings object in it); the loader reads each worker's items through that kind and decodes each payload through
 imagenet_shards/loader/payloads/. Adding a source kind is a module with one `SourceKind` (see base.py
-for the contract) and one entry in `SOURCE_KINDS`; no loader change.
+for the contract: its reading and its `resolve` hook) and one entry in `SOURCE_KINDS` and `RESOLVING`; no loader
+change.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from imagenet_shards.loader.source_kinds.synthetic import SYNTHETIC
 from imagenet_shards.errors import Error
 
 SOURCE_KINDS = {kind.name: kind for kind in (SHARDS, FOLDER, SYNTHETIC, CIFAR10, MIX)}
+# The order resolve_source asks the kinds' `resolve` hooks (then their `resolve_loose` hooks) what a source names:
+# a Mix, a synthetic name, then what names shards outright before a folder is taken as CIFAR-10 or ImageFolder.
+RESOLVING = (MIX, SYNTHETIC, SHARDS, CIFAR10, FOLDER)
 # Names a kind had before (a Source made by code of that time): the kind they name now.
 FORMER_NAMES = {former: kind for kind in SOURCE_KINDS.values() for former in kind.former_names}
 
@@ -48,5 +53,5 @@ def keys_of(context: ReadContext, items) -> list:
     return [item if isinstance(item, str) else key(context, item) for item in items]
 
 
-__all__ = ["Boxed", "CIFAR10", "FOLDER", "FORMER_NAMES", "MIX", "ReadContext", "SHARDS", "SOURCE_KINDS", "SYNTHETIC",
-           "SourceKind", "UnknownSourceKindError", "get_source_kind", "keys_of"]
+__all__ = ["Boxed", "CIFAR10", "FOLDER", "FORMER_NAMES", "MIX", "RESOLVING", "ReadContext", "SHARDS", "SOURCE_KINDS",
+           "SYNTHETIC", "SourceKind", "UnknownSourceKindError", "get_source_kind", "keys_of"]

@@ -92,3 +92,12 @@ class SourceKind:
     output_sized: bool = False  # its samples are output-sized arrays: no runtime step (resize, crop...) runs
     indexed: bool = False  # its items are rows of a sample index (the source's columns): a converted dataset's
     former_names: tuple = ()  # names it had before: get_source_kind maps them to it
+    # resolve(source, request) -> the Source (source_kinds/source.py) a `source` argument names when it names one of
+    # this kind, else None; `request` a ResolveRequest. loader/sources.py asks the kinds in RESOLVING's order.
+    resolve: Optional[Callable] = None
+    resolve_loose: Optional[Callable] = None  # the same, asked after every kind's `resolve` (a folder of loose shards)
+    # stored_bytes_per_image(source) -> the mean bytes the source stores per sample (the host benchmark's figure)
+    stored_bytes_per_image: Optional[Callable] = None
+    # check_location(location) -> None, or a DatasetError naming what is missing: a command's usage check of the
+    # location given for this kind by name (host_benchmark --data cifar10), before anything is read
+    check_location: Optional[Callable] = None

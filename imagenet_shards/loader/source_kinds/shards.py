@@ -25,6 +25,7 @@ from imagenet_shards.loader.shard_reader import (Run, is_url, iter_run, payload_
                                           sample_label)
 from imagenet_shards.loader.share_plan import epoch_order
 from imagenet_shards.loader.source_kinds.base import Boxed, SourceKind, fingerprint_start
+from imagenet_shards.loader.source_kinds.shard_sources import resolve_loose, resolve_named
 
 SCATTER_CHUNK = 256  # items read shard by shard, then handed out in order (_scattered_samples)
 
@@ -235,4 +236,5 @@ def _fingerprint(source):
 
 
 SHARDS = SourceKind("shards", _raw_samples, key=_key, labels=_labels, epoch_sequence=_epoch_sequence,
-                    fingerprint=_fingerprint, bboxes=True, indexed=True, former_names=("webdataset",))
+                    fingerprint=_fingerprint, bboxes=True, indexed=True, former_names=("webdataset",),
+                    resolve=resolve_named, resolve_loose=resolve_loose)  # resolving: source_kinds/shard_sources.py
