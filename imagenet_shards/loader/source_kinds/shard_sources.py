@@ -217,8 +217,8 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
         raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
     unsafe = next((name for name in columns.shard_names if not is_relative_name(name)), None)
     if unsafe is not None:  # a shard outside the dataset (imagenet_shards.safe_names)
-        raise SourceError(f"{index_location}: unsafe shard name {unsafe!r} (a path outside the dataset, `..` or a URL); "
-                          f"{REBUILD_REPARTITION}")
+        raise SourceError(f"{index_location}: unsafe shard name {unsafe!r} (a path outside the dataset, `..` or "
+                          f"a URL); {REBUILD_REPARTITION}")
     return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
