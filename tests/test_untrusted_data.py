@@ -486,7 +486,7 @@ def test_12_remote_metadata_and_indexes_have_size_caps(converted, http_dataset, 
         storage.read_bytes(url + "samples-validation.index.tsv")
 
 
-def test_12_a_partial_or_ledger_temporary_file_planted_as_a_link_is_never_written_through(tmp_path):
+def test_12_a_partial_or_ledger_temporary_file_planted_as_a_link_is_never_written_through(converted, tmp_path):
     from imagenet_shards.fileio import HashingAtomicWriter, atomic_write_bytes
 
     victim = tmp_path / "victim"
@@ -497,6 +497,10 @@ def test_12_a_partial_or_ledger_temporary_file_planted_as_a_link_is_never_writte
     with HashingAtomicWriter(tmp_path / "shard.tar") as writer:
         writer.write(b"data")
     assert victim.read_text() == "keep" and (tmp_path / "shard.tar").read_bytes() == b"data"
+    _, loader = read_split(converted("img"))
+    (tmp_path / f"ledger.json.tmp{os.getpid()}").symlink_to(victim)
+    loader.write_ledger(str(tmp_path / "ledger.json"))
+    assert victim.read_text() == "keep" and json.loads((tmp_path / "ledger.json").read_text())["entries"]
 
 
 def test_the_index_mismatch_line_escapes_the_shards_bytes():
