@@ -67,7 +67,8 @@ PRIVATE_ALLOWED = {
 LAYERS = [
     ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
     ("errors",),  # the exception root every module raises from
-    ("fileio", "dataset_folder", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
+    ("fileio", "dataset_folder", "torchvision_cpu", "normalization", "launcher", "metadata_digest",
+     "safe_names", "pixel_limit"),  # foundations, no data model; the names and pixel rules for untrusted data
     ("storage_hooks",),  # who watches storage's requests (the benchmark's request log)
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "balance"),  # the data model: sample index (records, columns, metadata), steps
