@@ -60,6 +60,10 @@ PRIVATE_ALLOWED = {
         "issue 34: torch has no public shared-storage constructor",
     "imagenet_shards/loader/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
         "issue 34: torch has no public shared-storage constructor",
+    "imagenet_shards/loader/epoch_runs.py: iterator._shutdown_workers":
+        "torch has no public way to stop a persistent DataLoader's workers (and forget their pids) now",
+    "imagenet_shards/loader/epoch_runs.py: self.dataloader._iterator":
+        "torch has no public way to drop a persistent DataLoader's iterator",
     "imagenet_shards/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
 }
 
