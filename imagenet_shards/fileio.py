@@ -21,6 +21,15 @@ def partial_path(path) -> Path:
     return path.with_name(path.name + PARTIAL_SUFFIX)
 
 
+def open_new(path, mode: str = "wb"):
+    """`path` opened for writing as a new file: a file or link already there (a killed run's partial file, or
+    one planted) is removed first, and the open uses O_EXCL|O_NOFOLLOW, so it never writes through a link."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, mode)
+
+
 def fsync_dir(directory) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -60,7 +69,7 @@ def atomic_open(path, mode="wb"):
     """
     path = Path(path)
     tmp = partial_path(path)
-    handle = open(tmp, mode)
+    handle = open_new(tmp, mode)
     try:
         yield handle
         _publish(handle, tmp, path)
@@ -91,7 +100,7 @@ class HashingAtomicWriter:
         self._file = None
 
     def __enter__(self):
-        self._file = open(self._partial, "wb")
+        self._file = open_new(self._partial, "wb")
         return self
 
     def write(self, data) -> None:

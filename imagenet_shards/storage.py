@@ -42,7 +42,8 @@ from typing import Optional
 
 from braceexpand import braceexpand
 
-from imagenet_shards.errors import Error
+from imagenet_shards.errors import DatasetError, Error
+from imagenet_shards.safe_names import redact, relative_name
 from imagenet_shards.storage_hooks import record_body_bytes, record_request, record_ttfb
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,12 @@ _AUTH_ERRORS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "
 _CHECKSUM_ERRORS = {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch",
                     "InvalidChecksum"}
 _warned_no_range = set()
+# The most bytes read_bytes takes from a file, URL or object (metadata, index, manifest) unless told otherwise:
+# a hostile store cannot make a process allocate more than this (env DATASETS_MAX_READ_BYTES).
+READ_LIMIT_VARIABLE = "DATASETS_MAX_READ_BYTES"
+DEFAULT_READ_LIMIT = 4 << 30
+METADATA_READ_LIMIT = 64 << 20  # metadata.json and repartition manifests (ImageNet's: under 1 MB)
+_SMALL_FILES = ("metadata.json", "manifest.json")
 
 
 class ShardReadError(Error):
@@ -103,37 +110,60 @@ def expand_locations(source) -> list:
 
 
 def join_location(base: str, name: str) -> str:
+    """`name` (plain names joined by `/`: imagenet_shards.safe_names) under the folder, prefix or URL `base`;
+    UnsafeNameError for a name that would leave it (`..`, an absolute path, a URL)."""
+    relative_name(name, base)
     if is_s3(base):
         return base.rstrip("/") + "/" + name
     if is_url(base):
-        return urllib.parse.urljoin(base.rstrip("/") + "/", name)
+        return base.split("?", 1)[0].rstrip("/") + "/" + urllib.parse.quote(name)
     return os.path.join(base, name)
+
+
+def read_limit() -> int:
+    text = os.environ.get(READ_LIMIT_VARIABLE)
+    return int(text) if text and text.isdigit() else DEFAULT_READ_LIMIT
+
+
+def read_capped(stream, limit: int, location) -> bytes:
+    """All of `stream`, read in chunks; DatasetError naming `location` once it holds more than `limit` bytes."""
+    parts, total = [], 0
+    while chunk := stream.read(min(1 << 20, limit + 1 - total)):
+        parts.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise DatasetError(f"{redact(location)}: larger than {limit:,} bytes, the most read for it "
+                               f"(a hostile or wrong file; {READ_LIMIT_VARIABLE} raises the cap)")
+    return b"".join(parts)
 
 
 def split_s3(location: str) -> tuple:
     """'s3://bucket/some/key' -> ('bucket', 'some/key')."""
     bucket, _, key = str(location)[len("s3://"):].partition("/")
     if not bucket:
-        raise ValueError(f"{location}: not an s3://BUCKET/KEY location")
+        raise ValueError(f"{redact(location)}: not an s3://BUCKET/KEY location")
     return bucket, key
 
 
-def read_bytes(location: str) -> bytes:
-    """The whole content of a small file, URL or object (metadata, index, manifest).
-    FileNotFoundError when it does not exist."""
+def read_bytes(location: str, limit: Optional[int] = None) -> bytes:
+    """The whole content of a small file, URL or object (metadata, index, manifest), read in chunks and at
+    most `limit` bytes (default read_limit(): DatasetError past it). FileNotFoundError when it does not exist."""
+    if limit is None:
+        small = str(location).split("?", 1)[0].endswith(_SMALL_FILES)
+        limit = min(read_limit(), METADATA_READ_LIMIT) if small else read_limit()
     if is_s3(location):
         with open_byte_range(location, 0, None) as stream:
-            return stream.read()
+            return read_capped(stream, limit, location)
     if is_url(location):
         try:
             with _urlopen(urllib.request.Request(location)) as response:
-                return response.read()
+                return read_capped(response, limit, location)
         except urllib.error.HTTPError as error:
-            raise FileNotFoundError(f"{location}: HTTP {error.code} {error.reason}") from None
+            raise FileNotFoundError(f"{redact(location)}: HTTP {error.code} {error.reason}") from None
         except urllib.error.URLError as error:
-            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
+            raise ShardReadError(f"{redact(location)}: cannot connect: {error.reason}") from None
     with open(location, "rb") as handle:
-        return handle.read()
+        return read_capped(handle, limit, location)
 
 
 def exists(location: str) -> bool:
@@ -147,7 +177,7 @@ def exists(location: str) -> bool:
         except urllib.error.HTTPError:
             return False
         except urllib.error.URLError as error:
-            raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
+            raise ShardReadError(f"{redact(location)}: cannot connect: {error.reason}") from None
     return os.path.exists(location)
 
 
@@ -156,7 +186,7 @@ def _discard(stream, count: int, location: str) -> None:
     while count > 0:
         data = stream.read(min(chunk, count))
         if not data:
-            raise ShardTruncatedError(f"{location}: truncated: the shard ended before the requested byte range")
+            raise ShardTruncatedError(f"{redact(location)}: truncated: the shard ended before the requested byte range")
         count -= len(data)
 
 
@@ -171,14 +201,14 @@ def open_byte_range(location: str, start: int, stop: Optional[int]):
     try:
         response = _urlopen(urllib.request.Request(location, headers=headers))
     except urllib.error.HTTPError as error:
-        raise ShardReadError(f"{location}: HTTP {error.code} {error.reason}") from None
+        raise ShardReadError(f"{redact(location)}: HTTP {error.code} {error.reason}") from None
     except urllib.error.URLError as error:
-        raise ShardReadError(f"{location}: cannot connect: {error.reason}") from None
+        raise ShardReadError(f"{redact(location)}: cannot connect: {error.reason}") from None
     content_range = response.headers.get("Content-Range", "")
     if response.status == 206 or content_range:  # Content-Range over the status code
         if not content_range.startswith(f"bytes {start}-"):
             response.close()
-            raise ShardReadError(f"{location}: asked for bytes {start}-, the server sent {content_range!r}")
+            raise ShardReadError(f"{redact(location)}: asked for bytes {start}-, the server sent {content_range!r}")
         return response
     _note_no_range(location, start)
     _discard(response, start, location)
@@ -200,7 +230,8 @@ def _urlopen(request: urllib.request.Request):
 def _note_no_range(location: str, start: int) -> None:
     if start and location not in _warned_no_range:
         _warned_no_range.add(location)
-        log.info("%s: the server ignores Range requests; reading from the start and skipping %d bytes", location, start)
+        log.info("%s: the server ignores Range requests; reading from the start and skipping %d bytes",
+                 redact(location), start)
 
 
 # ----------------------------------------------------------------------------------- S3
@@ -311,7 +342,7 @@ def _make_client() -> S3Client:
 
 
 def _where(s3: S3Client, bucket: str, key: Optional[str]) -> str:
-    return f"s3://{bucket}/{key or ''} (endpoint {s3.endpoint})"
+    return f"s3://{bucket}/{key or ''} (endpoint {redact(s3.endpoint)})"
 
 
 def _classify(error, s3: S3Client, bucket: str, key: Optional[str], operation: str):
@@ -452,7 +483,7 @@ class S3RangeReader(io.RawIOBase):
             sent_start = int(content_range.split()[1].split("-")[0])
             if sent_start != self.position:
                 body.close()
-                raise ShardReadError(f"{self.location}: asked for {wanted}, the server sent {content_range!r}")
+                raise ShardReadError(f"{redact(self.location)}: asked for {wanted}, the server sent {content_range!r}")
             total = int(content_range.rsplit("/", 1)[1]) if not content_range.endswith("/*") else None
         else:  # the whole object (a server that ignores Range)
             _note_no_range(self.location, self.position)

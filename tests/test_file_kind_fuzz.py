@@ -181,6 +181,57 @@ def test_a_damaged_or_missing_instance_index_is_named(repartitioned, tmp_path, d
 
 # ------------------------------------------------------------------------------ the shard cache
 
+HOSTILE_MANIFEST = [  # (case, instance, file, field or the name replaced, a name leaving the dataset) (issue 45)
+    ("index named ../x", 0, "manifest", "index", "../../../escaped.index.tsv"),
+    ("index named by an absolute path", 0, "manifest", "index", "/etc/hostname"),
+    ("index named by a URL", 0, "manifest", "index", "http://127.0.0.1:9/escaped.index.tsv"),
+    ("remainder named ../x", 1, "manifest", "remainder", "distributed/../../escaped.tar"),
+    ("remainder named by an absolute path", 1, "manifest", "remainder", "/etc/hostname"),
+    ("shard list named by a URL", 0, "manifest", "shard_list", "http://127.0.0.1:9/escaped.txt"),
+    ("instance index row naming ../x", 1, "index", "distributed/", "distributed/../../"),
+    ("instance index row naming an absolute path", 1, "index", "distributed/", "/etc/"),
+    ("instance index row naming a URL", 1, "index", "distributed/", "http://127.0.0.1:9/"),
+]
+
+
+def _hostile_manifest(dataset, instance, kind, field, name):
+    """The repartition of `dataset` with `name` put in its manifest's `field` for `instance`, or replacing `field`
+    in the rows of that instance's index (its size and sha256 in the manifest updated)."""
+    manifest = dataset / "distributed" / f"{INSTANCES}-instances" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    entry = data["splits"]["validation"]["instances"][instance]
+    if kind == "index":
+        index = dataset / entry["index"]
+        text = "\n".join(line.replace(field, name, 1) if n else line
+                         for n, line in enumerate(index.read_text().split("\n")))
+        index.write_text(text)
+        entry["index_record"] = {"bytes": len(text.encode()), "sha256": hashlib.sha256(text.encode()).hexdigest()}
+    else:
+        entry[field] = name
+        if field == "remainder" and entry.get("remainder_record"):
+            entry["remainder_record"]["name"] = name
+    manifest.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("case,instance,kind,field,name", HOSTILE_MANIFEST, ids=[c[0] for c in HOSTILE_MANIFEST])
+def test_a_hostile_repartition_is_refused_in_one_line_or_changes_nothing_and_writes_nothing(
+        repartitioned, tmp_path, case, instance, kind, field, name):
+    dataset = tmp_path / "img"
+    shutil.copytree(repartitioned("img"), dataset)
+    reference, _ = read_split(dataset, instance=(instance, INSTANCES))
+    _hostile_manifest(dataset, instance, kind, field, name)
+    before = sorted(p for p in tmp_path.parent.rglob("*") if tmp_path not in p.parents)
+    samples = None
+    try:
+        samples, said = read_split(dataset, instance=(instance, INSTANCES))
+    except Error as error:
+        said = [str(error)]
+    assert sorted(p for p in tmp_path.parent.rglob("*") if tmp_path not in p.parents) == before, case
+    assert all(len(line.splitlines()) == 1 for line in said), said
+    named = any("unsafe" in line for line in said)
+    assert named or samples == reference, f"{case}: neither refused nor unchanged: {said}"
+
+
 CACHE_TRIALS = 8  # per format: each validation entry and its .meta, then drawn
 
 

@@ -63,6 +63,10 @@ PRIVATE_ALLOWED = {
         "issue 34: torch has no public shared-storage constructor",
     "imagenet_shards/loader/output/batch_ring.py: torch.empty(0, dtype=dtype)._typed_storage()._new_shared":
         "issue 34: torch has no public shared-storage constructor",
+    "imagenet_shards/loader/read/epoch_runs.py: iterator._shutdown_workers":
+        "torch has no public way to stop a persistent DataLoader's workers (and forget their pids) now",
+    "imagenet_shards/loader/read/epoch_runs.py: self.dataloader._iterator":
+        "torch has no public way to drop a persistent DataLoader's iterator",
     "imagenet_shards/storage.py: answer['Body']._raw_stream": "issue 34: botocore's StreamingBody hides the urllib3 response",
 }
 
@@ -70,7 +74,8 @@ PRIVATE_ALLOWED = {
 LAYERS = [
     ("torchvision_hook",),  # stdlib only: copied into .venv as an import hook
     ("errors",),  # the exception root every module raises from
-    ("fileio", "dataset_folder", "torchvision_cpu", "normalization", "launcher", "metadata_digest"),  # foundations, no data model
+    ("fileio", "dataset_folder", "torchvision_cpu", "normalization", "launcher", "metadata_digest",
+     "safe_names", "pixel_limit"),  # foundations, no data model; the names and pixel rules for untrusted data
     ("storage_hooks",),  # who watches storage's requests (the benchmark's request log)
     ("storage",),  # transport: bytes from paths and URLs, its own errors only
     ("index", "preprocess", "balance"),  # the data model: sample index (records, columns, metadata), steps

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 
 from imagenet_shards.convert.converter import convert, format_summary
+from imagenet_shards.pixel_limit import max_pixels
 from imagenet_shards.errors import Error, exit_code
 from imagenet_shards.convert.plan import (
     DEFAULT_IMAGE_QUALITY,
-    DEFAULT_MAX_IMAGE_PIXELS,
     DEFAULT_SAMPLES_PER_SHARD,
     ConvertOptions,
 )
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--on-error", choices=("skip", "fail"), default="skip",
                      help="a bad image: skip it (counted and listed in the summary and metadata.json) or stop "
                           "at once naming it (default: %(default)s)")
-    run.add_argument("--max-image-pixels", type=positive_int, default=DEFAULT_MAX_IMAGE_PIXELS,
+    run.add_argument("--max-image-pixels", type=positive_int, default=max_pixels(),
                      help="decompression-bomb guard: images declaring more pixels are not decoded and count as "
                           "bad (default: PIL's %(default)s)")
     run.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

@@ -23,6 +23,12 @@ first byte, and the transport ceiling: raw ranged GETs with no decode):
     python host_benchmark.py --compare DIR --formats img --split validation \\
         --compare-transport http://host:8000/img s3://bucket/img --s3-endpoint http://host:8333
 
+How many accelerators of a kind this host and its storage keep busy (emulated: a batch, then a sleep of
+the profile's compute time; the largest N with AU >= 0.9, as MLPerf Storage; docs/emulated-accelerators.md):
+
+    python host_benchmark.py --data imagenet --imagenet-data-path DIR|URL --accelerators auto \\
+        --profile resnet50-h100 --depth storage|pipeline [--runs 5] --json emu.json --plot emu.png
+
 Under torchrun (or poprun/SLURM/OpenMPI with MASTER_ADDR/MASTER_PORT or --rendezvous) every
 instance reads its own share; rank 0 prints each instance's figures and the aggregate.
 See imagenet_shards/hostbench/timing.py for how every figure is counted.
@@ -93,12 +99,45 @@ def build_parser():
 
     add_loading_arguments(parser.add_argument_group("how to load"))
     add_measuring_arguments(parser)
+    add_emulation_arguments(parser.add_argument_group(
+        "emulated accelerators (imagenet_shards/hostbench/emulate.py; docs/emulated-accelerators.md)"))
     return parser
 
 
+def add_emulation_arguments(group) -> None:
+    group.add_argument("--accelerators", metavar="N|auto",
+                       help="emulate N accelerators (one process each, its own loader: a batch, then a sleep of the "
+                            "profile's compute time), or auto: the largest N with AU >= --au-threshold (doubling, "
+                            "then bisection). Under torchrun each rank is one accelerator. Reuses --batch-size (the "
+                            "profile's batch), --batches (steps per accelerator; default 500 steps in all) or "
+                            "--seconds (per N), --dataloader-worker (per accelerator; default CPUs / N), --split, "
+                            "--seed, --normalization-location (default device), --decode-location, --no-verify, "
+                            "--json, --plot; --runs replaces --rounds; the profile's rate replaces --target-rate")
+    group.add_argument("--profile", metavar="NAME|FILE",
+                       help="resnet50-h100 (batch 400, 0.224 s) or resnet50-a100 (400, 0.435 s): MLPerf Storage's; "
+                            "resnet50-h200-measured (256, 0.0552 s: docs/train-on-gpu.md); "
+                            "a DLIO workload .yaml (reader.batch_size, train.computation_time); or a "
+                            "examples/train_imagenet.py --step-log file (the measured step time less the data wait)")
+    group.add_argument("--compute-time", type=float, metavar="S",
+                       help="seconds of compute per batch (by hand, with --batch-size; or overriding the profile's)")
+    group.add_argument("--depth", choices=("storage", "pipeline"), default="storage",
+                       help="storage: bytes read and CRC32C-checked, no decode (as MLPerf Storage); pipeline: the "
+                            "real train pipeline (decode, crop, flip). Default: storage")
+    group.add_argument("--au-threshold", type=float, default=None, metavar="AU",
+                       help="the AU a run must reach on every accelerator, in (0, 1] (default 0.9, MLPerf's)")
+    group.add_argument("--runs", type=positive_int, default=1,
+                       help="runs of the fixed N (auto: of the N found, the search's run included), with their "
+                            "spread (default 1; MLPerf Storage: 5)")
+    group.add_argument("--max-accelerators", type=positive_int, default=None, metavar="N",
+                       help="auto: the largest N tried (default 64)")
+    group.add_argument("--drop-page-cache", action="store_true",
+                       help="before each run, posix_fadvise(DONTNEED) on the split's local shards, so that run's "
+                            "first epoch comes from storage, not memory")
+
+
 def add_loading_arguments(loading) -> None:
-    loading.add_argument("--batch-size", type=positive_int, default=64, help="images per batch per instance "
-                         "(default 64)")
+    loading.add_argument("--batch-size", type=positive_int, default=None, help="images per batch per instance "
+                         "(default 64; with --accelerators: the profile's)")
     loading.add_argument("--dataloader-worker", type=non_negative_int, default=None, metavar="N",
                          help="DataLoader worker processes per instance (default: one per usable CPU, "
                               f"{usable_cpus()} here); 0 loads in the main process")
@@ -213,6 +252,9 @@ def normalization_for_decode(parser, args) -> str:
 def parse_args(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.accelerators is not None:
+        return args  # checked by check_emulation (one line, exit 2), before torch is imported
+    _refuse_emulation_options(parser, args)
     if args.normalization_location == "ipu":
         args.normalization_location = "device"
     if args.eight_bit_io:
@@ -221,13 +263,7 @@ def parse_args(argv=None):
                          "drop --normalization-location host")
         args.normalization_location = "device"
     args.normalization_location = normalization_for_decode(parser, args)
-    if args.disable_async_loading:
-        if args.dataloader_worker not in (None, 0):
-            parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "
-                         f"{args.dataloader_worker} asks for workers: give one or the other")
-        args.dataloader_worker = 0
-    if args.dataloader_worker is None:
-        args.dataloader_worker = usable_cpus()
+    _workers(parser, args)
     if args.warmup_batches is None:
         args.warmup_batches = max(2, 2 * args.dataloader_worker)
     if args.recommend is not None:
@@ -291,6 +327,28 @@ def parse_args(argv=None):
     return args
 
 
+def _workers(parser, args) -> None:
+    """--disable-async-loading (0 workers) or --dataloader-worker, default one per usable CPU."""
+    if args.disable_async_loading:
+        if args.dataloader_worker not in (None, 0):
+            parser.error(f"--disable-async-loading loads in the main process, but --dataloader-worker "
+                         f"{args.dataloader_worker} asks for workers: give one or the other")
+        args.dataloader_worker = 0
+    if args.dataloader_worker is None:
+        args.dataloader_worker = usable_cpus()
+
+
+def _refuse_emulation_options(parser, args) -> None:
+    """The --accelerators options without --accelerators: a usage error; --batch-size's default, 64."""
+    if any(getattr(args, name) is not None for name in ("profile", "compute_time", "au_threshold",
+                                                        "max_accelerators")) or \
+            args.runs != 1 or args.depth != "storage" or args.drop_page_cache:
+        parser.error("--profile, --compute-time, --depth, --au-threshold, --runs, --max-accelerators and "
+                     "--drop-page-cache apply to --accelerators only")
+    if args.batch_size is None:
+        args.batch_size = 64
+
+
 def _check_cache_arguments(parser, args) -> None:
     if args.cache_dir is None:
         if args.cache_limit is not None or args.cache_prefetch or args.cache_remote_paths:
@@ -319,6 +377,15 @@ def one_line(error, plain=()) -> str:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.accelerators is not None:
+        from imagenet_shards.cli.emulation_args import check_emulation  # light: no torch
+        from imagenet_shards.errors import UsageError
+
+        try:
+            check_emulation(args)
+        except UsageError as error:
+            print(f"host_benchmark: {error}", file=sys.stderr)
+            return 2
     apply_s3_arguments(args)
     # A warning (e.g. "read by scanning its tar headers") is one line, not the line of source that warned.
     warnings.formatwarning = lambda message, category, *_, **__: f"host_benchmark: warning: {message}\n"

@@ -36,6 +36,7 @@ from imagenet_shards.formats import UnknownFormatError, get_format, payload_exte
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import parse_metadata, sample_index_name
+from imagenet_shards.safe_names import is_plain_name, redact
 from imagenet_shards.reference import ReferenceMetadataError
 from imagenet_shards.index import parse_sample_columns
 from imagenet_shards.storage import ShardReadError, StorageUnavailable, is_url, join_location, open_byte_range, read_bytes
@@ -125,7 +126,8 @@ def open_dataset_source(base: str, splits) -> ImageNetSource:
             raise ImageNetSourceError(f"{metadata_location}: no split {split!r} (it has "
                                       f"{', '.join(metadata['splits'])}); choose with --splits", usage=True)
         listed[split] = SourceSplit(split, _split_samples(base, metadata, split, fmt, classes))
-    provenance = {"derived_from": {"source": base, "format": metadata["format"], "metadata_sha256": sha256_bytes(data),
+    provenance = {"derived_from": {"source": redact(base), "format": metadata["format"],
+                                   "metadata_sha256": sha256_bytes(data),
                                    "checksum": metadata.get("checksum"),
                                    "plan_fingerprint": metadata.get("plan_fingerprint")}}
     return ImageNetSource(base, LAYOUT, classes, listed, provenance=provenance)
@@ -139,6 +141,10 @@ def _split_samples(base: str, metadata: dict, split: str, fmt, classes: list):
         columns = parse_sample_columns(io.BytesIO(read_bytes(location)), location)
     except (DatasetError, OSError, ShardReadError, StorageUnavailable) as error:
         raise ImageNetSourceError(f"{location}: {error}") from None
+    unsafe = next((name for name in columns.shard_names if not is_plain_name(name)), None)
+    if unsafe is not None:  # never a path or URL outside the parent dataset (imagenet_shards.safe_names)
+        raise ImageNetSourceError(f"{location}: unsafe shard name {unsafe!r} (not a plain file name: a path, "
+                                  f"`..` or a URL); a hostile or damaged index")
     outside = np.flatnonzero((columns.labels < 0) | (columns.labels >= len(classes)))
     if outside.size:
         row = int(outside[0])

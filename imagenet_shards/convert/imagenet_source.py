@@ -314,8 +314,12 @@ def _stream_members(stream, label: str, offset: int = 0):
 
     `offset` is where the stream starts in the archive file, so member offsets are absolute.
     """
-    try:
-        yield from iter_tar_members(label, offset=offset, stream=stream)
+    try:  # the walk ends where the stream does: no claimed size past it is ever allocated
+        if isinstance(stream, io.BytesIO):
+            end = offset + len(stream.getbuffer())
+        else:
+            end = offset + os.fstat(stream.fileno()).st_size
+        yield from iter_tar_members(label, offset=offset, stream=stream, stop_at=end)
     except TarFormatError as error:
         raise ImageNetSourceError(f"not a readable tar archive: {error}") from None
 

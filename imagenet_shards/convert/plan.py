@@ -35,13 +35,14 @@ from imagenet_shards.convert.failures import UsageError
 from imagenet_shards.convert.source_listing import ListingShards
 from imagenet_shards.formats import format_names, get_format
 from imagenet_shards.formats.tar import BLOCK, RECORD, padding
+from imagenet_shards.pixel_limit import PIL_DEFAULT
 from imagenet_shards.dataset_folder import SPLITS
 from imagenet_shards.launcher import Instance
 from imagenet_shards.preprocess import PreprocessError, canonical, output_size, parse_steps
 
 DEFAULT_SAMPLES_PER_SHARD = 1024
 DEFAULT_IMAGE_QUALITY = 95
-DEFAULT_MAX_IMAGE_PIXELS = 89_478_485  # PIL's default Image.MAX_IMAGE_PIXELS
+DEFAULT_MAX_IMAGE_PIXELS = PIL_DEFAULT  # PIL's default Image.MAX_IMAGE_PIXELS (imagenet_shards.pixel_limit)
 ON_ERROR = ("skip", "fail")
 
 

@@ -16,6 +16,8 @@ from imagenet_shards.errors import Error
 
 MAGIC = b"\x93NUMPY"
 _header_cache = {}
+HEADER_CACHE_ENTRIES = 64  # distinct headers kept (a dataset has one or a few): bounded for hostile data
+HEADER_CACHE_BYTES = 4096  # a longer header is parsed each time, never kept
 
 
 class NpyFormatError(Error, ValueError):
@@ -59,7 +61,11 @@ def decode_npy(buffer) -> np.ndarray:
     header = bytes(view[start : start + header_len])
     parsed = _header_cache.get(header)
     if parsed is None:
-        parsed = _header_cache[header] = _parse_header(header)
+        parsed = _parse_header(header)
+        if len(header) <= HEADER_CACHE_BYTES:
+            if len(_header_cache) >= HEADER_CACHE_ENTRIES:
+                _header_cache.clear()
+            _header_cache[header] = parsed
     dtype, shape, order, count = parsed
     data_start = start + header_len
     if len(view) - data_start != count * dtype.itemsize:

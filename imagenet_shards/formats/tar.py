@@ -225,9 +225,30 @@ def _blocks_from_buffer(view, source, stop_at):
     return read, end
 
 
-def _blocks_from_stream(stream, source):
+STREAM_CHUNK = 1 << 24  # a claimed size above this is read in chunks: memory follows the bytes that arrive
+
+
+def read_exactly(stream, n: int) -> bytes:
+    """Up to `n` bytes of `stream` (fewer only at its end): one read when `n` is at most STREAM_CHUNK, else
+    chunks, so a hostile claimed size (a tar member, a TFRecord length) allocates only what the stream holds."""
+    if n <= STREAM_CHUNK:
+        return stream.read(n)
+    parts, left = [], n
+    while left > 0:
+        chunk = stream.read(min(STREAM_CHUNK, left))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _blocks_from_stream(stream, source, end=None):
     def read(n, where, what):
-        data = stream.read(n)
+        if end is not None and where + n > end:
+            raise TarFormatError(source, where, f"truncated: {_describe(what)} needs {n} bytes, only "
+                                                f"{max(end - where, 0)} remain in the range read")
+        data = read_exactly(stream, n)
         if len(data) != n:
             raise TarFormatError(source, where, f"truncated: {_describe(what)} needs {n} bytes, only {len(data)} remain")
         return memoryview(data)
@@ -252,7 +273,7 @@ def iter_tar_members(source, offset=0, verify_checksums=True, stop_at=None, stre
     elif stream is None:
         read, end = _blocks_from_mmap(source, stop_at)
     else:
-        read, end = _blocks_from_stream(stream, source), stop_at
+        read, end = _blocks_from_stream(stream, source, stop_at), stop_at
     long_name = None
     pax_name = None
     while end is None or offset < end:

@@ -196,9 +196,15 @@ def _reader_from_mmap(path):
     return read, size
 
 
-def _reader_from_stream(stream, source):
+def _reader_from_stream(stream, source, end=None):
+    from imagenet_shards.formats.tar import read_exactly
+
     def read(n, position, number, record_offset, what):
-        data = stream.read(n)
+        if end is not None and position + n > end:  # a claimed length past the range: never allocated
+            remain = max(end - position, 0)
+            raise TFRecordFormatError(source, number, record_offset,
+                                      f"truncated: {what} needs {n} bytes from byte {position}, only {remain} remain")
+        data = read_exactly(stream, n)
         if len(data) != n:
             raise TFRecordFormatError(source, number, record_offset, f"truncated: {what} needs {n} bytes from byte {position}, only {len(data)} remain")
         return memoryview(data)
@@ -236,7 +242,7 @@ def _iter_frames(source, offset, stop_at, stream, number, verify_crc):
         read, size = _reader_from_mmap(source)
         end = size if stop_at is None else min(stop_at, size)
     else:
-        read, end = _reader_from_stream(stream, source), stop_at
+        read, end = _reader_from_stream(stream, source, stop_at), stop_at
     while end is None or offset < end:
         if end is None:  # a stream of unknown length may end only between records
             first = stream.read(HEADER_SIZE)

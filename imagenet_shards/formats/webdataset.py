@@ -84,8 +84,9 @@ def _name_mismatch(view, header: int, name: bytes) -> Optional[str]:
     stored = bytes(view[header:header + 100]).split(b"\0", 1)[0]
     if stored == name or (len(name) >= 100 and stored == name[:100]):
         return None
-    return (f"at byte {header} the shard holds {stored.decode(errors='replace')!r}, its index says "
-            f"{name.decode()!r}: the shard does not match its index")
+    # Escaped, ASCII only (bytes' repr without its b): a hostile shard's bytes never reach a terminal raw.
+    return (f"at byte {header} the shard holds {repr(stored)[1:]}, its index says "
+            f"{repr(name)[1:]}: the shard does not match its index")
 
 
 def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:

@@ -58,6 +58,10 @@ def run_host_benchmark(args, warn) -> list:
     if busy and collective.is_reporter:
         warn(busy)
     try:
+        if getattr(args, "accelerators", None) is not None:  # host_benchmark.py --accelerators N|auto
+            from imagenet_shards.hostbench.emulation_run import emulate_accelerators
+
+            return emulate_accelerators(args, instance, collective)
         if args.compare is not None:
             return compare_formats(args, instance, collective)
         measure_source(args, instance, collective)

@@ -48,6 +48,7 @@ from imagenet_shards.fileio import atomic_write_json
 from imagenet_shards.index.records import ShardRecord
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.metadata_digest import sealed
+from imagenet_shards.safe_names import plain_name
 
 FORMAT_VERSION = 1
 # metadata.json key (see above): true when the converter's .convert-state/ is outside `checksum` and removed.
@@ -86,7 +87,27 @@ def parse_metadata(data: bytes, source=METADATA_FILE) -> dict:
         raise DatasetError(f"{source}: format_version {version!r} is not a version number")
     if version > FORMAT_VERSION:
         raise DatasetError(f"{source}: format_version {version} is newer than this tool")
+    check_names(metadata, source)
     return metadata
+
+
+def check_names(metadata: dict, source) -> None:
+    """Every split, shard and index name metadata.json gives is a plain name (imagenet_shards.safe_names): none
+    becomes a path or URL outside the dataset. UnsafeNameError (a DatasetError) naming `source` and the name."""
+    splits = metadata["splits"]
+    if not isinstance(splits, dict):
+        raise DatasetError(f"{source}: 'splits' is not a JSON object")
+    for split, entry in splits.items():
+        plain_name(split, source)
+        if not isinstance(entry, dict):
+            continue
+        shards = entry.get("shards")
+        for shard in shards if isinstance(shards, list) else ():  # a malformed list: the validator names it
+            if isinstance(shard, dict) and "name" in shard:
+                plain_name(shard["name"], source)
+        index = entry.get("index")
+        if isinstance(index, dict) and index.get("name") is not None:
+            plain_name(index["name"], source)
 
 
 def write_metadata(directory, metadata: dict) -> dict:

@@ -334,7 +334,7 @@ class ImageLoader:
                 report.samples += len(batch.keys)
                 yield batch if self.with_keys else (batch.images, batch.labels)
                 batch = None
-        except RuntimeError as error:
+        except (RuntimeError, *worker_shards.PIPE_BROKEN) as error:
             columns = dataset.read_loop.context.columns
             died = worker_shards.death_of(error, dataset.worker_table, getattr(columns, "shard_names", None),
                                           planner.source.description)

@@ -3,8 +3,10 @@
     cache = ShardCache.for_dataset(directory, metadata, limit="200GB", remote_paths=False, prefetch=0)
     with cache.serve(run) as (served, fill): ...   # a shard_reader.Run, read from the cache (fill None) or while filling it
 
-Layout: `<directory>/<dataset key>/<shard name>` (the key is metadata.json's `checksum`, so two datasets,
-or a re-uploaded one, never share entries) with, beside each shard:
+Layout: `<directory>/<dataset key>/<shard name>` (the key is a sha256 of the dataset's identity, its `checksum`
+and shard records, never a string from it, so two datasets, or a re-uploaded one, never share entries; both
+folders are this user's, mode 0700, and another user's or a writable one is refused: docs/shard-cache.md's
+trust model) with, beside each shard:
     <shard>.meta     {"size", "mtime_ns", "sha256"} of the entry, written after the rename: an entry is
                      served only while the file's size and mtime equal these and sha256 equals metadata.json's;
     <shard>.lock     the fill lock (flock LOCK_EX, held by the process fetching the shard: one fetch per

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import stat as stat_module
 import threading
 import warnings
 from dataclasses import replace
@@ -25,6 +26,7 @@ from imagenet_shards.formats import FORMATS
 from imagenet_shards.shard_cache.events import new_events
 from imagenet_shards.shard_cache.fill import CHUNK, Fill, Follower, lock_file, register, unlock
 from imagenet_shards.errors import Error
+from imagenet_shards.safe_names import plain_name
 
 log = logging.getLogger(__name__)
 RESERVE = 1 << 30  # the default limit leaves this much of the disk free
@@ -51,13 +53,34 @@ def parse_size(text) -> int:
 
 
 def dataset_key(metadata: dict) -> str:
-    """metadata.json's checksum; for a dataset without one, the sha256 of its shard records."""
-    checksum = metadata.get("checksum")
-    if checksum:
-        return re.sub(r"[^0-9A-Za-z_.-]", "_", str(checksum))
-    records = sorted((s["name"], int(s["bytes"]), s.get("sha256"))
+    """A digest of the dataset's identity (metadata.json's checksum and its shard records), never a string
+    taken from it: a hostile `checksum` (`..`, `/etc`) cannot name the folder (issue 45)."""
+    records = sorted((str(s["name"]), int(s["bytes"]), s.get("sha256"))
                      for entry in metadata.get("splits", {}).values() for s in entry.get("shards", []))
-    return "shards-" + hashlib.sha256(json.dumps(records).encode()).hexdigest()[:32]
+    identity = json.dumps({"checksum": str(metadata.get("checksum")), "shards": records}, sort_keys=True)
+    return "dataset-" + hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
+def own_folder(path: Path, what: str) -> Path:
+    """`path`, created with mode 0700 when missing, after checking that it is a real folder (not a link) owned by
+    this user and writable by no other: a folder another user owns or can write lets them plant entries or
+    links (docs/shard-cache.md). CacheError in one line otherwise."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise CacheError(f"{what} {path}: cannot create it: {error.strerror or error}") from None
+    info = os.lstat(path)
+    if not stat_module.S_ISDIR(info.st_mode):
+        raise CacheError(f"{what} {path}: not a folder (a link or a file): refused")
+    if info.st_uid != os.geteuid():
+        raise CacheError(f"{what} {path}: owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}): "
+                         f"refused; give the cache a folder of your own")
+    if info.st_mode & 0o022:
+        raise CacheError(f"{what} {path}: writable by other users (mode {stat_module.S_IMODE(info.st_mode):o}): "
+                         f"refused; chmod go-w it or give the cache a folder of your own")
+    return path
 
 
 def open_cache(directory, metadata: Optional[dict], description: str, limit=None, remote_paths: bool = False,
@@ -87,16 +110,20 @@ class ShardCache:
     def __init__(self, directory, key: str, shards: dict, limit: Optional[int] = None, remote_paths: bool = False,
                  prefetch: int = 0):
         self.root = Path(directory)
-        self.directory = self.root / key
+        self.directory = self.root / plain_name(key, "cache key")
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            self.root.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise CacheError(f"cache directory {self.root}: cannot create it: {error.strerror or error}") from None
+        own_folder(self.root, "cache directory")
+        own_folder(self.directory, "cache folder")
         if not os.access(self.directory, os.W_OK):
             raise CacheError(f"cache directory {self.directory}: not writable")
         if limit is None:
             limit = shutil.disk_usage(self.root).free + self._total_bytes() - RESERVE
-        self.key, self.shards, self.limit = key, dict(shards), max(int(limit), 0)
+        self.key, self.limit = key, max(int(limit), 0)
+        self.shards = {plain_name(name, "metadata.json"): record for name, record in shards.items()}
+        self.verified = set()  # (name, inode, mtime_ns) of entries hashed in this process (or its parent)
         self.remote_paths, self.prefetch = remote_paths, max(int(prefetch), 0)
         self.reset_process_state()
         register(self)
@@ -132,7 +159,7 @@ class ShardCache:
     # ------------------------------------------------------------------ paths and entries
 
     def path(self, name: str) -> Path:
-        return self.directory / name.replace("/", "%2F")
+        return self.directory / plain_name(name, "metadata.json")
 
     def _side(self, name: str, suffix: str) -> Path:
         path = self.path(name)
@@ -154,15 +181,35 @@ class ShardCache:
     def _valid(self, name: str) -> Optional[os.stat_result]:
         """The entry's stat when it may be served: present, and its size, mtime and sha256 as recorded."""
         try:
-            meta = json.loads(self._side(name, ".meta").read_text())
-            stat = self.path(name).stat()
+            meta = read_meta(self._side(name, ".meta"))
+            stat = os.lstat(self.path(name))
         except (OSError, ValueError):
             return None
         size, sha256 = self.shards[name]
         if (meta.get("sha256"), meta.get("size")) != (sha256, size) or stat.st_size != size \
-                or stat.st_mtime_ns != meta.get("mtime_ns"):
+                or stat.st_mtime_ns != meta.get("mtime_ns") or not stat_module.S_ISREG(stat.st_mode):
             return None
         return stat
+
+    def _hashed_once(self, name: str, stat: os.stat_result) -> bool:
+        """Whether the entry's bytes equal metadata.json's sha256: hashed once per process that did not fill it
+        (a forked worker inherits its parent's results), before its first read. A whole read of the entry from
+        the page cache at sha256's speed (docs/shard-cache.md: the trust model, what it costs)."""
+        mark = (name, stat.st_ino, stat.st_mtime_ns)
+        if mark in self.verified:
+            return True
+        digest = hashlib.sha256()
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        with open(fd, "rb", buffering=0) as handle:
+            while chunk := handle.read(CHUNK * 4):
+                digest.update(chunk)
+        if digest.hexdigest() != self.shards[name][1]:
+            return False
+        self.verified.add(mark)
+        return True
 
     def _changed(self, name: str) -> Optional[str]:
         """Why an entry that exists may not be served ("size or mtime changed"), None if none exists."""
@@ -184,7 +231,7 @@ class ShardCache:
             self._start_prefetch(name)
             if fill is None:
                 self.count("hits")
-                os.utime(self._side(name, ".pin"))
+                os.utime(pin)
                 yield replace(run, location=str(self.path(name)), copied=True), None
             else:
                 yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
@@ -201,8 +248,11 @@ class ShardCache:
             fill = self._fills.get(name)
             if fill is not None:
                 return fill, os.dup(fill.read_fd)
-        if self._valid(name) is not None:
-            return None, None
+        stat = self._valid(name)
+        if stat is not None:
+            if self._hashed_once(name, stat):
+                return None, None
+            self.drop(name, "its bytes no longer match metadata.json's sha256")
         lock = lock_file(self._side(name, ".lock"), fcntl.LOCK_EX, wait=False)
         if lock is None:  # another process is fetching it: wait for its entry
             lock = lock_file(self._side(name, ".lock"), fcntl.LOCK_EX)
@@ -288,13 +338,11 @@ class ShardCache:
             pin = lock_file(self._side(fill.name, ".pin"), fcntl.LOCK_SH)
             try:
                 os.replace(fill.part, path)
-                stat = path.stat()
-                meta = self._side(fill.name, ".meta")
-                temporary = meta.with_name(meta.name + f".{os.getpid()}")
-                temporary.write_text(json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-                                                 "sha256": sha256}))
-                os.replace(temporary, meta)
-                os.utime(self._side(fill.name, ".pin"))  # the last use (LRU)
+                stat = os.lstat(path)
+                write_meta(self._side(fill.name, ".meta"), {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                                            "sha256": sha256})
+                self.verified.add((fill.name, stat.st_ino, stat.st_mtime_ns))
+                os.utime(pin)  # the last use (LRU)
             finally:
                 unlock(pin)
             fill.intact = True
@@ -326,26 +374,26 @@ class ShardCache:
     # ------------------------------------------------------------------ limit, prefetch, events
 
     def _entries(self) -> list:
-        """(last use, bytes, shard path, pin path) of every complete entry under the cache root."""
+        """(last use, allocated bytes, shard path, pin path) of every entry this cache wrote under its root: in
+        real folders this user owns, a regular file with a valid .meta beside it. Links are never followed; a
+        file without a valid .meta (another tool's, another user's) is never counted nor removed."""
         entries = []
-        for folder in (p for p in self.root.iterdir() if p.is_dir()):
-            for item in os.scandir(folder):
+        for folder in os.scandir(self.root):
+            if not folder.is_dir(follow_symlinks=False) or folder.stat(follow_symlinks=False).st_uid != os.geteuid():
+                continue
+            for item in os.scandir(folder.path):
                 if item.name.endswith(SIDE_SUFFIXES) or ".part." in item.name or ".meta." in item.name:
                     continue
-                pin = Path(item.path + ".pin")
-                try:
-                    size = item.stat().st_size
-                    used = pin.stat().st_mtime_ns if pin.exists() else item.stat().st_mtime_ns
-                except FileNotFoundError:
-                    continue
-                entries.append((used, size, Path(item.path), pin))
+                entry = _entry(item)
+                if entry is not None:
+                    entries.append(entry)
         return entries
 
     def _total_bytes(self) -> int:
         return sum(entry[1] for entry in self._entries()) if self.root.exists() else 0
 
     def evict(self) -> None:
-        """Least recently used entries out until the cache holds at most `limit` bytes; an entry some
+        """Least recently used entries out until the cache holds at most `limit` allocated bytes; an entry some
         process is reading (pinned) is skipped, so the cache may stay above the limit until it is not."""
         entries = sorted(self._entries())
         total = sum(entry[1] for entry in entries)
@@ -407,6 +455,46 @@ class ShardCache:
         with self._mutex:
             events, self._events = self._events, new_events()
         return events
+
+
+def _entry(item: os.DirEntry) -> Optional[tuple]:
+    """(last use, allocated bytes, path, pin path) of a cache entry: a regular file (not a link) whose .meta
+    records its size and mtime; None for anything else."""
+    try:
+        stat = item.stat(follow_symlinks=False)
+        meta = read_meta(Path(item.path + ".meta"))
+    except (OSError, ValueError):
+        return None
+    if not stat_module.S_ISREG(stat.st_mode) or (meta.get("size"), meta.get("mtime_ns")) != \
+            (stat.st_size, stat.st_mtime_ns):
+        return None
+    pin = Path(item.path + ".pin")
+    try:
+        used = os.lstat(pin).st_mtime_ns
+    except OSError:
+        used = stat.st_mtime_ns
+    return used, stat.st_blocks * 512, Path(item.path), pin
+
+
+def read_meta(path: Path) -> dict:
+    """An entry's .meta, opened without following a link (OSError for a link, ValueError for bad JSON)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(fd, "rb") as handle:
+        meta = json.loads(handle.read(1 << 16))
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return meta
+
+
+def write_meta(path: Path, meta: dict) -> None:
+    """Write .meta through a side file made with O_EXCL|O_NOFOLLOW (a planted file or link is never written
+    through), then renamed over it."""
+    temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    temporary.unlink(missing_ok=True)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "w") as handle:
+        handle.write(json.dumps(meta))
+    os.replace(temporary, path)
 
 
 def glob_escape(text: str) -> str:

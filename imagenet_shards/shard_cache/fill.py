@@ -46,7 +46,16 @@ def register(cache) -> None:
 
 def lock_file(path: Path, mode: int, wait: bool = True) -> Optional[int]:
     """An fd of `path` (created if missing) locked with flock `mode`; None if not waiting and it is taken."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # never through a link
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        log.warning("%s: a link where the cache keeps a lock file: removed, never followed", path)
+        if os.path.islink(path):  # a link is never anyone's lock (flock is taken on regular files only)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, mode | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
@@ -71,8 +80,9 @@ class Fill:
         self.cache, self.name, self.location, self.lock_fd = cache, name, location, lock_fd
         self.size, self.sha256 = cache.shards[name]
         self.part = cache.path(name).with_name(f"{cache.path(name).name}.part.{os.getpid()}.{threading.get_ident()}")
-        self.write_fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        self.read_fd = os.open(self.part, os.O_RDONLY | os.O_CLOEXEC)
+        self.part.unlink(missing_ok=True)  # a planted file or link of that name: never written through
+        self.write_fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.read_fd = os.open(self.part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         self.cond = threading.Condition()
         self.written = 0
         self.done = False

@@ -42,6 +42,7 @@ from imagenet_shards.fileio import OpenShard
 from imagenet_shards.formats import FORMATS, format_for_location, get_format
 from imagenet_shards.formats.tar import TarShardWriter, iter_tar_samples
 from imagenet_shards.errors import EXIT_OK, DatasetError, Error, UsageError, exit_code
+from imagenet_shards.safe_names import plain_name, redact
 from imagenet_shards.index import (ShardRecord, parse_metadata, parse_sample_columns, read_metadata, sample_index_name,
                             write_metadata, write_sample_index)
 from imagenet_shards.index.earlier import rewrite_earlier_index
@@ -370,13 +371,15 @@ def tsv(locations, fields, out) -> int:
 def run_writer(args) -> dict:
     inputs = load_inputs(args.inputs, args.split or "train")
     try:
-        split = args.split or inputs.split or "train"
+        split = plain_name(args.split or inputs.split or "train",
+                           "--split" if args.split else "the input's metadata.json")
         if split not in SPLITS:
             print(f"note: split {split!r} is neither train nor validation; get_data reads it by name", file=sys.stderr)
         pairs = ordered(inputs.records(), args.command, args.seed)
         if args.out == STDIO:
             return stream_tar(inputs, pairs, sys.stdout.buffer)
-        derived = {"tool": f"tar_tools {args.command}", "inputs": list(map(str, args.inputs)), "seed": args.seed,
+        derived = {"tool": f"tar_tools {args.command}", "inputs": [redact(item) for item in args.inputs],
+                   "seed": args.seed,
                    "samples_per_shard": args.samples_per_shard, "max_shard_bytes": args.max_shard_bytes}
         return write_dataset(inputs, pairs, Path(args.out), split, derived,
                              (args.samples_per_shard, args.max_shard_bytes))

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from imagenet_shards.dataset_folder import REPARTITION_MANIFEST
+from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST
 from imagenet_shards.fileio import PARTIAL_SUFFIX
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError
@@ -45,6 +47,7 @@ from imagenet_shards.storage import (
 )
 
 CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 class UploadError(DatasetError):
@@ -107,10 +110,15 @@ def local_files(root: Path) -> list:
         if index.get("name") and index.get("sha256"):
             recorded[index["name"]] = (int(index["bytes"]), index["sha256"], index.get("md5"))
     files = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    known = _known_names(metadata, recorded)
+    for path in _regular_files(root):
         name = path.relative_to(root).as_posix()
         if name.endswith(PARTIAL_SUFFIX) or any(part.startswith(".") for part in name.split("/")):
             continue  # a write in progress, or a hidden file: not part of the dataset
+        if not _known(name, known):
+            log.warning("%s: not uploaded: metadata.json does not name it and it is no known companion "
+                        "(index, .tfindex, repartition)", path)
+            continue
         size = path.stat().st_size
         if name in recorded:
             if recorded[name][0] != size:
@@ -127,6 +135,39 @@ def local_files(root: Path) -> list:
 
     files.sort(key=order)  # stable: sorted names within each group
     return files
+
+
+def _regular_files(root: Path) -> list:
+    """Every regular file under `root`, sorted; links (to files or folders) are never followed nor sent."""
+    found = []
+    for folder, folders, names in os.walk(root, followlinks=False):
+        links = [n for n in folders if os.path.islink(os.path.join(folder, n))]
+        folders[:] = [n for n in folders if n not in links]
+        for name in names + links:
+            path = Path(folder) / name
+            if path.is_symlink():
+                log.warning("%s: a link: not uploaded (an upload never follows one)", path)
+            elif path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def _known_names(metadata: dict, recorded: dict) -> set:
+    """What metadata.json names (shards, indexes) and the shards' companions (a format's side files)."""
+    from imagenet_shards.formats import FORMATS
+
+    known = {METADATA_FILE, *recorded}
+    shard_format = FORMATS.get(metadata.get("format"))
+    for entry in metadata.get("splits", {}).values():
+        for shard in entry.get("shards", []):
+            known.update(shard_format.companions(shard["name"]) if shard_format is not None else ())
+    return known
+
+
+def _known(name: str, known: set) -> bool:
+    """A file to send: named by metadata.json or a companion, inside a shard that is a folder (LMDB), or a
+    repartition's file (distributed/, checked by its manifest)."""
+    return name in known or name.split("/", 1)[0] in known or name.startswith(DISTRIBUTED_DIR + "/")
 
 
 def object_matches(head: Optional[dict], item: LocalFile) -> tuple:

@@ -31,6 +31,7 @@ from imagenet_shards.formats import get_format
 from imagenet_shards.formats.shard_check import error, warning
 from imagenet_shards.validate.converted import check_metadata_digest, validate_converted
 from imagenet_shards.validate.report import Report, ValidationUsageError
+from imagenet_shards.safe_names import UnsafeNameError, plain_name, redact, relative_name
 
 CHUNK = 1 << 20
 
@@ -39,6 +40,12 @@ def validate_s3(location: str, workers: int = 1, deep: bool = False, quick: bool
                 staging: Optional[str] = None) -> Report:
     location = location.rstrip("/")
     objects = list_objects(location)
+    unsafe = _unsafe_keys(location, objects)
+    if unsafe:
+        report = Report(redact(location), "converted")
+        report.problems.extend(unsafe)
+        report.verdicts["Dataset"] = False
+        return report
     if METADATA_FILE not in objects:
         if not objects:
             raise ValidationUsageError(f"{location}: no objects under this prefix (not a dataset)")
@@ -51,6 +58,18 @@ def validate_s3(location: str, workers: int = 1, deep: bool = False, quick: bool
     if quick:
         return _quick(location, objects)
     return _full(location, objects, workers, deep, progress, staging)
+
+
+def _unsafe_keys(location, objects) -> list:
+    """An error per listed key that is not plain names joined by `/` (`..`, `//`, an absolute path): such a key
+    would be written outside the staging folder, so nothing is fetched (imagenet_shards.safe_names)."""
+    problems = []
+    for name in sorted(objects):
+        try:
+            relative_name(name, location)
+        except UnsafeNameError as problem:
+            problems.append(error(repr(name), f"{problem}: not fetched, the prefix is not validated"))
+    return problems
 
 
 def _full(location, objects, workers, deep, progress, staging) -> Report:
@@ -90,12 +109,15 @@ def _quick(location, objects) -> Report:
         metadata = json.loads(metadata_bytes)
         expected, companions = {}, set()
         shard_format = get_format(metadata.get("format"))
-        for entry in metadata["splits"].values():
+        for split, entry in metadata["splits"].items():
+            plain_name(split, METADATA_FILE)
             for shard in entry["shards"]:
+                plain_name(shard["name"], METADATA_FILE)
                 expected[shard["name"]] = (int(shard["bytes"]), shard["sha256"])
                 companions.update(shard_format.companions(shard["name"]))
             index = entry.get("index") or {}
             if index.get("name"):
+                plain_name(index["name"], METADATA_FILE)
                 expected[index["name"]] = (int(index["bytes"]), index.get("sha256"))
     except (ValueError, KeyError, TypeError) as problem:
         report.problems.append(error(METADATA_FILE, f"not a valid metadata.json: {problem}"))

@@ -22,6 +22,7 @@ import torch
 from imagenet_shards.loader.output.batch_ring import BatchRing
 from imagenet_shards.loader.device.device_resample import center_crop_box, crop_box
 from imagenet_shards.loader.device.jpeg_header import device_refusal, read_header
+from imagenet_shards.pixel_limit import check_pixels
 from imagenet_shards.loader.transform.pipeline import CENTER_CROP, RANDOM_RESIZED_CROP, RESIZE, center_crop_offsets, resized_size
 
 DEVICE_DECODE = "device"  # get_data(jpeg_decode=...)
@@ -139,6 +140,7 @@ class JpegPacker:
         refusal = device_eligible(payload)
         if refusal is None:
             header = read_header(payload)
+            check_pixels(header.width, header.height, self.pipeline.pixel_limit)  # over the limit: this sample's error, never packed
             with self.torch_random if self.torch_random is not None else contextlib.nullcontext():
                 drawn = device_box(self.pipeline, header.width, header.height, rng, bbox)
             if drawn is None:

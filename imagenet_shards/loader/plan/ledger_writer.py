@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from imagenet_shards.fileio import open_new
+from imagenet_shards.safe_names import redact
 from imagenet_shards.loader.plan.resume import FIXED, Segment, epoch_of
 from imagenet_shards.loader.plan.sub_order import SubOrder, plan_items
 from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
@@ -61,11 +63,12 @@ def write_ledger(path, planner, context, live, source_argument, identity_: dict,
         plan = planner.plan(epoch)
     batches = walker.delivered_batches(plan, number, segment, own.index, progress)
     entries.append(_entry(context, number, own.index, segment, batches, plan, complete))
-    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"], "source": source_argument,
+    ledger = {"ledger": LEDGER_VERSION, "dataset": identity_["dataset"],
+              "source": source_argument and redact(source_argument),
               **{name: identity_[name] for name in FIXED}, "epoch": epoch, "instance": own.index,
               "instances": own.count, "entries": entries}
     temporary = f"{path}.tmp{os.getpid()}"
-    with open(temporary, "w") as handle:
+    with open_new(temporary, "w") as handle:
         json.dump(ledger, handle)
     os.replace(temporary, path)
     return ledger

@@ -101,7 +101,7 @@ class EpochRuns:
         except GeneratorExit:  # the caller stopped mid-epoch: the next epoch starts a new generation
             raise
         except BaseException as error:  # a worker failed (or timed out): iterate the DataLoader afresh next time
-            self.iterator = None
+            self._close()
             # DataLoader re-raises a worker's error from a frame that holds it: error -> traceback ->
             # frame -> error, a cycle that keeps the DataLoader iterator for the garbage collector,
             # which closes its queues before the iterator's shutdown can use them (5 s per worker).
@@ -109,6 +109,16 @@ class EpochRuns:
             traceback.clear_frames(error.__traceback__)
             raise
         self.next_epoch = epoch + 1
+
+    def _close(self) -> None:
+        """Stop the iterator's workers now. A persistent DataLoader keeps its iterator, and torch's SIGCHLD handler
+        the iterator's worker pids: a dead worker would be raised again, from wherever the main process is, at
+        the next exit of any child process (pytest's INTERNALERROR after test_file_kind_fuzz's worker death)."""
+        iterator, self.iterator = self.iterator, None
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        if getattr(self.dataloader, "_iterator", None) is iterator:
+            self.dataloader._iterator = None
 
     def _start(self, epoch: int) -> None:
         self.generation += 1

@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from imagenet_shards.index import SampleColumns
+from imagenet_shards.safe_names import is_plain_name
 
 SHOWN = 3  # disagreements named in one message
 
@@ -29,6 +30,10 @@ def index_disagreement(columns: SampleColumns, split_entry, index_location: str)
     """One line naming `index_location` and how it disagrees with metadata.json's entry for its split
     (per-shard sample counts, keys unique), or None. Metadata without usable counts (an edited or
     older metadata.json, which the validator names) is not held against."""
+    unsafe = next((name for name in columns.shard_names if not is_plain_name(name)), None)
+    if unsafe is not None:  # never a path or URL outside the dataset (imagenet_shards.safe_names)
+        return (f"{index_location}: unsafe shard name {unsafe!r} (not a plain file name: a path, `..` or a URL); "
+                f"a hostile or damaged index: restore it or re-convert")
     expected = _expected_counts(split_entry)
     if expected is not None:
         listed = np.bincount(columns.shard_ids, minlength=len(columns.shard_names)).tolist()

@@ -19,6 +19,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from imagenet_shards.safe_names import redact_text
 from imagenet_shards.formats.mapped_shards import release_payload
 from imagenet_shards.loader.output.batch_ring import BatchBuilder
 from imagenet_shards.loader.device.device_batches import JpegPacker, largest_batch_bytes
@@ -182,6 +183,7 @@ class ReadLoop:
                     yield builder.emit()
 
     def _bad(self, report, key, shard, error):
+        shard, error = redact_text(str(shard)), redact_text(str(error))  # no signature or token is printed
         if self.on_error == "fail":
             raise SampleError(f"{shard}: sample {key!r}: {error}")
         report.skipped.append(Skipped(key, shard, error))

@@ -105,8 +105,8 @@ def _iter_run_part(run: Run, label_offset: int, shard_format, verify: bool):
             same = sample["__key__"] == record.key or (is_positional_key(record) and sample["__offset__"] == record.record_offset)
             if not same or not inside:
                 raise ShardReadError(
-                    f"at byte {sample['__offset__']} the shard holds sample {sample['__key__']!r}, "
-                    f"its index says {record.key!r} at byte {record.record_offset}: the shard does not "
+                    f"at byte {sample['__offset__']} the shard holds sample {ascii(sample['__key__'])}, "
+                    f"its index says {ascii(record.key)} at byte {record.record_offset}: the shard does not "
                     f"match its index"
                 )
             position += 1
@@ -140,6 +140,8 @@ def read_member(location: str, record: SampleRecord, ext: str) -> Optional[bytes
             except ValueError:  # not a tar header (another container): no member to find
                 return None
             data_offset = offset + BLOCK
+            if data_offset + size > end:  # a claimed size past the sample's range: never allocated nor read
+                return None
             offset = data_offset + size + (-size % BLOCK)
             if header[156:157] == b"L":  # GNU long name of the next member
                 long_name = os.pread(handle.fileno(), size, data_offset).rstrip(b"\0").decode("utf-8", "replace")

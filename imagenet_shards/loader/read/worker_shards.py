@@ -9,7 +9,9 @@ main process turns the death into a WorkerDiedError naming the dataset and that 
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from typing import Optional
 
 from imagenet_shards.errors import Error
@@ -51,13 +53,24 @@ def is_worker_death(error: BaseException) -> bool:
         ("exited unexpectedly" in text or "killed by signal" in text)
 
 
+PIPE_BROKEN = (EOFError, ConnectionError)  # a worker died while sending a batch: its pipe ends mid-message
+
+
 def death_of(error: BaseException, table: Optional["torch.Tensor"], shard_names, description: str):
-    """The WorkerDiedError for DataLoader's worker-death `error`, or None when it is not one."""
+    """The WorkerDiedError for DataLoader's worker-death `error` (or a pipe broken by a worker that has exited),
+    or None when it is not one."""
     text = str(error)
-    if table is None or not is_worker_death(error):
+    if table is None:
         return None
-    listed = re.search(r"pid(?:\(s\))?\s*([\d,\s]+)", text)  # "(pid 12)", "(pid(s) 12, 13)"
-    pids = {int(pid) for pid in re.findall(r"\d+", listed.group(1))} if listed else set()
+    if isinstance(error, PIPE_BROKEN):
+        pids = exited_workers(table)
+        if not pids:
+            return None
+    elif is_worker_death(error):
+        listed = re.search(r"pid(?:\(s\))?\s*([\d,\s]+)", text)  # "(pid 12)", "(pid(s) 12, 13)"
+        pids = {int(pid) for pid in re.findall(r"\d+", listed.group(1))} if listed else set()
+    else:
+        return None
     named = []
     for worker, (pid, shard) in enumerate(table.tolist()):
         if pid in pids:
@@ -68,3 +81,22 @@ def death_of(error: BaseException, table: Optional["torch.Tensor"], shard_names,
     return WorkerDiedError(f"{description}: {what}: the epoch ends here (a corrupt shard can crash the process "
                            f"that maps it, e.g. an LMDB file: validate_dataset.py names it; or the worker was "
                            f"killed, e.g. for memory)")
+
+
+def exited_workers(table, wait_s: float = 2.0) -> set:
+    """The pids in the worker table whose process has exited (gone, or a zombie not yet reaped), waiting up to
+    `wait_s` for the one whose broken pipe the main process saw first."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = {pid for pid, _ in table.tolist() if pid and _exited(pid)}
+        if pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.05)
+
+
+def _exited(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:  # no such process (or no /proc: then a broken pipe stays the error it is)
+        return os.path.isdir("/proc/self")

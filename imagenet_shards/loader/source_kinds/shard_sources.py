@@ -38,6 +38,7 @@ from imagenet_shards.metadata_digest import EDITED, MALFORMED, digest_status
 from imagenet_shards.preprocess import PreprocessError, parse_stored_steps
 from imagenet_shards.reference import ReferenceMetadataError
 from imagenet_shards.reference.layout import NOTICE, scan_unadopted
+from imagenet_shards.safe_names import is_relative_name, redact
 
 log = logging.getLogger(__name__)
 KIND = "shards"  # the shard kind's name (source_kinds/shards.py registers it as SHARDS)
@@ -123,7 +124,7 @@ def _converted(base: str, split: str, instance_count: int, use_repartition: bool
         raise SourceError(f"{metadata_location}: {error}") from None
     settings = ShardSettings(columns, base=base, metadata=metadata, label_offset=metadata.get("label_offset", 0),
                              shard_format=shard_format)
-    described = f"{base} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)"
+    described = f"{redact(base)} ({fmt}, {split}: {len(columns)} samples in {len(columns.group_ranges()[0])} shards)"
     source = Source(KIND, described, [], payload_extension_of(metadata), classes=metadata.get("classes"),
                     stored_steps=_stored_steps(metadata, split, metadata_location),
                     tensor_layout=metadata.get("tensor_layout") or "HWC", settings=settings)
@@ -214,6 +215,10 @@ def load_own_share(repartition: dict, instance: int) -> OwnShare:
                             remedy=REBUILD_REPARTITION)
     if len(columns) != int(item["samples"]):
         raise SourceError(f"{index_location}: holds {len(columns)} samples, the manifest says {item['samples']}")
+    unsafe = next((name for name in columns.shard_names if not is_relative_name(name)), None)
+    if unsafe is not None:  # a shard outside the dataset (imagenet_shards.safe_names)
+        raise SourceError(f"{index_location}: unsafe shard name {unsafe!r} (a path outside the dataset, `..` or "
+                          f"a URL); {REBUILD_REPARTITION}")
     return OwnShare(repartition["location"], repartition["policy"], columns, repartition["counts"],
                     list(item.get("padded_keys", [])), list(entry.get("dropped_keys", [])))
 
@@ -225,7 +230,7 @@ def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.
     after its size and sha256 are held against what `recorded_by` records for it in `split_entry`
     (metadata.json's split entry, a repartition manifest's instance entry; index_trust)."""
     if is_url(location):
-        columns = parse_sample_columns(iter(read_bytes(location).splitlines()), location)
+        columns = parse_sample_columns(iter(read_bytes(location, _recorded_bytes(split_entry)).splitlines()), location)
     else:
         problem = index_file_disagreement(location, split_entry, recorded_by, remedy) if split_entry else None
         if problem:
@@ -238,6 +243,14 @@ def _read_columns(location: str, split_entry=None, recorded_by: str = "metadata.
             raise SourceError(f"{location}: the sample index is not UTF-8 text at byte {error.start} "
                               f"(a damaged index: {remedy})") from None
     return columns.in_shard_order()
+
+
+def _recorded_bytes(split_entry) -> Optional[int]:
+    """The index size `split_entry` records (the most a remote read of it takes), or None (the default cap)."""
+    try:
+        return int(split_entry["index"]["bytes"])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _hold_against_metadata(columns: SampleColumns, split_entry, index_location: str) -> None:

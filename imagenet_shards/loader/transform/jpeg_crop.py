@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image
 
 from imagenet_shards.errors import Error
+from imagenet_shards.pixel_limit import check_pixels
 
 try:
     from imagenet_shards import _jpeg_crop as _native
@@ -89,7 +90,7 @@ def decode_path() -> str:
     return CROP
 
 
-def jpeg_size(data) -> Optional[tuple]:
+def jpeg_size(data, limit: Optional[int] = None) -> Optional[tuple]:
     """(width, height) of a JPEG (bytes or any buffer) this module decodes, else None (not a JPEG, CMYK/YCCK, unreadable
     header, or no End Of Image marker near the end: a truncated file is left to PIL, which reports it
     even where the crop would not reach the missing part)."""
@@ -100,6 +101,7 @@ def jpeg_size(data) -> Optional[tuple]:
         width, height, space = _native.header(data)
     except _NativeJpegError:
         return None
+    check_pixels(width, height, limit)  # before any canvas is allocated (ImageTooLargeError: this sample's error)
     return (width, height) if space in _SUPPORTED_SPACES else None
 
 
@@ -191,7 +193,10 @@ def decode_canvas(data, scale: int, x0: int, y0: int, x1: int, y1: int, size: Op
     if _native is None:
         raise JpegError(f"_jpeg_crop is not available: {UNAVAILABLE_REASON}")
     try:
-        width, height = size if size is not None else _native.header(data)[:2]
+        if size is None:  # (a size given came from jpeg_size, which checked it)
+            size = _native.header(data)[:2]
+            check_pixels(*size)
+        width, height = size
         out_width, out_height = -(-width // scale), -(-height // scale)
         nbytes = out_width * out_height * 4
         buffer = _canvas(nbytes) if canvas is None else canvas.reshape(-1)[:nbytes]

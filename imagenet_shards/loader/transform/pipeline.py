@@ -43,6 +43,7 @@ from PIL import Image
 
 from imagenet_shards.formats.npy import decode_npy
 from imagenet_shards.loader.transform import jpeg_crop
+from imagenet_shards.pixel_limit import VARIABLE, ImageTooLargeError, check_pixels, max_pixels
 from imagenet_shards.preprocess import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize, Step
 from imagenet_shards.errors import Error
 
@@ -166,6 +167,8 @@ class ImagePipeline:
     use_draft: bool = True
     # "crop": decode only the JPEG region a train crop or validation center crop needs; "pil": whole images.
     decode_path: str = field(default_factory=jpeg_crop.decode_path)
+    # the most pixels an image may claim (imagenet_shards.pixel_limit), read once where the pipeline is made
+    pixel_limit: int = field(default_factory=max_pixels, compare=False)
     # A user's torchvision transform begins with these steps (imagenet_shards/loader/transform/user_transforms.py):
     # False resamples as today (the filter may read pixels just outside the crop box); True as
     # torchvision does (crop, then resize: only pixels inside the box), for the same pixels as it.
@@ -218,7 +221,7 @@ class ImagePipeline:
         if RANDOM_RESIZED_CROP in self.steps:
             pixels = np.empty((self.size, self.size, 3), np.uint8)
             return pixels, self._random_crop_into(payload, pixels, rng, bbox, mirror=False)
-        image = Image.open(io.BytesIO(payload))
+        image = open_image(payload, self.pixel_limit)
         if RESIZE in self.steps:
             width, height = resized_size(*image.size, self.resize)
             image = _rgb(self._draft(image, width, height))
@@ -236,8 +239,8 @@ class ImagePipeline:
         `mirror`); returns the flip draw. A JPEG decoded natively is resized straight into the slot
         (`_crop_region`, native resize: no intermediate image); others take `_decoded_then_cropped`.
         The draws (box, then flip after the decode) are the same on both paths."""
-        size = jpeg_crop.jpeg_size(payload) if self.decode_path == jpeg_crop.CROP else None
-        image = None if size is not None else Image.open(io.BytesIO(payload))
+        size = jpeg_crop.jpeg_size(payload, self.pixel_limit) if self.decode_path == jpeg_crop.CROP else None
+        image = None if size is not None else open_image(payload, self.pixel_limit)
         width, height = size or image.size
         box = self.crop_box(width, height, rng, bbox)
         region = None
@@ -247,7 +250,7 @@ class ImagePipeline:
             except jpeg_crop.JpegError:
                 pass  # PIL decodes it below, or reports it in its own words, as on the whole-image path
         if region is None:
-            pixels = self._decoded_then_cropped(image or Image.open(io.BytesIO(payload)), width, height, box)
+            pixels = self._decoded_then_cropped(image or open_image(payload, self.pixel_limit), width, height, box)
             flip = self.flip_draw(rng)
             write_pixels(slot, pixels, flip and mirror)
             return flip
@@ -319,7 +322,7 @@ class ImagePipeline:
         if self.decode_path != jpeg_crop.CROP or CENTER_CROP not in self.steps or \
                 slot.shape != (self.size, self.size, 3):
             return False
-        size = jpeg_crop.jpeg_size(payload)
+        size = jpeg_crop.jpeg_size(payload, self.pixel_limit)
         if size is None:
             return False
         width, height = size
@@ -461,3 +464,17 @@ def write_pixels(slot: np.ndarray, pixels: np.ndarray, flip: bool) -> None:
     """Write processed HWC pixels into a batch slot, flipped horizontally by the strided copy."""
     check_slot(slot, pixels.shape)
     slot[...] = pixels[:, ::-1] if flip else pixels
+
+
+def open_image(payload, limit: Optional[int] = None) -> Image.Image:
+    """PIL's image of `payload`, its header read, nothing decoded; ImageTooLargeError over the pixel limit
+    (imagenet_shards.pixel_limit: the same limit as the native decoder's, not PIL's warning band)."""
+    limit = max_pixels() if limit is None else limit
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < limit:
+        Image.MAX_IMAGE_PIXELS = limit  # the one setting governs PIL's own guard too (it refuses at twice its own)
+    try:
+        image = Image.open(io.BytesIO(payload))
+    except Image.DecompressionBombError as error:
+        raise ImageTooLargeError(f"{error} ({VARIABLE}: {limit:,})") from None
+    check_pixels(*image.size, limit)
+    return image

@@ -233,6 +233,7 @@ class TransformedPipeline:
     steps = property(lambda self: self.base.steps)
     decode_path = property(lambda self: self.base.decode_path)
     train = property(lambda self: self.base.train)
+    pixel_limit = property(lambda self: self.base.pixel_limit)
 
     def image_into(self, payload, slot: np.ndarray, rng, bbox=None) -> None:
         with self.random:
