@@ -45,8 +45,8 @@ class Walk:
             self.entered.setdefault(frame.f_code.co_filename[len(LIBRARY):], library_stack(frame))
         elif self.worker_stack is None and frame.f_code.co_name in PAYLOAD_READS:
             self.worker_stack = library_stack(frame)
-            print(f"in a worker (pid {os.getpid()}), the first payload read:", *self.worker_stack, sep="\n    ",
-                  file=sys.stderr, flush=True)
+            text = "\n    ".join([f"in a worker (pid {os.getpid()}), the first payload read:", *self.worker_stack])
+            os.write(2, (text + "\n").encode())  # one write (under PIPE_BUF): the two workers' lines do not interleave
 
 
 def main(argv=None) -> int:
