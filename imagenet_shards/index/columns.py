@@ -45,6 +45,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from imagenet_shards.errors import DatasetError
+from imagenet_shards.index.compact import RelativeColumn, compact, constant, held_bytes
 from imagenet_shards.index.earlier import refuse_earlier_index
 from imagenet_shards.index.records import SampleRecord, bbox_text, parse_bbox
 from imagenet_shards.index.schema import BBOX_COLUMN, CHECKSUM_COLUMN, COLUMNS
@@ -74,6 +75,9 @@ class SampleColumns:
     patterns: tuple = ((),)
     checksum_known: Optional[np.ndarray] = None  # None: every row has its checksum (when has_checksums)
 
+    def __post_init__(self):
+        compact(self)
+
     @property
     def has_boxes(self) -> bool:
         """Whether the index records every sample's box (its bbox column), an empty one included."""
@@ -84,7 +88,8 @@ class SampleColumns:
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _ARRAYS if getattr(self, name) is not None)
+        """The bytes the columns hold in memory (a constant column: one value; imagenet_shards/index/compact.py)."""
+        return sum(held_bytes(getattr(self, name)) for name in _ARRAYS if getattr(self, name) is not None)
 
     def key(self, row) -> str:
         row = int(row)
@@ -317,23 +322,30 @@ def _members(members: bytes, record_offset: int, payload_offset: int):
 
 
 class _Builder:
-    """Appends parsed rows to compact growable arrays (array.array: 8 bytes an int, no objects)."""
+    """Appends parsed rows to compact growable arrays (array.array: fixed width, no objects). Offsets
+    that the record's offset implies are kept as deltas from it, in 4 bytes (payload offset, payload
+    header offset; key offsets in 4 bytes too) and pattern ids in 2: the first row that does not fit
+    widens those arrays to 8 (4) bytes (`_widen`), so any index parses as before."""
+
+    NARROW = {"key_offsets": "I", "payload_deltas": "I", "header_deltas": "i", "member_patterns": "H"}
+    WIDE = {"key_offsets": "q", "payload_deltas": "q", "header_deltas": "q", "member_patterns": "i"}
 
     def __init__(self, has_checksums: bool, has_boxes: bool = False):
         self.keys = array("B")
-        self.key_offsets = array("q", [0])
+        self.key_offsets = array("I", [0])
         self.shard_ids = array("i")
         self.labels = array("i")
         self.record_offsets = array("q")
         self.record_sizes = array("I")
-        self.payload_offsets = array("q")
+        self.payload_deltas = array("I")  # payload offset - record offset
         self.payload_sizes = array("I")
-        self.payload_headers = array("q")
+        self.header_deltas = array("i")  # payload header offset - record offset; `no_header`: none
+        self.no_header = -(1 << 31)
         self.payload_exts = array("B")
-        self.member_patterns = array("i")
+        self.member_patterns = array("H")
         self.checksums = array("I")
         self.unknown_checksums = []  # rows whose checksum field is empty (none in what the tools write)
-        self.box_ids = array("i")
+        self.box_ids = None  # array("i") from the first box on (-1 before it); None: no box (yet)
         self.boxes = array("d")
         self.shards = {}
         self.exts = {b"": 0}
@@ -343,25 +355,53 @@ class _Builder:
 
     def add(self, key: bytes, shard: str, label: int, record_offset: int, record_size: int, payload_offset: int,
             payload_size: int, checksum: int, members: bytes, box: Optional[list] = None) -> None:
-        self.keys.frombytes(key)
-        self.key_offsets.append(len(self.keys))
-        self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
-        self.labels.append(label)
-        self.record_offsets.append(record_offset)
-        self.record_sizes.append(record_size)
-        self.payload_offsets.append(payload_offset)
-        self.payload_sizes.append(payload_size)
-        pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
-        self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
-        self.payload_headers.append(header)
-        self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
-        self.checksums.append(checksum)
-        if self.has_boxes:
-            if box is None:
-                self.box_ids.append(-1)
-            else:
-                self.box_ids.append(len(self.boxes) // 4)
-                self.boxes.extend(box)
+        try:
+            self.keys.frombytes(key)
+            self.key_offsets.append(len(self.keys))
+            self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
+            self.labels.append(label)
+            self.record_offsets.append(record_offset)
+            self.record_sizes.append(record_size)
+            self.payload_deltas.append(payload_offset - record_offset)
+            self.payload_sizes.append(payload_size)
+            pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
+            self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
+            delta = header - record_offset if header >= 0 else self.no_header
+            if delta == self.no_header and header >= 0:
+                raise OverflowError("a header delta equal to the mark of none")
+            self.header_deltas.append(delta)
+            self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
+            self.checksums.append(checksum)  # the last of a row's arrays but the boxes (see _widen)
+        except OverflowError:
+            if self.header_deltas.typecode == "q":
+                raise  # wide already: a value no index holds (a DatasetError in parse_sample_columns)
+            self._widen()
+            self.add(key, shard, label, record_offset, record_size, payload_offset, payload_size, checksum,
+                     members, box)
+            return
+        if box is not None and self.has_boxes:
+            if self.box_ids is None:
+                self.box_ids = array("i", [-1]) * (len(self.checksums) - 1)
+            self.box_ids.append(len(self.boxes) // 4)
+            self.boxes.extend(box)
+        elif self.box_ids is not None:
+            self.box_ids.append(-1)
+
+    def _widen(self) -> None:
+        """Drop the part of a row that did not fit, and hold the narrow arrays in their wide types."""
+        rows = len(self.checksums)
+        del self.keys[self.key_offsets[rows]:]
+        del self.key_offsets[rows + 1:]
+        for name in ("shard_ids", "labels", "record_offsets", "record_sizes", "payload_deltas", "payload_sizes",
+                     "header_deltas", "payload_exts", "member_patterns"):
+            del getattr(self, name)[rows:]
+        for name, code in self.WIDE.items():
+            values = getattr(self, name)
+            wide = array(code, values)
+            if name == "header_deltas":
+                wide = array(code, (-(1 << 63) if value == self.no_header else value for value in values))
+            setattr(self, name, wide)
+        self.no_header = -(1 << 63)
 
     def columns(self) -> SampleColumns:
         # Zero-copy views of the arrays (no second copy of the index at its peak).
@@ -375,16 +415,20 @@ class _Builder:
             known = np.ones(len(self.labels), dtype=bool)
             known[self.unknown_checksums] = False
         patterns = tuple(tuple((ext.decode(), delta) for ext, delta in pattern) for pattern in self.patterns)
+        box_ids = None
+        if self.has_boxes:
+            box_ids = constant(-1, len(self.labels), np.int32) if self.box_ids is None else view(self.box_ids)
+        record_offsets = view(self.record_offsets)
         return SampleColumns(
             view(self.keys), view(self.key_offsets), view(self.shard_ids), list(self.shards), view(self.labels),
-            view(self.record_offsets), view(self.record_sizes), view(self.payload_offsets), view(self.payload_sizes),
-            view(self.payload_headers), view(self.payload_exts), [ext.decode() for ext in self.exts],
-            view(self.checksums), self.has_checksums, view(self.box_ids) if self.has_boxes else None,
-            view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns), patterns,
-            known)
+            record_offsets, view(self.record_sizes), RelativeColumn(record_offsets, view(self.payload_deltas)),
+            view(self.payload_sizes), RelativeColumn(record_offsets, view(self.header_deltas), self.no_header),
+            view(self.payload_exts), [ext.decode() for ext in self.exts], view(self.checksums), self.has_checksums,
+            box_ids, view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns),
+            patterns, known)
 
 
-_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8, "d": np.float64}
+_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "H": np.uint16, "B": np.uint8, "d": np.float64}
 assert all(array(code).itemsize == np.dtype(dtype).itemsize for code, dtype in _TYPECODES.items())
 
 
