@@ -45,7 +45,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from imagenet_shards.errors import DatasetError
-from imagenet_shards.index.compact import RelativeColumn, compact, constant, held_bytes
+from imagenet_shards.index.compact import RelativeColumn, compact, constant, deltas, held_bytes
 from imagenet_shards.index.earlier import refuse_earlier_index
 from imagenet_shards.index.records import SampleRecord, bbox_text, parse_bbox
 from imagenet_shards.index.schema import BBOX_COLUMN, CHECKSUM_COLUMN, COLUMNS
@@ -113,15 +113,26 @@ class SampleColumns:
         start = int(self.record_offsets[row])
         return ";".join(f"{ext}:{start + delta}" for ext, delta in self.patterns[self.member_patterns[row]])
 
+    def payload_deltas(self, rows, starts) -> tuple:
+        """(payload offset, payload header offset) - record offset of each of `rows` (arrays; start + the
+        header's delta is -1 for a sample without a payload member), given their record offsets `starts`:
+        the loader's per-run path, one gather a column and no arithmetic on the stored deltas."""
+        return deltas(self.payload_offsets, rows, starts), deltas(self.payload_headers, rows, starts)
+
     def record(self, row) -> SampleRecord:
         """Row `row` as the SampleRecord its index line holds (built on demand, never kept)."""
         row = int(row)
         checksum = (int(self.checksums[row]) if self.has_checksums
                     and (self.checksum_known is None or self.checksum_known[row]) else None)
         bbox = None if self.box_ids is None else bbox_text(self.box(row))
-        return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]),
-                            int(self.record_offsets[row]), int(self.record_sizes[row]),
-                            int(self.payload_offsets[row]), int(self.payload_sizes[row]), checksum, self.members(row), bbox)
+        start, payload = int(self.record_offsets[row]), self.payload_offsets
+        payload = start + int(payload.delta[row]) if type(payload) is RelativeColumn else int(payload[row])
+        if self.member_patterns is None:
+            members = self.members(row)
+        else:
+            members = ";".join(f"{ext}:{start + delta}" for ext, delta in self.patterns[self.member_patterns[row]])
+        return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]), start,
+                            int(self.record_sizes[row]), payload, int(self.payload_sizes[row]), checksum, members, bbox)
 
     def records(self, rows) -> list:
         return [self.record(row) for row in rows]
@@ -435,10 +446,20 @@ class _Builder:
         if self.has_boxes:
             box_ids = constant(-1, len(self.labels), np.int32) if self.box_ids is None else view(self.box_ids)
         record_offsets = view(self.record_offsets)
+        headers = view(self.header_deltas)
+        absent = headers == self.no_header
+        if not absent.any():
+            headers = RelativeColumn(record_offsets, headers)
+        elif absent.all():
+            headers = constant(-1, len(headers), np.int64)
+        else:  # some samples without a payload member: int64 offsets, -1 for those
+            headers = record_offsets + headers
+            headers[absent] = -1
+        del absent
         return SampleColumns(
             view(self.keys), view(self.key_offsets), view(self.shard_ids), list(self.shards), view(self.labels),
             record_offsets, view(self.record_sizes), RelativeColumn(record_offsets, view(self.payload_deltas)),
-            view(self.payload_sizes), RelativeColumn(record_offsets, view(self.header_deltas), self.no_header),
+            view(self.payload_sizes), headers,
             view(self.payload_exts), [ext.decode() for ext in self.exts], view(self.checksums), self.has_checksums,
             box_ids, view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns),
             patterns, known)

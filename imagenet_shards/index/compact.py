@@ -8,7 +8,8 @@ decides how each is stored:
     key_offsets             uint32 while the joined keys fit in 4 GiB (int64 beyond)
     payload_offsets         the record's offset + a uint16/uint32 delta (`RelativeColumn`): the payload
                             starts a header or two after its record
-    payload_headers         the record's offset + an int16/int32 delta, the dtype's minimum for -1 (none)
+    payload_headers         the record's offset + an int16/int32 delta when every sample has a payload member
+                            (a converted tar dataset), one broadcast -1 when none has (TFRecord, LMDB)
     member_patterns         uint16 while there are at most 65,536 patterns
     box_ids                 one -1 broadcast over the rows when the bbox column holds no box (0 bytes)
 
@@ -19,8 +20,6 @@ share its pages (no object, no reference count per sample). `held_bytes` counts 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 UNSIGNED = (np.uint16, np.uint32)
@@ -29,23 +28,18 @@ SIGNED = (np.int16, np.int32)
 
 class RelativeColumn:
     """An int64 column stored as base[row] + delta[row] with a narrow delta (base: another column, held
-    anyway). Read like the array it stands for: by row, rows, slice (int64 values), `tolist()`, len().
-    `missing`: the delta that stands for -1 (payload_headers' "no payload member"), or None."""
+    anyway). Read like the array it stands for: by row, rows, slice (int64 values), `tolist()`, len()."""
 
-    __slots__ = ("base", "delta", "missing")
+    __slots__ = ("base", "delta")
     dtype = np.dtype(np.int64)
 
-    def __init__(self, base: np.ndarray, delta: np.ndarray, missing: Optional[int] = None):
-        self.base, self.delta, self.missing = base, delta, missing
+    def __init__(self, base: np.ndarray, delta: np.ndarray):
+        self.base, self.delta = base, delta
 
     def __getitem__(self, index):
-        delta = self.delta[index]
-        values = self.base[index] + delta.astype(np.int64)
-        if self.missing is not None:
-            if np.ndim(values) == 0:
-                return np.int64(-1) if delta == self.missing else values
-            values[delta == self.missing] = -1
-        return values
+        if isinstance(index, (int, np.integer)):  # one row (a record): Python ints, no array
+            return np.int64(int(self.base[index]) + int(self.delta[index]))
+        return self.base[index] + self.delta[index]  # int64 (the base's dtype)
 
     def __len__(self) -> int:
         return len(self.delta)
@@ -66,51 +60,50 @@ class RelativeColumn:
         return self[:].tolist()
 
 
-def relative(values, base: np.ndarray, missing: bool = False):
-    """`values` (int64, one per row of `base`) as a RelativeColumn with the narrowest delta that holds
-    every value (missing=True: -1 values kept as the dtype's minimum), or `values` itself (int64)."""
+def deltas(column, rows, bases) -> np.ndarray:
+    """column[rows] - bases, given `bases`: the RelativeColumn's base at `rows` (its stored deltas, no
+    arithmetic), or of a plain column."""
+    return column.delta[rows] if isinstance(column, RelativeColumn) else column[rows] - bases
+
+
+def relative(values, base: np.ndarray, dtypes=UNSIGNED):
+    """`values` (int64, one per row of `base`) as a RelativeColumn with the narrowest of `dtypes` that
+    holds every delta, or `values` itself (int64) when none does."""
     if isinstance(values, RelativeColumn):
-        delta = narrowest(values.delta, SIGNED if missing else UNSIGNED, missing)
-        return RelativeColumn(values.base, delta, int(np.iinfo(delta.dtype).min) if missing else None)
+        return RelativeColumn(values.base, narrowest(values.delta, dtypes))
     values = np.asarray(values, dtype=np.int64)
-    if not len(values):
+    if not len(values) or values.strides == (0,):
         return values
-    delta = values - base
-    if missing:
-        absent = values == -1
-        present = delta[~absent]
-        low, high = (int(present.min()), int(present.max())) if len(present) else (0, 0)
-        for dtype in SIGNED:
-            info = np.iinfo(dtype)
-            if info.min < low and high <= info.max:
-                delta[absent] = info.min
-                return RelativeColumn(base, delta.astype(dtype), int(info.min))
-        return values
-    narrow = narrowest(delta, UNSIGNED)
+    narrow = narrowest(values - base, dtypes)
     return values if narrow.dtype == np.int64 else RelativeColumn(base, narrow)
 
 
-def narrowest(values: np.ndarray, dtypes=UNSIGNED, keep_minimum: bool = False) -> np.ndarray:
+def header_column(values, base: np.ndarray):
+    """payload_headers (-1: the sample has no payload member) as held: relative to `base` when every
+    row has one (what the converter writes), one broadcast -1 when none has (TFRecord, LMDB), else int64."""
+    if isinstance(values, RelativeColumn):
+        return relative(values, base, SIGNED)
+    values = np.asarray(values, dtype=np.int64)
+    if not len(values) or values.strides == (0,):
+        return values
+    absent = values == -1
+    if absent.all():
+        return constant(-1, len(values), np.int64)
+    return values if absent.any() else relative(values, base, SIGNED)
+
+
+def narrowest(values: np.ndarray, dtypes=UNSIGNED) -> np.ndarray:
     """`values` in the first of `dtypes` that holds them all (itself when none does, or when it is
-    that narrow already). keep_minimum: the current dtype's minimum (a "missing" mark) maps to the new one's."""
+    that narrow already)."""
     if not len(values):
         return values
-    marked = None
-    if keep_minimum:
-        marked = values == np.iinfo(values.dtype).min
-        rest = values[~marked]
-        low, high = (int(rest.min()), int(rest.max())) if len(rest) else (0, 0)
-    else:
-        low, high = int(values.min()), int(values.max())
+    low, high = int(values.min()), int(values.max())
     for dtype in dtypes:
         if np.dtype(dtype).itemsize >= values.dtype.itemsize:
             return values
         info = np.iinfo(dtype)
-        if (info.min < low if keep_minimum else info.min <= low) and high <= info.max:
-            narrow = values.astype(dtype)
-            if keep_minimum:
-                narrow[marked] = info.min
-            return narrow
+        if info.min <= low and high <= info.max:
+            return values.astype(dtype)
     return values
 
 
@@ -132,7 +125,7 @@ def compact(columns) -> None:
             int(columns.key_offsets[-1]) <= np.iinfo(np.uint32).max and int(columns.key_offsets.min()) >= 0:
         columns.key_offsets = columns.key_offsets.astype(np.uint32)
     columns.payload_offsets = relative(columns.payload_offsets, columns.record_offsets)
-    columns.payload_headers = relative(columns.payload_headers, columns.record_offsets, missing=True)
+    columns.payload_headers = header_column(columns.payload_headers, columns.record_offsets)
     if columns.member_patterns is not None and len(columns.patterns) <= 1 << 16:
         columns.member_patterns = narrowest(np.asarray(columns.member_patterns), (np.uint16,))
     boxes = columns.box_ids
