@@ -24,7 +24,8 @@ def _imagenet_like(count, per_shard=1250, boxes=False, seed=0):
         payload = rng.randrange(20_000, 300_000)
         size = 1536 + (payload + 511) // 512 * 512
         bbox = "0.125,0.25,0.75,0.875" if boxes and number % 5 < 2 else ""
-        records.append(SampleRecord(f"n{1440764 + label * 7919:08d}_{number % 1300 + 1}", f"train-{number // per_shard:06d}.tar",
+        key = f"n{1440764 + label * 7919:08d}_{number % 1300 + 1}"  # 12-15 characters, as ImageNet's
+        records.append(SampleRecord(key, f"train-{number // per_shard:06d}.tar",
                                     label, offset, size, offset + 1536, payload, rng.getrandbits(32),
                                     f"cls:{offset};json:{offset + 512};jpg:{offset + 1024}", bbox))
         offset += size  # records touch: the next one starts where this one ends

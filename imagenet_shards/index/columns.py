@@ -3,8 +3,9 @@
 The text index (imagenet_shards.index.schema, one tab-separated line per sample) stays the readable, hashed
 form on disk. A process holding 1.28M samples as SampleRecord tuples needs ~600 MB (1.2 GB with the
 checksums), and because every DataLoader (or validator pool) worker is forked, reference counting
-dirtied those pages and copied them into every worker. Columns hold the same facts in ~80 bytes a
-sample, in a few large arrays that nobody writes after the parse: forked workers share their pages
+dirtied those pages and copied them into every worker. Columns hold the same facts in ~52 bytes a
+sample at ImageNet's count (keys + 39; imagenet_shards/index/compact.py says how each is held), in a
+few large arrays that nobody writes after the parse: forked workers share their pages
 (no object, no reference count per sample), so a worker's private memory does not grow with the
 index. The loader, the validator, the repartitioner and the converter's resume all read the index
 here; code that wants a SampleRecord builds one for one row (`record`), or for one shard's rows
@@ -13,13 +14,16 @@ and small indexes only.
 
 Columns (row i = sample i):
     keys, key_offsets       one joined utf-8 buffer; key i is keys[key_offsets[i]:key_offsets[i + 1]]
+                            (uint32 offsets while the keys fit in 4 GiB, int64 beyond)
     shard_ids               int32 into `shard_names` (one string per shard)
     labels                  int32 (0-based; -1 when unknown)
     record_offsets/sizes    int64 / uint32: the sample's whole byte range in its shard
-    payload_offsets/sizes   int64 / uint32: the image or tensor bytes
-    payload_headers         int64: the tar header offset of the payload member (-1: no members, TFRecord)
+    payload_offsets/sizes   int64 / uint32: the image or tensor bytes (offsets held as a narrow delta
+                            from the record's offset: a RelativeColumn, read as int64 like an array)
+    payload_headers         int64: the tar header offset of the payload member (-1: no members, TFRecord;
+                            a delta too when every sample has one, one broadcast -1 when none has)
     payload_exts            uint8 into `exts` ("jpg", "npy", ...; 0 = "" when there are no members)
-    member_patterns         int32 into `patterns`: the members column relative to the record's offset,
+    member_patterns         uint16 (int32 past 65,536) into `patterns`: the members relative to the record's offset,
                             ((ext, offset - record_offset), ...), so "cls:0;json:512;jpg:1536" of every
                             sample with the same json size is one pattern (4 bytes a sample, not ~40)
     checksums               uint32 crc32c of the payload when the index carries one (`has_checksums`);
@@ -27,7 +31,8 @@ Columns (row i = sample i):
     box_ids, boxes          when the index has the bbox column (`has_boxes`): int32 row into `boxes`
                             (float64 [n, 4], normalised x1, y1, x2, y2), -1 for a sample without a box.
                             Sparse (4 bytes a sample + 32 a box) and float64, so a box is the very
-                            float its json holds. Without the column both are None (no memory)
+                            float its json holds. Without the column both are None (no memory); a
+                            column with no box at all holds one broadcast -1
 
 A record built from a row is the line's record: members and bbox are written back in the index's own
 form (offsets as integers, boxes as `bbox_text` writes them), so a repartition copies lines unchanged.
