@@ -2,6 +2,7 @@
 ImageNet-shaped index (a figure from the arrays' sizes), and every value read back as the text holds
 it when it does not fit the narrow form (offsets past 4 GiB, negative deltas, 65,537 member patterns)."""
 
+import pickle
 import random
 
 import numpy as np
@@ -60,6 +61,8 @@ def test_an_imagenet_shaped_index_holds_at_most_60_bytes_a_sample():
     for grouped in (columns.in_shard_order(), columns.take(np.arange(rows)[::-1])):
         assert grouped.nbytes / rows <= BOUND
     assert check_columns_match(columns, records) is None
+    unpickled = pickle.loads(pickle.dumps(columns))  # a spawned worker's or a pool task's copy: as compact
+    assert unpickled.nbytes == columns.nbytes and unpickled.record(7) == records[7]
 
 
 def test_boxes_cost_only_where_the_index_has_them():

@@ -83,6 +83,10 @@ class SampleColumns:
     def __post_init__(self):
         compact(self)
 
+    def __setstate__(self, state):  # unpickled (a spawned worker, a pool task): held as compactly again
+        self.__dict__.update(state)
+        compact(self)
+
     @property
     def has_boxes(self) -> bool:
         """Whether the index records every sample's box (its bbox column), an empty one included."""
