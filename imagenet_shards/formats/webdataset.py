@@ -102,12 +102,14 @@ def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
             yield row, None, None, reason
         return
     starts = columns.record_offsets[rows]
+    payloads, headers = columns.payload_deltas(rows, starts)  # from the record's offset (the index holds these)
     fields = zip(rows.tolist(), starts.tolist(), (starts + columns.record_sizes[rows]).tolist(),
-                 columns.payload_offsets[rows].tolist(), columns.payload_sizes[rows].tolist(),
-                 columns.payload_headers[rows].tolist(), columns.payload_exts[rows].tolist())
+                 payloads.tolist(), columns.payload_sizes[rows].tolist(), headers.tolist(),
+                 columns.payload_exts[rows].tolist())
     exts = [ext.encode() for ext in columns.exts]
     keys, key_offsets = columns.keys, columns.key_offsets
     for row, start, end, payload, length, header, ext in fields:
+        payload, header = start + payload, start + header
         if end > size:
             reason = _truncated(location, size, columns.key(row), start, end)
         elif header < 0:

@@ -3,8 +3,9 @@
 The text index (imagenet_shards.index.schema, one tab-separated line per sample) stays the readable, hashed
 form on disk. A process holding 1.28M samples as SampleRecord tuples needs ~600 MB (1.2 GB with the
 checksums), and because every DataLoader (or validator pool) worker is forked, reference counting
-dirtied those pages and copied them into every worker. Columns hold the same facts in ~80 bytes a
-sample, in a few large arrays that nobody writes after the parse: forked workers share their pages
+dirtied those pages and copied them into every worker. Columns hold the same facts in ~52 bytes a
+sample at ImageNet's count (keys + 39; imagenet_shards/index/compact.py says how each is held), in a
+few large arrays that nobody writes after the parse: forked workers share their pages
 (no object, no reference count per sample), so a worker's private memory does not grow with the
 index. The loader, the validator, the repartitioner and the converter's resume all read the index
 here; code that wants a SampleRecord builds one for one row (`record`), or for one shard's rows
@@ -13,13 +14,16 @@ and small indexes only.
 
 Columns (row i = sample i):
     keys, key_offsets       one joined utf-8 buffer; key i is keys[key_offsets[i]:key_offsets[i + 1]]
+                            (uint32 offsets while the keys fit in 4 GiB, int64 beyond)
     shard_ids               int32 into `shard_names` (one string per shard)
     labels                  int32 (0-based; -1 when unknown)
     record_offsets/sizes    int64 / uint32: the sample's whole byte range in its shard
-    payload_offsets/sizes   int64 / uint32: the image or tensor bytes
-    payload_headers         int64: the tar header offset of the payload member (-1: no members, TFRecord)
+    payload_offsets/sizes   int64 / uint32: the image or tensor bytes (offsets held as a narrow delta
+                            from the record's offset: a RelativeColumn, read as int64 like an array)
+    payload_headers         int64: the tar header offset of the payload member (-1: no members, TFRecord;
+                            a delta too when every sample has one, one broadcast -1 when none has)
     payload_exts            uint8 into `exts` ("jpg", "npy", ...; 0 = "" when there are no members)
-    member_patterns         int32 into `patterns`: the members column relative to the record's offset,
+    member_patterns         uint16 (int32 past 65,536) into `patterns`: the members relative to the record's offset,
                             ((ext, offset - record_offset), ...), so "cls:0;json:512;jpg:1536" of every
                             sample with the same json size is one pattern (4 bytes a sample, not ~40)
     checksums               uint32 crc32c of the payload when the index carries one (`has_checksums`);
@@ -27,7 +31,8 @@ Columns (row i = sample i):
     box_ids, boxes          when the index has the bbox column (`has_boxes`): int32 row into `boxes`
                             (float64 [n, 4], normalised x1, y1, x2, y2), -1 for a sample without a box.
                             Sparse (4 bytes a sample + 32 a box) and float64, so a box is the very
-                            float its json holds. Without the column both are None (no memory)
+                            float its json holds. Without the column both are None (no memory); a
+                            column with no box at all holds one broadcast -1
 
 A record built from a row is the line's record: members and bbox are written back in the index's own
 form (offsets as integers, boxes as `bbox_text` writes them), so a repartition copies lines unchanged.
@@ -45,6 +50,7 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from imagenet_shards.errors import DatasetError
+from imagenet_shards.index.compact import RelativeColumn, compact, constant, deltas, held_bytes
 from imagenet_shards.index.earlier import refuse_earlier_index
 from imagenet_shards.index.records import SampleRecord, bbox_text, parse_bbox
 from imagenet_shards.index.schema import BBOX_COLUMN, CHECKSUM_COLUMN, COLUMNS
@@ -74,6 +80,13 @@ class SampleColumns:
     patterns: tuple = ((),)
     checksum_known: Optional[np.ndarray] = None  # None: every row has its checksum (when has_checksums)
 
+    def __post_init__(self):
+        compact(self)
+
+    def __setstate__(self, state):  # unpickled (a spawned worker, a pool task): held as compactly again
+        self.__dict__.update(state)
+        compact(self)
+
     @property
     def has_boxes(self) -> bool:
         """Whether the index records every sample's box (its bbox column), an empty one included."""
@@ -84,7 +97,8 @@ class SampleColumns:
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _ARRAYS if getattr(self, name) is not None)
+        """The bytes the columns hold in memory (a constant column: one value; imagenet_shards/index/compact.py)."""
+        return sum(held_bytes(getattr(self, name)) for name in _ARRAYS if getattr(self, name) is not None)
 
     def key(self, row) -> str:
         row = int(row)
@@ -108,15 +122,26 @@ class SampleColumns:
         start = int(self.record_offsets[row])
         return ";".join(f"{ext}:{start + delta}" for ext, delta in self.patterns[self.member_patterns[row]])
 
+    def payload_deltas(self, rows, starts) -> tuple:
+        """(payload offset, payload header offset) - record offset of each of `rows` (arrays; start + the
+        header's delta is -1 for a sample without a payload member), given their record offsets `starts`:
+        the loader's per-run path, one gather a column and no arithmetic on the stored deltas."""
+        return deltas(self.payload_offsets, rows, starts), deltas(self.payload_headers, rows, starts)
+
     def record(self, row) -> SampleRecord:
         """Row `row` as the SampleRecord its index line holds (built on demand, never kept)."""
         row = int(row)
         checksum = (int(self.checksums[row]) if self.has_checksums
                     and (self.checksum_known is None or self.checksum_known[row]) else None)
         bbox = None if self.box_ids is None else bbox_text(self.box(row))
-        return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]),
-                            int(self.record_offsets[row]), int(self.record_sizes[row]),
-                            int(self.payload_offsets[row]), int(self.payload_sizes[row]), checksum, self.members(row), bbox)
+        start, payload = int(self.record_offsets[row]), self.payload_offsets
+        payload = start + int(payload.delta[row]) if type(payload) is RelativeColumn else int(payload[row])
+        if self.member_patterns is None:
+            members = self.members(row)
+        else:
+            members = ";".join(f"{ext}:{start + delta}" for ext, delta in self.patterns[self.member_patterns[row]])
+        return SampleRecord(self.key(row), self.shard_names[self.shard_ids[row]], int(self.labels[row]), start,
+                            int(self.record_sizes[row]), payload, int(self.payload_sizes[row]), checksum, members, bbox)
 
     def records(self, rows) -> list:
         return [self.record(row) for row in rows]
@@ -150,13 +175,25 @@ class SampleColumns:
         itself when already so (what the converter and the repartitioner write)."""
         if len(self) < 2:
             return self
+        if self._grouped_by_offset():
+            return self
         first_seen = np.full(len(self.shard_names), len(self), dtype=np.int64)
         np.minimum.at(first_seen, self.shard_ids, np.arange(len(self), dtype=np.int64))
         rank = np.argsort(np.argsort(first_seen, kind="stable"), kind="stable")[self.shard_ids]
-        same = rank[1:] == rank[:-1]
-        if np.all(rank[1:] >= rank[:-1]) and np.all(self.record_offsets[1:][same] > self.record_offsets[:-1][same]):
-            return self
         return self.take(np.lexsort((self.record_offsets, rank)))
+
+    def _grouped_by_offset(self) -> bool:
+        """Whether every shard's rows are one run, by offset (a few bytes a row at a time, not 26)."""
+        ids, offsets = self.shard_ids, self.record_offsets
+        starts = np.r_[0, np.flatnonzero(ids[1:] != ids[:-1]) + 1]
+        if len(np.unique(ids[starts])) != len(starts):
+            return False  # a shard's rows in two runs or more
+        for start in range(0, len(self) - 1, KEY_CHUNK * 16):
+            stop = min(start + KEY_CHUNK * 16, len(self) - 1)
+            after = slice(start + 1, stop + 1)
+            if not np.all((offsets[after] > offsets[start:stop]) | (ids[after] != ids[start:stop])):
+                return False
+        return True
 
     def group_ranges(self):
         """(starts, sizes) of the shards' row ranges, in row order (see `in_shard_order`)."""
@@ -190,14 +227,18 @@ class SampleColumns:
         process), for sorting and matching keys without one object per key."""
         out = np.empty(len(self), dtype=np.int64)
         offsets = self.key_offsets
-        data = self.keys.tobytes()
         for start in range(0, len(self), KEY_CHUNK):
             bounds = offsets[start:start + KEY_CHUNK + 1].tolist()
-            out[start:start + len(bounds) - 1] = [hash(data[a:b]) for a, b in zip(bounds, bounds[1:])]
+            data, first = self.keys[bounds[0]:bounds[-1]].tobytes(), bounds[0]  # a chunk's keys, not all
+            out[start:start + len(bounds) - 1] = [hash(data[a - first:b - first]) for a, b in zip(bounds, bounds[1:])]
         return out
 
     def duplicate_keys(self) -> dict:
         """{key: count} of the keys listed more than once, in order of first appearance ({} for none)."""
+        hashes = self.key_hashes()
+        hashes.sort()  # in place: 8 bytes a row while no key repeats (the common case), not 24
+        if not np.any(hashes[1:] == hashes[:-1]):
+            return {}
         hashes = self.key_hashes()
         order = np.argsort(hashes, kind="stable")
         ordered = hashes[order]
@@ -317,23 +358,30 @@ def _members(members: bytes, record_offset: int, payload_offset: int):
 
 
 class _Builder:
-    """Appends parsed rows to compact growable arrays (array.array: 8 bytes an int, no objects)."""
+    """Appends parsed rows to compact growable arrays (array.array: fixed width, no objects). Offsets
+    that the record's offset implies are kept as deltas from it, in 4 bytes (payload offset, payload
+    header offset; key offsets in 4 bytes too) and pattern ids in 2: the first row that does not fit
+    widens those arrays to 8 (4) bytes (`_widen`), so any index parses as before."""
+
+    NARROW = {"key_offsets": "I", "payload_deltas": "I", "header_deltas": "i", "member_patterns": "H"}
+    WIDE = {"key_offsets": "q", "payload_deltas": "q", "header_deltas": "q", "member_patterns": "i"}
 
     def __init__(self, has_checksums: bool, has_boxes: bool = False):
         self.keys = array("B")
-        self.key_offsets = array("q", [0])
+        self.key_offsets = array("I", [0])
         self.shard_ids = array("i")
         self.labels = array("i")
         self.record_offsets = array("q")
         self.record_sizes = array("I")
-        self.payload_offsets = array("q")
+        self.payload_deltas = array("I")  # payload offset - record offset
         self.payload_sizes = array("I")
-        self.payload_headers = array("q")
+        self.header_deltas = array("i")  # payload header offset - record offset; `no_header`: none
+        self.no_header = -(1 << 31)
         self.payload_exts = array("B")
-        self.member_patterns = array("i")
+        self.member_patterns = array("H")
         self.checksums = array("I")
         self.unknown_checksums = []  # rows whose checksum field is empty (none in what the tools write)
-        self.box_ids = array("i")
+        self.box_ids = None  # array("i") from the first box on (-1 before it); None: no box (yet)
         self.boxes = array("d")
         self.shards = {}
         self.exts = {b"": 0}
@@ -343,25 +391,53 @@ class _Builder:
 
     def add(self, key: bytes, shard: str, label: int, record_offset: int, record_size: int, payload_offset: int,
             payload_size: int, checksum: int, members: bytes, box: Optional[list] = None) -> None:
-        self.keys.frombytes(key)
-        self.key_offsets.append(len(self.keys))
-        self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
-        self.labels.append(label)
-        self.record_offsets.append(record_offset)
-        self.record_sizes.append(record_size)
-        self.payload_offsets.append(payload_offset)
-        self.payload_sizes.append(payload_size)
-        pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
-        self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
-        self.payload_headers.append(header)
-        self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
-        self.checksums.append(checksum)
-        if self.has_boxes:
-            if box is None:
-                self.box_ids.append(-1)
-            else:
-                self.box_ids.append(len(self.boxes) // 4)
-                self.boxes.extend(box)
+        try:
+            self.keys.frombytes(key)
+            self.key_offsets.append(len(self.keys))
+            self.shard_ids.append(self.shards.setdefault(shard, len(self.shards)))  # a new shard: the next id
+            self.labels.append(label)
+            self.record_offsets.append(record_offset)
+            self.record_sizes.append(record_size)
+            self.payload_deltas.append(payload_offset - record_offset)
+            self.payload_sizes.append(payload_size)
+            pattern, ext, header = _members(members, record_offset, payload_offset) if members else ((), b"", -1)
+            self.member_patterns.append(self.patterns.setdefault(pattern, len(self.patterns)))
+            delta = header - record_offset if header >= 0 else self.no_header
+            if delta == self.no_header and header >= 0:
+                raise OverflowError("a header delta equal to the mark of none")
+            self.header_deltas.append(delta)
+            self.payload_exts.append(self.exts.setdefault(ext, len(self.exts)))
+            self.checksums.append(checksum)  # the last of a row's arrays but the boxes (see _widen)
+        except OverflowError:
+            if self.header_deltas.typecode == "q":
+                raise  # wide already: a value no index holds (a DatasetError in parse_sample_columns)
+            self._widen()
+            self.add(key, shard, label, record_offset, record_size, payload_offset, payload_size, checksum,
+                     members, box)
+            return
+        if box is not None and self.has_boxes:
+            if self.box_ids is None:
+                self.box_ids = array("i", [-1]) * (len(self.checksums) - 1)
+            self.box_ids.append(len(self.boxes) // 4)
+            self.boxes.extend(box)
+        elif self.box_ids is not None:
+            self.box_ids.append(-1)
+
+    def _widen(self) -> None:
+        """Drop the part of a row that did not fit, and hold the narrow arrays in their wide types."""
+        rows = len(self.checksums)
+        del self.keys[self.key_offsets[rows]:]
+        del self.key_offsets[rows + 1:]
+        for name in ("shard_ids", "labels", "record_offsets", "record_sizes", "payload_deltas", "payload_sizes",
+                     "header_deltas", "payload_exts", "member_patterns"):
+            del getattr(self, name)[rows:]
+        for name, code in self.WIDE.items():
+            values = getattr(self, name)
+            wide = array(code, values)
+            if name == "header_deltas":
+                wide = array(code, (-(1 << 63) if value == self.no_header else value for value in values))
+            setattr(self, name, wide)
+        self.no_header = -(1 << 63)
 
     def columns(self) -> SampleColumns:
         # Zero-copy views of the arrays (no second copy of the index at its peak).
@@ -375,16 +451,30 @@ class _Builder:
             known = np.ones(len(self.labels), dtype=bool)
             known[self.unknown_checksums] = False
         patterns = tuple(tuple((ext.decode(), delta) for ext, delta in pattern) for pattern in self.patterns)
+        box_ids = None
+        if self.has_boxes:
+            box_ids = constant(-1, len(self.labels), np.int32) if self.box_ids is None else view(self.box_ids)
+        record_offsets = view(self.record_offsets)
+        headers = view(self.header_deltas)
+        absent = headers == self.no_header
+        if not absent.any():
+            headers = RelativeColumn(record_offsets, headers)
+        elif absent.all():
+            headers = constant(-1, len(headers), np.int64)
+        else:  # some samples without a payload member: int64 offsets, -1 for those
+            headers = record_offsets + headers
+            headers[absent] = -1
+        del absent
         return SampleColumns(
             view(self.keys), view(self.key_offsets), view(self.shard_ids), list(self.shards), view(self.labels),
-            view(self.record_offsets), view(self.record_sizes), view(self.payload_offsets), view(self.payload_sizes),
-            view(self.payload_headers), view(self.payload_exts), [ext.decode() for ext in self.exts],
-            view(self.checksums), self.has_checksums, view(self.box_ids) if self.has_boxes else None,
-            view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns), patterns,
-            known)
+            record_offsets, view(self.record_sizes), RelativeColumn(record_offsets, view(self.payload_deltas)),
+            view(self.payload_sizes), headers,
+            view(self.payload_exts), [ext.decode() for ext in self.exts], view(self.checksums), self.has_checksums,
+            box_ids, view(self.boxes).reshape(-1, 4) if self.has_boxes else None, view(self.member_patterns),
+            patterns, known)
 
 
-_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "B": np.uint8, "d": np.float64}
+_TYPECODES = {"q": np.int64, "i": np.int32, "I": np.uint32, "H": np.uint16, "B": np.uint8, "d": np.float64}
 assert all(array(code).itemsize == np.dtype(dtype).itemsize for code, dtype in _TYPECODES.items())
 
 

@@ -68,6 +68,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from imagenet_shards.formats.mapped_shards import release_payload
+from imagenet_shards.index.compact import release_freed_memory
 from imagenet_shards.launcher import Instance, detect_instance
 from imagenet_shards.normalization import Normalization
 from imagenet_shards.loader.plan.epoch_planner import EpochPlanner
@@ -233,6 +234,7 @@ class ImageLoader:
         # would copy every batch, and the ring would then keep serving that stale copy.
         # collate_fn: the worker's message as it is (the batch is built); the default would walk
         # it (64 keys) and turn the labels into a tensor, sent through shared memory.
+        release_freed_memory()  # the index's and the plan's freed heap pages, before the workers fork
         self._loader = DataLoader(self.dataset, batch_size=None, num_workers=self.workers, collate_fn=as_sent,
                                   **options)
         return self._loader

@@ -34,6 +34,8 @@ import numpy as np
 from imagenet_shards.balance import DEFAULT_POLICY, DROP, POLICIES, SPREAD, UnknownPolicyError, instance_counts  # noqa: F401
 from imagenet_shards.errors import Error
 
+TAKE_CHUNK = 1 << 16  # positions mapped to rows per step (GroupedOrder.take)
+
 
 class PlanError(Error, ValueError):
     """A plan that cannot be made (bad policy, more instances than samples...)."""
@@ -77,10 +79,13 @@ class GroupedOrder:
 
     def take(self, positions) -> np.ndarray:
         positions = np.asarray(positions, dtype=np.int64)
-        group = np.searchsorted(self.ends, positions, side="right")
-        rows = self.starts[group] + positions - (self.ends[group] - self.sizes[group])
         # int32 rows: a plan of 1.28M samples is 5 MB in each process that makes it
-        return rows.astype(np.int32) if self.row_limit < 2**31 else rows
+        rows = np.empty(len(positions), dtype=np.int32 if self.row_limit < 2**31 else np.int64)
+        for first in range(0, len(positions), TAKE_CHUNK):  # the int64 temporaries of a chunk, not of the plan
+            chunk = positions[first:first + TAKE_CHUNK]
+            group = np.searchsorted(self.ends, chunk, side="right")
+            rows[first:first + TAKE_CHUNK] = self.starts[group] + chunk - (self.ends[group] - self.sizes[group])
+        return rows
 
     def __getitem__(self, position: int) -> int:
         return int(self.take([position])[0])
