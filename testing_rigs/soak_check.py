@@ -64,16 +64,19 @@ def check_ledgers(ledger_dir: Path, source: Path) -> dict:
 
 def steps_of(keys_dir: Path) -> dict:
     """(rank, step) -> (epoch, keys, pixel sum): the last record of each (a replayed step overwrites)."""
-    found = {}
+    return {(rank, record["step"]): (record["epoch"], record["keys"], record["pixels"])
+            for rank, record in key_records(keys_dir)}
+
+
+def key_records(keys_dir: Path):
+    """(rank, record) for each whole line of the ranks' keys logs, in file order."""
     for path in sorted(keys_dir.glob("rank*.jsonl")):
         rank = int(path.stem[4:])
         for line in path.read_text().splitlines():
             try:
-                record = json.loads(line)
+                yield rank, json.loads(line)
             except ValueError:
                 continue  # a line cut by a kill
-            found[(rank, record["step"])] = (record["epoch"], record["keys"], record["pixels"])
-    return found
 
 
 def check_batches(keys_dir: Path, reference_dir: Path) -> list:
@@ -92,15 +95,7 @@ def check_batches(keys_dir: Path, reference_dir: Path) -> list:
 def global_batches(keys_dir: Path) -> dict:
     """step -> [the set of keys of every rank's batch, per rank count that logged the step on all its ranks]
     (the last record of each (rank count, rank, step): a replayed step overwrites)."""
-    found = {}
-    for path in sorted(keys_dir.glob("rank*.jsonl")):
-        rank = int(path.stem[4:])
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a kill
-            found[(record["step"], record.get("ranks", 0), rank)] = record["keys"]
+    found = {(record["step"], record.get("ranks", 0), rank): record["keys"] for rank, record in key_records(keys_dir)}
     out = {}
     for step, ranks in sorted({(step, ranks) for step, ranks, _ in found}):
         if all((step, ranks, rank) in found for rank in range(ranks)):

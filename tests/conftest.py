@@ -253,3 +253,16 @@ def filtered_compare_run(tmp_path_factory, sample_source, converted):
     result = run_script("host_benchmark.py", "--compare", directory, "--formats", "img,tfrecord,lmdb", "--batches", 2,
                         "--warmup-batches", 1, "--batch-size", 4, "--dataloader-worker", 1, "--json", out)
     return result, out
+
+
+def tree(root) -> dict:
+    """{relative path: (kind, size, mtime_ns)} of everything under `root`, links listed, never followed."""
+    found = {}
+    for folder, folders, names in os.walk(root, followlinks=False):
+        for name in folders + names:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            kind = "link" if os.path.islink(path) else "dir" if os.path.isdir(path) else "file"
+            found[os.path.relpath(path, root)] = (kind, 0 if kind == "dir" else info.st_size,
+                                                  0 if kind == "dir" else info.st_mtime_ns)
+    return found

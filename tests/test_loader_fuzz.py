@@ -15,12 +15,11 @@ import os
 import random
 import shutil
 import signal
-import stat
 import tracemalloc
 import warnings
 
 import pytest
-from conftest import damage, reseal_index, run_main
+from conftest import damage, reseal_index, run_main, tree
 
 from imagenet_shards.launcher import Instance
 
@@ -100,14 +99,7 @@ HOSTILE_PEAK = 256 << 20  # bytes: tracemalloc's peak (numpy's buffers included)
 
 
 def _tree(root) -> dict:
-    found = {}
-    for folder, folders, names in os.walk(root, followlinks=False):
-        for name in folders + names:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            found[os.path.relpath(path, root)] = (stat.S_IFMT(info.st_mode), info.st_size if not
-                                                  stat.S_ISDIR(info.st_mode) else 0, info.st_mtime_ns)
-    return {p: v for p, v in found.items() if not stat.S_ISDIR(v[0])}
+    return {path: entry for path, entry in tree(root).items() if entry[0] != "dir"}
 
 
 def _reseal(dataset, edit):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_script
+from conftest import run_script, tree
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.errors import DatasetError, Error
 from imagenet_shards.index import write_metadata
@@ -19,17 +19,6 @@ from imagenet_shards.launcher import Instance
 SINGLE = Instance(0, 1, "test")
 
 
-def tree(root) -> dict:
-    """{relative path: (kind, size, mtime_ns)} of everything under `root`, links listed, never followed."""
-    found = {}
-    for folder, folders, names in os.walk(root, followlinks=False):
-        for name in folders + names:
-            path = os.path.join(folder, name)
-            info = os.lstat(path)
-            kind = "link" if os.path.islink(path) else "dir" if os.path.isdir(path) else "file"
-            found[os.path.relpath(path, root)] = (kind, 0 if kind == "dir" else info.st_size,
-                                                  0 if kind == "dir" else info.st_mtime_ns)
-    return found
 
 
 def outside(before: dict, after: dict, *allowed) -> list:
