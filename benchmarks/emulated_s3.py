@@ -3,7 +3,7 @@
     python benchmarks/emulated_s3.py --dataset DIR [--out benchmark-output/emulated-s3] [--profile resnet50-h100]
         [--accelerators auto] [--seconds 10] [--max-accelerators 32] [--runs 1] [--split train]
 
-Starts `weed mini` (SeaweedFS, the S3 server the tests start: imagenet_shards/testing/s3_server.py) on
+Starts `weed mini` (SeaweedFS, the S3 server the tests start: testing_rigs/s3_server.py) on
 loopback, uploads DIR (a converted dataset) with upload_dataset.py, then runs
 
     host_benchmark.py --data imagenet --imagenet-data-path DIR|s3://... --accelerators A --profile P --depth storage
@@ -25,9 +25,8 @@ sys.path.insert(0, str(REPO))
 
 
 def seaweed_server_class():
-    """The loopback S3 server, imported as tests/conftest.py imports it (its one place here: the test rigs
-    may move out of the package)."""
-    from imagenet_shards.testing.s3_server import SeaweedServer
+    """The loopback S3 server, the tests' own (testing_rigs/, beside the library: the wheel does not ship it)."""
+    from testing_rigs.s3_server import SeaweedServer
 
     return SeaweedServer
 
