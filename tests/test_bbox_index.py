@@ -15,7 +15,7 @@ from imagenet_shards.cli.validate_dataset import main as validate_main
 from reference_layout import folder_dirhash, list_images, write_reference_dataset
 from imagenet_shards.formats import format_names
 from imagenet_shards.index import SampleRecord, bbox_text, encode_sample_index, parse_bbox, read_metadata, write_metadata
-import imagenet_shards.loader.source_kinds.shards as shard_kind  # where the shard source kind reads a json member
+import imagenet_shards.formats.webdataset as tar_format  # where the tar formats read a json member (mapped_rows)
 from imagenet_shards.loader import DataSource, TrainCrop, get_data
 from imagenet_shards.index import check_columns_match, columns_from_records, parse_sample_columns, read_sample_index
 
@@ -264,8 +264,8 @@ def test_with_boxes_in_the_index_no_json_member_is_read(boxed, tmp_path, monkeyp
     And across worker processes: json members blanked in a copy change nothing."""
     indexed = boxed("img")
     reads = []
-    real = shard_kind.read_member
-    monkeypatch.setattr(shard_kind, "read_member", lambda *args: reads.append(args[2]) or real(*args))
+    real = tar_format.read_member
+    monkeypatch.setattr(tar_format, "read_member", lambda *args: reads.append(args[2]) or real(*args))
     expected = crops(indexed)
     assert reads == []
     old = without_bbox_column(copy_of(indexed, tmp_path, "old"))

@@ -278,23 +278,24 @@ def test_torchrun_2_ranks_killed_and_resumed_on_4_with_g_kept_deliver_the_uninte
 
 
 def test_scattered_rows_read_shard_by_shard_give_what_the_runs_give(img, monkeypatch):
-    """The block-shuffled order's reads (source_kinds/shards.py: a chunk read one shard at a time, then
-    handed out in item order) yield the same tuples as reading run by run, a damaged payload included."""
+    """The block-shuffled order's reads (source_kinds/shards.py, told positions: a chunk read one shard at a
+    time by the format's read_positions, then handed out in item order) yield the same tuples as reading run
+    by run, a damaged payload included."""
     from imagenet_shards.loader.source_kinds import ReadContext, shards
     from imagenet_shards.loader.sources import resolve_source
 
     source = resolve_source(str(img), "train")
-    context = ReadContext(source, source.columns, True, False, 0)
+    runs = ReadContext(source, source.columns, True, False, 0)
+    context = ReadContext(source, source.columns, True, False, 0, positions=True)
     rows = np.random.default_rng(1).permutation(len(source.columns))
-    assert shards._scattered(source.columns, rows) and not shards._scattered(source.columns, np.sort(rows))
-    monkeypatch.setattr(shards, "SCATTER_CHUNK", 5)  # chunk boundaries inside the 36 rows
+    monkeypatch.setattr(shards, "POSITIONS_CHUNK", 5)  # chunk boundaries inside the 36 rows
 
     def read(samples):
         return [(row, shard, label, bytes(payload) if payload is not None else None, kind, error)
                 for row, shard, label, payload, kind, error in samples]
 
-    expected = read(shards._sequential_samples(context, rows))
-    assert read(shards._scattered_samples(context, rows)) == expected
+    expected = read(shards.SHARDS.raw_samples(runs, rows))
+    assert read(shards.SHARDS.raw_samples(context, rows)) == expected
     assert [sample[0] for sample in expected] == rows.tolist()
     checksums = source.columns.checksums.copy()  # a payload whose recorded CRC32C no longer matches
     source.columns.checksums[rows[7]] ^= 1

@@ -86,12 +86,12 @@ def test_an_unregistered_payload_kind_is_a_bad_sample(monkeypatch):
 def test_every_kind_resolves_and_resolve_source_asks_each_in_the_registry_order():
     """Issue 46: a kind resolves what names it (its `resolve` hook); the registry lists every kind once to ask."""
     from imagenet_shards.loader.source_kinds import RESOLVING, SOURCE_KINDS
-    from imagenet_shards.loader.source_kinds.shard_sources import KIND
+    from imagenet_shards.loader.source_kinds.shards import KIND
     from imagenet_shards.loader.source_kinds.synthetic import SyntheticSettings
 
     assert sorted(kind.name for kind in RESOLVING) == sorted(SOURCE_KINDS)
     assert all(kind.resolve is not None for kind in RESOLVING)
-    assert SOURCE_KINDS[KIND].resolve_loose is not None  # shard_sources makes Sources of the shard kind
+    assert SOURCE_KINDS[KIND].resolve_loose is not None  # shards.py makes Sources of the shard kind
     resolved = resolve_source("Generated", "validation", image_size=32, synthetic_length=5)
     assert (resolved.kind, resolved.total, resolved.settings) == ("synthetic", 5, SyntheticSettings((32, 32, 3)))
     assert resolved.columns is None and resolved.label_offset == 0  # the shard kind's settings read as before

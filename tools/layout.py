@@ -205,7 +205,7 @@ def _kinds_defined(tree) -> set:
 def one_kind_fields(root: Path, mods: dict) -> list:
     """"Source.field: only the K kind" for each dataclass field of the loader's Source that only one kind's modules
     read (its own settings object's business); a module in source_kinds/ defining no kind belongs to the kinds of
-    the modules there that import it (shard_sources.py: shards.py's). Reads outside source_kinds/ make it shared."""
+    the modules there that import it (a kind's helper module: its kind's). Reads outside source_kinds/ make it shared."""
     kinds_dir = root.joinpath(*SOURCE_KINDS_DIR)
     trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
     source_class = next(((m, node) for m, tree in trees.items() for node in tree.body

@@ -7,8 +7,8 @@ format's name.
 
     writing       shard_name, open_writer -> writer.add_sample(EncodedSample) -> SampleRecord,
                   encode_image (the payload of a decoded image), metadata_fields
-    reading       iter_samples (stream a run of samples from a byte range),
-                  read_payloads (a local shard's payloads straight from the index, optional)
+    reading       read_run, read_positions (rows of one shard, from whatever bytes hold it: runs.py),
+                  iter_samples (sample dicts of a byte range: what the default readers stream)
     checking      check_shard (structure and checksums of one shard, against the index)
     repartition   open_writer(...).add_raw_record, finished_size, record_alignment, describe_damage
     foreign data  claims_location / find_foreign_shards / index_foreign_shards (shards without
@@ -139,16 +139,17 @@ class ShardFormat:
         records are not byte ranges (`records_are_byte_ranges` False; the others are read by range)."""
         raise NotImplementedError
 
-    def read_payloads(self, run) -> Optional[Iterator[tuple]]:
-        """A local run's (record, extension, payload view, None | reason) straight from the index, or
-        None when this format has no such fast path (then iter_samples is used)."""
-        return None
+    def read_run(self, shard, columns, rows, how=None) -> Iterator[tuple]:
+        """Rows of one shard that follow each other in it (a run: one sequential read) from the bytes `shard`
+        (a runs.ShardBytes: the local file, a URL, the shard cache's entry or fill) names: a runs.RowRead per
+        row, in order; `how` a runs.RowReading (formats/runs.py). `runs.stream_rows` streams the run's byte
+        range through `iter_samples`: what a format without a faster way returns."""
+        raise NotImplementedError
 
-    def read_payload_rows(self, location, columns, rows) -> Optional[Iterator[tuple]]:
-        """`read_payloads` for `rows` (a sequential run of one local shard) of a columnar index
-        (imagenet_shards.index.columns), no record built: (row, extension, payload view, None | reason),
-        the same checks and reasons. None when this format has no such path (then read_payloads)."""
-        return None
+    def read_positions(self, shard, columns, rows, how=None) -> Iterator[tuple]:
+        """Rows of one shard in any order (the global order's positions): a runs.RowRead per row, in the order
+        given. `runs.positions_as_runs` reads the runs the rows happen to form, each with `read_run`."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ checking
     def check_shard(self, task):

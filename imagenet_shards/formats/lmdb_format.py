@@ -27,9 +27,11 @@ import os
 import re
 import struct
 from pathlib import Path
+from typing import Iterator
 
 from imagenet_shards.fileio import PARTIAL_SUFFIX, fsync_dir, hash_file
 from imagenet_shards.formats.base import EncodedSample, ShardDataError, ShardFormat
+from imagenet_shards.formats.runs import PLAIN, RowRead
 from imagenet_shards.formats.shard_check import (
     NOT_IN_INDEX,
     ShardResult,
@@ -193,41 +195,44 @@ def iter_shard_values(path, source=None):
         env.close()
 
 
-def read_run_payloads(run):
-    """(record, extension, payload bytes, None | reason) for a local run, by cursor: one walk when
-    the run's keys are in cursor order (as the converter writes them), a seek where they are not."""
+def read_rows(shard, columns, rows, how) -> Iterator[RowRead]:
+    """LMDB's reader, for runs and positions alike: a RowRead per row of a local shard, by cursor: one walk
+    when the rows' keys are in cursor order (as the converter writes them), a seek where they are not."""
     import lmdb
 
+    records = columns.records(rows)
     try:
-        env = open_environment(run.location)
+        env = open_environment(shard.location)
     except LMDBFormatError as problem:
-        for record in run.records:
-            yield record, None, None, str(problem)
+        for row, record in zip(rows.tolist(), records):
+            yield RowRead(row, None, None, record.label, None, str(problem))
         return
     try:
         with env.begin(buffers=True) as txn:
             cursor = txn.cursor()
             positioned = False
-            for record in run.records:
+            for row, record in zip(rows.tolist(), records):
                 key = record.key.encode()
                 try:
                     if not (positioned and cursor.next() and bytes(cursor.key()) == key):
                         positioned = cursor.set_key(key)
                     if not positioned:
-                        yield record, None, None, f"{run.location}: sample {record.key!r} is not in the shard"
+                        yield RowRead(row, None, None, record.label, None,
+                                      f"{shard.location}: sample {record.key!r} is not in the shard")
                         continue
                     value = cursor.value()
                     start = record.payload_offset - record.record_offset
                     if len(value) != record.record_size:
-                        yield record, None, None, (f"{run.location}: sample {record.key!r} is {len(value)} bytes, "
-                                                   f"its index says {record.record_size}: the shard does not match "
-                                                   f"its index")
+                        yield RowRead(row, None, None, record.label, None, (
+                            f"{shard.location}: sample {record.key!r} is {len(value)} bytes, its index says "
+                            f"{record.record_size}: the shard does not match its index"))
                         continue
-                    fields = decode_value(value, run.location)
-                    yield record, fields["ext"], bytes(value[start:start + record.payload_size]), None
+                    fields = decode_value(value, shard.location)
+                    yield RowRead(row, fields["ext"], bytes(value[start:start + record.payload_size]), record.label,
+                                  fields["info"] if how.with_info else None, None)
                 except (lmdb.Error, LMDBFormatError) as problem:
                     positioned = False
-                    yield record, None, None, f"{run.location}: sample {record.key!r}: {problem}"
+                    yield RowRead(row, None, None, record.label, None, f"{shard.location}: sample {record.key!r}: {problem}")
     finally:
         env.close()
 
@@ -361,8 +366,11 @@ class LMDBFormat(ShardFormat):
         return {"__key__": fields["key"], "__offset__": record.record_offset, fields["ext"]: fields["payload"],
                 "cls": str(fields["label"]).encode(), "json": fields["info"]}
 
-    def read_payloads(self, run):
-        return read_run_payloads(run)
+    def read_run(self, shard, columns, rows, how=PLAIN):
+        return read_rows(shard, columns, rows, how)
+
+    def read_positions(self, shard, columns, rows, how=PLAIN):
+        return read_rows(shard, columns, rows, how)
 
     def check_shard(self, task):
         return check_lmdb_shard(task)

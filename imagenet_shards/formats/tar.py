@@ -322,3 +322,29 @@ def iter_tar_samples(source, offset=0, verify_checksums=True, stop_at=None, stre
         sample[ext] = member.data
     if sample is not None:
         yield sample
+
+
+def read_member(location: str, record, ext: str):
+    """The data of a sample's `<key>.<ext>` member in a local tar shard, or None if the sample has
+    no such member. Walks the member headers inside the sample's byte range: a few small reads."""
+    end = record.record_offset + record.record_size
+    with open(location, "rb") as handle:
+        offset, long_name = record.record_offset, None
+        while offset + BLOCK <= end:
+            header = os.pread(handle.fileno(), BLOCK, offset)
+            try:
+                size = int(header[124:136].strip(b"\0 ") or b"0", 8)
+            except ValueError:  # not a tar header (another container): no member to find
+                return None
+            data_offset = offset + BLOCK
+            if data_offset + size > end:  # a claimed size past the sample's range: never allocated nor read
+                return None
+            offset = data_offset + size + (-size % BLOCK)
+            if header[156:157] == b"L":  # GNU long name of the next member
+                long_name = os.pread(handle.fileno(), size, data_offset).rstrip(b"\0").decode("utf-8", "replace")
+                continue
+            name = long_name or header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
+            long_name = None
+            if split_key(name)[1] == ext:
+                return os.pread(handle.fileno(), size, data_offset)
+    return None

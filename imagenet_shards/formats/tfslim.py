@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from imagenet_shards.formats.base import EncodedSample, ForeignShardsError, ShardFormat
+from imagenet_shards.formats.runs import PLAIN, positions_as_runs, stream_rows
 from imagenet_shards.formats.tfrecord import (
     INDEX_SUFFIX,
     TFRecordFormatError,
@@ -90,6 +91,12 @@ class TFRecordFormat(ShardFormat):
     def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
         return iter_tfrecord_samples(location, label_offset, offset=start, stop_at=stop, stream=stream,
                                      verify_crc=verify_crc)
+
+    def read_run(self, shard, columns, rows, how=PLAIN):
+        return stream_rows(self, shard, columns, rows, how)  # records framed and CRC-checked as they stream
+
+    def read_positions(self, shard, columns, rows, how=PLAIN):
+        return positions_as_runs(self, shard, columns, rows, how)
 
     def check_shard(self, task):
         return check_tfrecord_shard(task)

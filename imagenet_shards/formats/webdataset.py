@@ -23,7 +23,8 @@ import numpy as np
 from imagenet_shards.formats.base import EncodedSample, ShardFormat
 from imagenet_shards.formats.mapped_shards import lend_payload, mapped_shard
 from imagenet_shards.formats.npy import encode_npy
-from imagenet_shards.formats.tar import BLOCK, TarShardWriter, iter_tar_samples
+from imagenet_shards.formats.runs import PLAIN, RowRead, positions_as_runs, stream_rows
+from imagenet_shards.formats.tar import BLOCK, TarShardWriter, iter_tar_samples, read_member
 from imagenet_shards.formats.tar_check import check_tar_shard
 from imagenet_shards.index import SampleRecord, payload_crc32c
 
@@ -64,16 +65,6 @@ class TarSampleWriter(TarShardWriter):
         )
 
 
-def _payload_member(record: SampleRecord):
-    """(extension, header offset) of the member whose data is the record's payload."""
-    best = None
-    for item in record.members.split(";"):
-        ext, _, offset = item.partition(":")
-        if offset and int(offset) < record.payload_offset and (best is None or int(offset) > best[1]):
-            best = (ext, int(offset))
-    return best
-
-
 def _truncated(location, size: int, key: str, start: int, end: int) -> str:
     return f"TarFormatError: {location}: truncated: the shard is {size} bytes, sample {key!r} needs bytes {start}-{end}"
 
@@ -89,26 +80,33 @@ def _name_mismatch(view, header: int, name: bytes) -> Optional[str]:
             f"{repr(name)[1:]}: the shard does not match its index")
 
 
-def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
-    """`read_indexed_payloads` for rows of a columnar index: (row, extension, payload view, None) or
-    (row, None, None, reason), the same checks, from the index's columns (payload offset, size, its
-    member's header offset and extension) without building a record or parsing members: the
-    loader's per-sample path for local shards."""
+def mapped_rows(shard, columns, rows, how) -> Iterator[RowRead]:
+    """The tar formats' reader of a local shard, for runs and positions alike: a RowRead per row, from the
+    index's columns (payload offset and size, its member's header offset and extension), without building a
+    record or parsing members: the loader's per-sample path.
+
+    The shard is mapped once (formats/mapped_shards.py) and each payload is a zero-copy slice of the map
+    (a copy where `shard.copied`). What is checked per sample: the sample lies inside the file (a truncated
+    shard is reported, for this and every later sample), and the payload member's header carries the
+    expected name `<key>.<ext>` (a shard that does not match its index is an error). Header checksums are
+    not verified here (the streamed path and validate_dataset.py do)."""
+    location, labels = shard.location, columns.labels
     try:
         size, view = mapped_shard(location)
     except OSError as error:
         reason = f"cannot read the shard: {error.strerror or error}"
         for row in rows.tolist():
-            yield row, None, None, reason
+            yield RowRead(row, None, None, int(labels[row]), None, reason)
         return
     starts = columns.record_offsets[rows]
     payloads, headers = columns.payload_deltas(rows, starts)  # from the record's offset (the index holds these)
     fields = zip(rows.tolist(), starts.tolist(), (starts + columns.record_sizes[rows]).tolist(),
                  payloads.tolist(), columns.payload_sizes[rows].tolist(), headers.tolist(),
-                 columns.payload_exts[rows].tolist())
+                 columns.payload_exts[rows].tolist(), labels[rows].tolist())
     exts = [ext.encode() for ext in columns.exts]
     keys, key_offsets = columns.keys, columns.key_offsets
-    for row, start, end, payload, length, header, ext in fields:
+    copied, with_info = shard.copied, how.with_info
+    for row, start, end, payload, length, header, ext, label in fields:
         payload, header = start + payload, start + header
         if end > size:
             reason = _truncated(location, size, columns.key(row), start, end)
@@ -118,45 +116,11 @@ def read_indexed_payload_rows(location, columns, rows) -> Iterator[tuple]:
             key = keys[key_offsets[row]:key_offsets[row + 1]].tobytes()
             reason = _name_mismatch(view, header, key + b"." + exts[ext])
         if reason is not None:
-            yield row, None, None, reason
-        else:
-            yield row, columns.exts[ext], lend_payload(view, payload, payload + length), None
-
-
-def read_indexed_payloads(run) -> Iterator[tuple]:
-    """The fast path for local shards: (record, extension, payload view, None) per record, or
-    (record, None, None, reason).
-
-    The sample index already says where each payload is, so no tar header is parsed: the shard
-    is mapped once and each payload is a zero-copy slice. What is checked per sample: the sample
-    lies inside the file (a truncated shard is reported, for this and every later sample), and
-    the payload member's header carries the expected name `<key>.<ext>` (a shard that does not
-    match its index is an error). Header checksums are not verified here (the http path and
-    validate_dataset.py do).
-    """
-    try:
-        size, view = mapped_shard(run.location)
-    except OSError as error:
-        reason = f"cannot read the shard: {error.strerror or error}"
-        for record in run.records:
-            yield record, None, None, reason
-        return
-    for record in run.records:
-        end = record.record_offset + record.record_size
-        if end > size:
-            yield record, None, None, _truncated(run.location, size, record.key, record.record_offset, end)
+            yield RowRead(row, None, None, label, None, reason)
             continue
-        member = _payload_member(record)
-        if member is None:
-            yield record, None, None, f"the index lists no payload member for {record.key!r} ({record.members})"
-            continue
-        ext, header_offset = member
-        reason = _name_mismatch(view, header_offset, f"{record.key}.{ext}".encode())
-        if reason is not None:
-            yield record, None, None, reason
-            continue
-        start, stop = record.payload_offset, record.payload_offset + record.payload_size
-        yield record, ext, bytes(view[start:stop]) if run.copied else lend_payload(view, start, stop), None
+        info = read_member(location, columns.record(row), "json") if with_info else None
+        data = bytes(view[payload:payload + length]) if copied else lend_payload(view, payload, payload + length)
+        yield RowRead(row, columns.exts[ext], data, label, info, None)
 
 
 class WebDatasetFormat(ShardFormat):
@@ -185,11 +149,15 @@ class WebDatasetFormat(ShardFormat):
     def iter_samples(self, location, start, stop, stream=None, label_offset=0, verify_crc=True):
         return iter_tar_samples(location, offset=start, stop_at=stop, stream=stream)
 
-    def read_payloads(self, run):
-        return read_indexed_payloads(run) if run.records and run.records[0].members else None
+    def read_run(self, shard, columns, rows, how=PLAIN):
+        if shard.local and len(rows) and columns.members(rows[0]):  # the index says where each member is
+            return mapped_rows(shard, columns, rows, how)
+        return stream_rows(self, shard, columns, rows, how)
 
-    def read_payload_rows(self, location, columns, rows):
-        return read_indexed_payload_rows(location, columns, rows) if len(rows) and columns.members(rows[0]) else None
+    def read_positions(self, shard, columns, rows, how=PLAIN):
+        if shard.local and len(rows) and columns.members(rows[0]):
+            return mapped_rows(shard, columns, rows, how)
+        return positions_as_runs(self, shard, columns, rows, how)
 
     def check_shard(self, task):
         return check_tar_shard(task)

@@ -111,19 +111,21 @@ def read_run(location: str, columns, first: int, end: int, buffer: bytearray, ve
 
 def read_by_key(location: str, columns, first: int, end: int, shard_format, verify: bool):
     """Rows [first, end) of a local shard whose records are not byte ranges (LMDB: values looked up by key, one
-    cursor walk), through the format's own `read_payloads`; yields (records, bytes) per CHUNK, CRC32C checked."""
+    cursor walk), through the format's own `read_run`; yields (records, bytes) per CHUNK, CRC32C checked."""
+    import numpy as np
     from crc32c import crc32c
 
-    from imagenet_shards.loader.read import Run
+    from imagenet_shards.formats.runs import ShardBytes
 
-    records = columns.records(range(first, end))
+    checksums = columns.checksums if columns.has_checksums else None
     count = size = 0
-    for record, _, payload, reason in shard_format.read_payloads(Run(location, 0, None, tuple(records))):
+    for row, _, payload, _, _, reason in shard_format.read_run(ShardBytes(location), columns, np.arange(first, end)):
         if reason is not None:
             raise EmulationError(reason)
-        if verify and record.payload_crc32c is not None and crc32c(payload) != record.payload_crc32c:
-            raise EmulationError(f"{location}: sample {record.key!r}: payload CRC32C differs from the sample index")
-        count, size = count + 1, size + record.record_size
+        if verify and checksums is not None and (columns.checksum_known is None or columns.checksum_known[row]) \
+                and crc32c(payload) != int(checksums[row]):
+            raise EmulationError(f"{location}: sample {columns.key(row)!r}: payload CRC32C differs from the sample index")
+        count, size = count + 1, size + int(columns.record_sizes[row])
         if size >= CHUNK:
             yield count, size
             count = size = 0

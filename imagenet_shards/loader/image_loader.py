@@ -443,8 +443,9 @@ def build_stream(settings: LoaderSettings) -> ImageStream:
                            use_repartition=source.use_repartition, order=settings.train_order())
     boxes = source.use_bbox_info and get_source_kind(resolved.kind).bboxes and RANDOM_RESIZED_CROP in pipeline.steps
     shuffle_buffer = settings.order.shuffle_buffer if settings.shuffle and planner.order is None else 0
-    read_loop = ReadLoop(ReadContext(resolved, planner.columns, source.verify, boxes, seed), pipeline, batch_size,
-                         instance.index, on_error=settings.on_error, shuffle_buffer=shuffle_buffer,
+    context = ReadContext(resolved, planner.columns, source.verify, boxes, seed, positions=planner.order is not None)
+    read_loop = ReadLoop(context, pipeline, batch_size, instance.index, on_error=settings.on_error,
+                         shuffle_buffer=shuffle_buffer,
                          drop_last=settings.drop_last, normalization=normalization, batch_transform=batch_transform,
                          torch_random=torch_random, device_decode=settings.device_decode)
     return ImageStream(planner, read_loop)

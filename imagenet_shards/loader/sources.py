@@ -20,7 +20,7 @@
     Mix(...)            several converted datasets with weights (imagenet_shards/loader/mix.py): the mix kind.
 
 Each kind resolves what names it (its `resolve` hook in imagenet_shards/loader/source_kinds/: the first four above
-are the shard kind's, source_kinds/shard_sources.py); resolve_source asks them in the registry's RESOLVING order
+are the shard kind's, source_kinds/shards.py); resolve_source asks them in the registry's RESOLVING order
 and holds no branch of its own. A Source's `kind` is a key of SOURCE_KINDS: the loader reads its items through
 that kind; its `settings` is the kind's own settings object.
 """
@@ -32,7 +32,7 @@ from typing import Optional
 
 from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.loader.source_kinds import RESOLVING
-from imagenet_shards.loader.source_kinds.shard_sources import REBUILD_REPARTITION, load_own_share
+from imagenet_shards.loader.source_kinds.shards import REBUILD_REPARTITION, load_own_share
 from imagenet_shards.loader.source_kinds.source import (FolderItem, OwnShare, ResolveRequest, ShardSettings, Source,
                                                         SourceError)
 from imagenet_shards.loader.source_kinds.synthetic import LENGTH as SYNTHETIC_LENGTH

@@ -1,7 +1,7 @@
 """A node-local cache of whole shards read from s3://, http(s):// or a local path marked remote (NFS).
 
     cache = ShardCache.for_dataset(directory, metadata, limit="200GB", remote_paths=False, prefetch=0)
-    with cache.serve(run) as (served, fill): ...   # a shard_reader.Run, read from the cache (fill None) or while filling it
+    with cache.serve(name, shard) as (served, fill): ...   # formats.runs.ShardBytes: the entry (fill None) or the fill
 
 Layout: `<directory>/<dataset key>/<shard name>` (the key is a sha256 of the dataset's identity, its `checksum`
 and shard records, never a string from it, so two datasets, or a re-uploaded one, never share entries; both
@@ -26,7 +26,7 @@ loader's per-sample CRC32C checks name the damaged samples as they always do.
 
 On a hit the loader reads the local file through the format's fast path and still checks every
 sample's CRC32C. A sample of a cached shard that fails (CRC, framing) drops the entry; the shard is
-fetched again and the rest of the run read from the new copy (`read_run`); the event is reported. The
+fetched again and the rest of the rows read from the new copy (`read_rows`); the event is reported. The
 same holds for a run read while following a fetch that proved good (its bytes matched metadata.json):
 its failure is the local file's, changed on the disk under the reader.
 An entry whose size or mtime changed is dropped and fetched again too. Events are counted per

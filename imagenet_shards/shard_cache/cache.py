@@ -23,6 +23,7 @@ import numpy as np
 
 from imagenet_shards import storage
 from imagenet_shards.formats import FORMATS
+from imagenet_shards.formats.runs import ShardBytes
 from imagenet_shards.shard_cache.events import new_events
 from imagenet_shards.shard_cache.fill import CHUNK, Fill, Follower, lock_file, register, unlock
 from imagenet_shards.errors import Error
@@ -165,12 +166,11 @@ class ShardCache:
         path = self.path(name)
         return path.with_name(path.name + suffix)
 
-    def covers(self, run) -> bool:
-        """Whether `run` is read through the cache: a remote (or remote-marked local) shard that
-        metadata.json records with a sha256."""
-        location = run.location
+    def covers(self, name: str, location: str) -> bool:
+        """Whether shard `name` at `location` is read through the cache: a remote (or remote-marked local) shard
+        that metadata.json records with a sha256."""
         remote = storage.is_url(location) or (self.remote_paths and os.path.isfile(location))
-        return remote and bool(run.records) and run.records[0].shard in self.shards
+        return remote and name in self.shards
 
     def open_source(self, location: str):
         """The whole shard from the store: one GET (or, for a remote-marked path, one sequential read)."""
@@ -220,21 +220,20 @@ class ShardCache:
     # ------------------------------------------------------------------ serving a run
 
     @contextlib.contextmanager
-    def serve(self, run):
-        """(run to read, fill): the run on the local entry (fill None), or on the shard being fetched (a
-        Run whose `opener` follows `fill`). The entry is pinned while the caller reads."""
-        name = run.records[0].shard
+    def serve(self, name: str, shard: ShardBytes):
+        """(the bytes to read, fill): shard `name`'s bytes on the local entry (fill None), or on the shard being
+        fetched (an `opener` that follows `fill`). The entry is pinned while the caller reads."""
         pin = lock_file(self._side(name, ".pin"), fcntl.LOCK_SH)
         fill = None
         try:
-            fill, fd = self._follow_or_fill(name, run.location)
+            fill, fd = self._follow_or_fill(name, shard.location)
             self._start_prefetch(name)
             if fill is None:
                 self.count("hits")
                 os.utime(pin)
-                yield replace(run, location=str(self.path(name)), copied=True), None
+                yield ShardBytes(str(self.path(name)), copied=True), None
             else:
-                yield replace(run, opener=lambda location, start, stop: io.BufferedReader(
+                yield replace(shard, opener=lambda location, start, stop: io.BufferedReader(
                     Follower(fill, os.dup(fd), start, stop), buffer_size=CHUNK)), fill
         finally:
             if fill is not None:
@@ -281,22 +280,20 @@ class ShardCache:
         fill.thread.start()
         return fill, fd
 
-    def read_run(self, run, read):
-        """Items of `read(run, first)` (the caller's reader of a run's records from `first` on; each item
-        ends with its error, None when good), with the run served through the cache. A failing sample
-        of a cached entry drops the entry and the rest of the run is read from a fresh fetch, once. So does
+    def read_rows(self, name: str, shard: ShardBytes, read):
+        """Items of `read(bytes, first)` (the caller's reader of its rows from `first` on, from those bytes; each
+        item ends with its error, None when good), with shard `name` served through the cache. A failing sample
+        of a cached entry drops the entry and the rest of the rows is read from a fresh fetch, once. So does
         one read while following a fetch whose bytes matched metadata.json's sha256: the store's bytes were
         good, so the damage is the local file's (truncated or changed on its disk under the reader). Where
         the fetch did not match, the store's bytes are what failed, as without a cache: not fetched again."""
         first = 0
         retried = False
         while True:
-            part = run if first == 0 else replace(run, start=run.records[first].record_offset,
-                                                   records=run.records[first:])
-            with self.serve(part) as (served, fill):
+            with self.serve(name, shard) as (served, fill):
                 for item in read(served, first):
                     if item[-1] is not None and not retried and (fill is None or fill.fetched_intact()):
-                        self.drop(part.records[0].shard, f"a sample failed its check: {item[-1]}")
+                        self.drop(name, f"a sample failed its check: {item[-1]}")
                         retried = True
                         break
                     first += 1

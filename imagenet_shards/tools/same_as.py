@@ -31,13 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
+from imagenet_shards.formats import format_for_location
+from imagenet_shards.formats.runs import RowReading, ShardBytes
 from imagenet_shards.formats.shard_check import error
+from imagenet_shards.storage import is_url
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import payload_problem
 from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
 from imagenet_shards.loader.payloads import get_payload
 from imagenet_shards.loader.source_kinds import get_source_kind
-from imagenet_shards.loader.read import Run, is_url, iter_run, payload_extension
 from imagenet_shards.loader.sources import SourceError, load_own_share, resolve_source
 from imagenet_shards.preprocess import apply_steps, parse_steps
 from imagenet_shards.validate.report import Report, ValidationUsageError
@@ -109,19 +111,13 @@ def read_payload(side: Side, part: int, row: int):
     columns = side.parts[part]
     record = columns.record(row)
     source = side.source
-    run = Run(source.locate(record.shard), record.record_offset, record.record_offset + record.record_size, (record,))
-    fmt = source.shard_format
-    payloads = None if is_url(run.location) or fmt is None else fmt.read_payloads(run)
+    location = source.locate(record.shard)
+    fmt = source.shard_format or format_for_location(location)
+    how = RowReading(source.label_offset, source.payload)
     found = None
-    if payloads is not None:
-        for _, ext, payload, problem in payloads:
-            found = (None, None, problem) if problem else (bytes(payload), ext, None)
-            break
-    else:
-        for _, sample, problem in iter_run(run, source.label_offset, fmt, True):
-            ext = None if problem else source.payload if source.payload in sample else payload_extension(sample)
-            found = (None, None, problem or "no image payload") if ext is None else (bytes(sample[ext]), ext, None)
-            break
+    for _, ext, payload, _, _, problem in fmt.read_positions(ShardBytes(location), columns, np.array([row]), how):
+        found = (None, None, problem) if problem else (bytes(payload), ext, None)
+        break
     if found is None:
         return None, None, "not found in its shard"
     if found[0] is not None and payload_problem(record, found[0]):

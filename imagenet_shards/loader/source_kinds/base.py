@@ -35,6 +35,9 @@ class ReadContext:
     verify: bool  # check each indexed payload's CRC32C
     use_bbox_info: bool  # payloads come Boxed with their bounding box (kinds with `bboxes` only)
     seed: int
+    # How the plan's items come: False, runs of each shard (the shard order); True, positions in no shard
+    # order (order="global": the plan's block shuffle). Told by the plan, never guessed from the rows.
+    positions: bool = False
 
 
 class Boxed(NamedTuple):

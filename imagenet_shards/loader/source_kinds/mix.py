@@ -61,7 +61,7 @@ def source_runs(source, seed: int, epoch: int, shuffle: bool) -> GroupedOrder:
 
 def _part_context(context, k: int) -> ReadContext:
     part = context.source.settings.parts[k]
-    return ReadContext(part, part.columns, context.verify, context.use_bbox_info, context.seed)
+    return ReadContext(part, part.columns, context.verify, context.use_bbox_info, context.seed, context.positions)
 
 
 def _runs(context, items):

@@ -58,7 +58,7 @@ class ShardSettings:
     base: Optional[str] = None  # where shard names are relative to
     locations: dict = field(default_factory=dict)  # shard name -> path/URL (scanned shard lists)
     metadata: Optional[dict] = None
-    repartition: Optional[dict] = None  # see shard_sources._repartition; load_own_share() reads this instance's part
+    repartition: Optional[dict] = None  # see shards._repartition; load_own_share() reads this instance's part
     label_offset: int = 0  # TFRecord: stored label - label_offset = class index (metadata or detected)
     shard_format: Optional[object] = None  # imagenet_shards.formats.ShardFormat of the shards (None: known by name)
     cache: Optional[object] = None  # the imagenet_shards.shard_cache.ShardCache they are read through (get_data cache=)
