@@ -83,7 +83,8 @@ from imagenet_shards.loader.device.device_decode import DeviceBatches, decode_de
 from imagenet_shards.loader.read.read_loop import ReadLoop, SampleError
 from imagenet_shards.loader.output.reports import Batch, EpochReport, Skipped, WorkerReport
 from imagenet_shards.loader.plan.ledger_writer import write_ledger
-from imagenet_shards.loader.plan.resume import Segment, identity as resume_identity, load as resume_load, state as resume_state
+from imagenet_shards.loader.plan.resume import (EpochProgress, Segment, identity as resume_identity,
+                                                 load as resume_load, state as resume_state)
 from imagenet_shards.loader.transform.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
 from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
 from imagenet_shards.loader.settings import LoaderSettings
@@ -149,7 +150,7 @@ class ImageLoader:
         self._runs = None  # the DataLoader iteration kept across epochs (imagenet_shards/loader/read/epoch_runs.py)
         dataset.spans_epochs = self.read_ahead = read_ahead
         dataset.worker_table = worker_shards.shared_table(workers)
-        self._live = None  # the epoch being iterated: its resume, and each worker's [batches, position]
+        self._progress: Optional[EpochProgress] = None  # the epoch being (or last) iterated: plan/resume.py
         self._identity = None
         self.source_argument = None  # what get_data was given, named in ledgers
 
@@ -192,14 +193,13 @@ class ImageLoader:
         """Where this instance is in its epoch (torchdata's StatefulDataLoader convention): a JSON-able
         dict of a few hundred bytes, no sample list. Save it after each batch with the model."""
         identity, segment = self._identity_and_segment()
-        live, index = self._live, self.instance.index
-        if live is not None and not live["complete"]:
-            progress = {"next": live["next"], "done": [list(d) for d in live["done"]]}
-            return resume_state(identity, live["epoch"], live["resume"], segment, index, progress)
+        live, index = self._progress, self.instance.index
+        if live is not None and not live.complete:
+            return resume_state(identity, live.epoch, live.resume, segment, index, live.progress())
         pending = self.planner.resume_for(self.epoch)  # loaded, not yet iterated
         if pending is not None:
-            rotation, done = pending.start(index, segment.workers)
-            return resume_state(identity, self.epoch, pending, segment, index, {"next": rotation, "done": done})
+            start = EpochProgress.starting(self.epoch, pending, index, segment.workers)
+            return resume_state(identity, self.epoch, pending, segment, index, start.progress())
         return resume_state(identity, self.epoch, None, None, index, None)
 
     def load_state_dict(self, state) -> None:
@@ -212,7 +212,7 @@ class ImageLoader:
         resume = resume_load(states, identity, self.instance.index, segment)
         self.planner.set_epoch(int(states[0]["epoch"]))
         self.planner.load_resume(resume)
-        self._live = None
+        self._progress = None
         self._loader = self._runs = None  # workers started before hold no resume: start new ones
 
     def write_ledger(self, path) -> dict:
@@ -220,7 +220,7 @@ class ImageLoader:
         each instance delivered, in order, per segment (the earlier ones of a resume included),
         derived from the plan and progress. `python -m imagenet_shards.ledger verify` checks a run's ledgers."""
         identity, segment = self._identity_and_segment()
-        return write_ledger(path, self.planner, self.dataset.read_loop.context, self._live, self.source_argument,
+        return write_ledger(path, self.planner, self.dataset.read_loop.context, self._progress, self.source_argument,
                             identity, segment)
 
     def _dataloader(self) -> DataLoader:
@@ -307,10 +307,8 @@ class ImageLoader:
             last_batch_dropped=keys_of(plan.last_batch_dropped),
         )
         self.report = report
-        resume, workers = planner.resume_for(epoch), max(self.workers, 1)
-        rotation, done = resume.start(self.instance.index, workers) if resume else (0, [[0, 0]] * workers)
-        live = self._live = {"epoch": epoch, "resume": resume, "next": rotation, "done": list(done),
-                             "complete": False}
+        workers = max(self.workers, 1)
+        live = self._progress = EpochProgress.starting(epoch, planner.resume_for(epoch), self.instance.index, workers)
         if self._runs is None:
             # discard holds the ring, not this loader: a cycle through the DataLoader iterator would
             # leave its shutdown to the garbage collector, which closes its queues first (5 s per worker)
@@ -327,8 +325,7 @@ class ImageLoader:
                 if isinstance(item, WorkerReport):
                     report.add_worker(item)
                     continue
-                worker, batches, position = item.progress
-                live["done"][worker], live["next"] = (batches, position), (worker + 1) % workers
+                live.handed_over(*item.progress, workers)
                 item = None
                 ring.release_returned()
                 dataset.byte_ring.release_returned()
@@ -345,7 +342,7 @@ class ImageLoader:
             raise died from None
         finally:
             planner.set_epoch(epoch + 1)
-        report.complete = live["complete"] = True
+        report.complete = live.complete = True
         planner.end_resume()  # a loaded state applies to its epoch only
         if report.skipped and not report.samples:
             first = report.skipped[0]

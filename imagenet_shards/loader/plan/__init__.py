@@ -11,7 +11,7 @@ _EXPORTS = {
     "EpochPlanner": "epoch_planner",
     "GlobalOrder": "global_order",
     **{name: "share_plan" for name in ("GroupedOrder", "PlanError", "epoch_order", "epoch_sequence")},
-    **{name: "resume" for name in ("ResumeError", "fingerprint")},
+    **{name: "resume" for name in ("EpochProgress", "ResumeError", "fingerprint")},
     **{name: "ledger_writer" for name in ("LEDGER_VERSION", "write_ledger")},
 }
 __all__ = sorted(_EXPORTS)

@@ -7,11 +7,13 @@ epoch report names those.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from imagenet_shards.fileio import open_new
 from imagenet_shards.safe_names import redact
-from imagenet_shards.loader.plan.resume import FIXED, Segment, epoch_of
+from imagenet_shards.loader.plan.resume import FIXED, EpochProgress, Segment, epoch_of
 from imagenet_shards.loader.plan.sub_order import SubOrder, plan_items
 from imagenet_shards.loader.source_kinds import get_source_kind, keys_of
 
@@ -32,7 +34,8 @@ def _entry(context, number, instance, segment, batches, plan, complete) -> dict:
             "keys": keys, "labels": labels, "padded": keys_of(context, plan.padded), "dropped": dropped}
 
 
-def write_ledger(path, planner, context, live, source_argument, identity_: dict, segment: Segment) -> dict:
+def write_ledger(path, planner, context, live: Optional[EpochProgress], source_argument, identity_: dict,
+                 segment: Segment) -> dict:
     """The ledger of the current (or last) epoch of `planner`'s instance: every earlier segment of
     a resume (every instance's, derived from the states) and this instance's current segment.
     `live`: the epoch being or last iterated (ImageLoader's), None before the first; `context`: the
@@ -41,13 +44,11 @@ def write_ledger(path, planner, context, live, source_argument, identity_: dict,
     import os
 
     own = planner.instance  # this instance
-    if live is None:
-        epoch, resume, complete = planner.epoch, planner.resume_for(planner.epoch), False
-        rotation, done = resume.start(own.index, segment.workers) if resume else (0, [])
-        progress = {"next": rotation, "done": done}
-    else:
-        epoch, resume, complete = live["epoch"], live["resume"], live["complete"]
-        progress = {"next": live["next"], "done": live["done"]}
+    if live is None:  # where a loaded state starts this epoch, or nothing delivered yet
+        resume = planner.resume_for(planner.epoch)
+        live = (EpochProgress.starting(planner.epoch, resume, own.index, segment.workers) if resume
+                else EpochProgress(planner.epoch, None, 0, []))
+    epoch, resume, complete, progress = live.epoch, live.resume, live.complete, live.progress()
     sequence = planner.epoch_sequence(epoch)
     walker = epoch_of(identity_, epoch)
     entries, number = [], 0

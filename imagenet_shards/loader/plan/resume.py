@@ -150,6 +150,33 @@ class Resume:
         return int(progress["next"]), [list(map(int, d)) for d in progress["done"]]
 
 
+@dataclass
+class EpochProgress:
+    """The epoch a loader is iterating (or last iterated): its resume, fixed when the epoch starts, and this
+    instance's progress in it, moved by `handed_over` at each batch: the worker whose batch comes next and,
+    per worker, [batches handed over, position in its reading order]. `state_dict()` and the ledger read it."""
+
+    epoch: int
+    resume: Optional[Resume]  # the loaded state this epoch continues, or None
+    next: int  # the worker whose batch comes next
+    done: list  # per worker: [batches, position]
+    complete: bool = False  # the epoch was iterated to its end
+
+    @classmethod
+    def starting(cls, epoch: int, resume: Optional[Resume], instance: int, workers: int) -> "EpochProgress":
+        """Where instance `instance` starts `epoch`: where `resume` left it, or at its beginning."""
+        rotation, done = resume.start(instance, workers) if resume is not None else (0, [[0, 0]] * workers)
+        return cls(epoch, resume, rotation, list(done))
+
+    def handed_over(self, worker: int, batches: int, position: int, workers: int) -> None:
+        """A batch of `worker`'s came: it has handed over `batches` and read to `position`."""
+        self.done[worker], self.next = (batches, position), (worker + 1) % workers
+
+    def progress(self) -> dict:
+        """The state's (and the ledger's) form: {"next": worker, "done": [[batches, position] per worker]}."""
+        return {"next": self.next, "done": [list(d) for d in self.done]}
+
+
 def epoch_of(identity: dict, epoch: int) -> Epoch:
     """The Epoch (planner of delivered positions) of a loader's identity: today's order or the global one."""
     layout, total, order = None, identity["dataset"]["samples"], identity.get("order")
