@@ -33,7 +33,7 @@ from imagenet_shards.normalization import Normalization, scale_and_bias
 from imagenet_shards.shard_cache import merge_events
 from imagenet_shards.errors import Error
 
-ON_ERROR = ("skip", "fail")
+ON_ERROR = ("skip", "fail")  # checked once, before any I/O, in LoaderSettings.checked (loader/settings.py)
 # Substitutes for skipped samples are drawn from the first samples a worker read well; keeping
 # only this many bounds the worker's memory over an epoch (one int per sample read would not).
 GOOD_KEPT = 4096
@@ -56,13 +56,12 @@ class SampleError(Error, RuntimeError):
 
 
 class ReadLoop:
-    """A worker's reading of its items into batches (see the module docstring)."""
+    """A worker's reading of its items into batches (see the module docstring). Made by image_loader.build_stream
+    from checked LoaderSettings: `on_error` is one of ON_ERROR already."""
 
     def __init__(self, context: ReadContext, pipeline: ImagePipeline, batch_size: int, instance_index: int, *,
                  on_error: str, shuffle_buffer: int, drop_last: bool, normalization: Normalization,
                  batch_transform=None, torch_random=None, device_decode: bool = False):
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error must be one of {', '.join(ON_ERROR)}, got {on_error!r}")
         self.context, self.source, self.kind = context, context.source, get_source_kind(context.source.kind)
         self.pipeline, self.batch_size, self.instance_index = pipeline, batch_size, instance_index
         self.on_error, self.shuffle_buffer, self.drop_last = on_error, shuffle_buffer, drop_last
