@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 
 from imagenet_shards.loader.plan import LEDGER_VERSION, fingerprint
-from imagenet_shards.loader.sources import SYNTHETIC_NAMES, SourceError, resolve_source
+from imagenet_shards.loader.source_kinds import SYNTHETIC_NAMES, SourceError, resolve_source
 from imagenet_shards.errors import Error
 
 HEADER = ("dataset", "split", "seed", "policy", "shuffle", "epoch")

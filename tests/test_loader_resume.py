@@ -18,7 +18,7 @@ import pytest
 from conftest import PYTHON, REPO, run_script
 from imagenet_shards.ledger import main as ledger_main
 from imagenet_shards.loader import DataSource, Order, TrainCrop, get_data
-from imagenet_shards.loader.plan.resume import ResumeError
+from imagenet_shards.loader.plan.resume import EpochProgress, ResumeError
 from imagenet_shards.loader.plan.shuffle_buffer import buffer_order, shuffled
 
 SEED = 7
@@ -46,6 +46,24 @@ def stop_after(loader, count):
 @pytest.fixture(scope="module")
 def img(converted):
     return converted("img")
+
+
+def test_epoch_progress_starts_at_a_loaded_state_or_at_the_beginning_and_follows_each_batch():
+    fresh = EpochProgress.starting(3, None, 0, 2)
+    assert (fresh.epoch, fresh.resume, fresh.complete) == (3, None, False)
+    assert fresh.progress() == {"next": 0, "done": [[0, 0], [0, 0]]}
+    fresh.handed_over(0, 1, 4, 2)
+    fresh.handed_over(1, 1, 5, 2)
+    fresh.handed_over(0, 2, 8, 2)
+    assert fresh.progress() == {"next": 1, "done": [[2, 8], [1, 5]]}
+
+    class Loaded:  # a Resume's start: where this instance's saved progress puts it
+        def start(self, instance, workers):
+            return 1, [[2, 8], [1, 5]]
+
+    loaded = Loaded()
+    resumed = EpochProgress.starting(3, loaded, 0, 2)
+    assert resumed.resume is loaded and resumed.progress() == {"next": 1, "done": [[2, 8], [1, 5]]}
 
 
 def test_buffer_order_is_a_permutation_that_depends_on_the_generator():

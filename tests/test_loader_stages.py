@@ -74,3 +74,12 @@ def test_the_path_of_a_sample_is_the_one_the_docs_name(converted):
     section = (REPO / "docs" / "loader-stages.md").read_text().split("## The path of a sample")[1]
     named = re.findall(r"^\d+\. `([^`]+)`", section, flags=re.M)
     assert files.split(", ") == [f"{name}" for name in named] and int(count) == len(named)
+
+
+def test_loader_sources_re_exports_the_registry_s_resolve_source():
+    """resolve_source moved into the source kinds' registry (issue 46); loader.sources keeps its names, the same objects."""
+    from imagenet_shards.loader import source_kinds, sources
+
+    for name in ("resolve_source", "Source", "SourceError", "load_own_share", "SYNTHETIC_NAMES"):
+        assert getattr(sources, name) is getattr(source_kinds, name), name
+    assert loader.SourceError is source_kinds.SourceError

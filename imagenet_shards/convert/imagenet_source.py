@@ -5,8 +5,8 @@ returns an `ImageNetSource`: the class table and, per split, the `SourceSample`s
 (class index, then source path) as a columnar `SourceListing` (imagenet_shards.convert.source_listing: ~90
 bytes a sample, each SourceSample built when asked for), plus the files that were ignored as not
 being images.
-(The loader's `imagenet_shards.loader.sources` resolves what a *training* source names; this module only
-feeds the converter.)
+(The loader's `imagenet_shards.loader.source_kinds.resolve_source` resolves what a *training* source names;
+this module only feeds the converter.)
 
 Folder layout (what torchvision's ImageFolder reads):
 

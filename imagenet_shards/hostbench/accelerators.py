@@ -186,7 +186,7 @@ def storage_batches(spec: EmulationSpec, index: int, count: int):
     """The storage depth's loader for accelerator `index` of `count`: (batches, samples in its share)."""
     import torch
 
-    from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import resolve_source
     from imagenet_shards.storage import is_url
 
     source = resolve_source(spec.location, spec.split)
@@ -365,7 +365,7 @@ def run_local(spec: EmulationSpec, count: int) -> list:
 def drop_page_cache(location: str, split: str) -> int | None:
     """posix_fadvise(DONTNEED) on the split's local shard files, so the next run reads them from storage
     (clean pages only; no root needed). Bytes advised, or None where it cannot apply (remote, no fadvise)."""
-    from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import resolve_source
     from imagenet_shards.storage import is_url
 
     if is_url(location) or not hasattr(os, "posix_fadvise"):

@@ -167,7 +167,7 @@ def source_bytes_per_image(data: str, path, split: str) -> float:
 
     kind = SOURCE_KINDS.get(data)
     if kind is not None and kind.stored_bytes_per_image is not None:
-        from imagenet_shards.loader.sources import resolve_source
+        from imagenet_shards.loader.source_kinds import resolve_source
 
         return kind.stored_bytes_per_image(resolve_source(str(path), split))
     if str(path).startswith("s3://"):

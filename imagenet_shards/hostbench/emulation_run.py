@@ -119,7 +119,7 @@ def search_cap(args, progress) -> int:
     (the loader hands out whole batches of an instance's share; the storage depth runs on across epochs)."""
     if args.depth != "pipeline":
         return args.max_accelerators
-    from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import resolve_source
 
     samples = resolve_source(args.imagenet_data_path, args.split).total
     cap = max(1, samples // args.profile_resolved.batch_size)
@@ -225,7 +225,7 @@ def device_decode_note() -> str:
 def split_bytes_of(args) -> float:
     """The split's stored bytes (its shards), for the page-cache check; 0 when unknown."""
     try:
-        from imagenet_shards.loader.sources import resolve_source
+        from imagenet_shards.loader.source_kinds import resolve_source
 
         columns = resolve_source(args.imagenet_data_path, args.split).columns
         return float(columns.record_sizes.sum()) if columns is not None else 0.0
@@ -237,7 +237,7 @@ def storage_ceiling(args) -> dict | None:
     """The bare read ceiling of the split's local shard files (transports.read_ceiling: read once, no CRC,
     in this process), as samples/s at the split's mean record size; None for a remote source."""
     from imagenet_shards.hostbench.transports import read_ceiling
-    from imagenet_shards.loader.sources import resolve_source
+    from imagenet_shards.loader.source_kinds import resolve_source
     from imagenet_shards.storage import is_url
 
     if is_url(args.imagenet_data_path):

@@ -5,7 +5,7 @@
     for shown in read_rows(opened.splits["train"], rows):     # one ranged read per sample
         shown.key, shown.label, shown.payload, shown.info
 
-What a PATH may be is what `imagenet_shards.loader.sources.resolve_source` accepts: a converted dataset
+What a PATH may be is what `imagenet_shards.loader.source_kinds.resolve_source` accepts: a converted dataset
 (local, http(s)://, s3://), a dataset of the reference harness (its tar headers are scanned once),
 TF-slim TFRecords without metadata (indexed by their framing), a folder or list of tar shards,
 or an extracted ImageNet folder. Memory: the split's index as columns (imagenet_shards.index.columns)
@@ -26,7 +26,7 @@ from imagenet_shards.formats import format_for_location
 from imagenet_shards.errors import DatasetError
 from imagenet_shards.dataset_folder import SPLITS
 from imagenet_shards.loader.read import Run, iter_run, payload_extension, sample_label
-from imagenet_shards.loader.sources import Source, resolve_source
+from imagenet_shards.loader.source_kinds import Source, resolve_source
 from imagenet_shards.storage import is_url, read_bytes
 
 # Files beside a dataset that give a wnid its words ("n01440764 tench, Tinca tinca" per line):

@@ -26,7 +26,7 @@ _EXPORTS = {
     "GlobalOrder": "loader.plan.global_order",
     **{name: "loader.options" for name in ("Cache", "DataSource", "Normalization", "Order", "TrainCrop",
                                             "UserTransform", "ValidationCrop")},
-    "SourceError": "loader.sources",
+    "SourceError": "loader.source_kinds",
     "SampleError": "loader.read.read_loop",
     "ResumeError": "loader.plan.resume",
     "is_worker_death": "loader.read.worker_shards",

@@ -86,10 +86,9 @@ from imagenet_shards.loader.plan.ledger_writer import write_ledger
 from imagenet_shards.loader.plan.resume import (EpochProgress, Segment, identity as resume_identity,
                                                  load as resume_load, state as resume_state)
 from imagenet_shards.loader.transform.pipeline import RANDOM_RESIZED_CROP, ImagePipeline
-from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys
+from imagenet_shards.loader.source_kinds import ReadContext, get_source_kind, keys_of as source_keys, resolve_source
 from imagenet_shards.loader.settings import LoaderSettings
 from imagenet_shards.loader.source_kinds.mix import mix_parts
-from imagenet_shards.loader.sources import resolve_source
 from imagenet_shards.loader.transform.user_transforms import build_pipeline
 from imagenet_shards.errors import UsageError
 from imagenet_shards.shard_cache import open_cache, parse_size, warn_cache_problems

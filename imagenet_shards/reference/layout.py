@@ -348,7 +348,7 @@ def scan_reference_split(root, split: str, scan_shard) -> list:
 
 @dataclass
 class UnadoptedSplit:
-    """What the loader needs of one split of a dataset not adopted (imagenet_shards.loader.sources)."""
+    """What the loader needs of one split of a dataset not adopted (loader.source_kinds.resolve_source)."""
 
     records: list  # SampleRecords in shard order, from the tar headers
     payload_ext: str

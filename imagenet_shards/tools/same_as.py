@@ -39,8 +39,7 @@ from imagenet_shards.errors import DatasetError
 from imagenet_shards.index import payload_problem
 from imagenet_shards.dataset_folder import DISTRIBUTED_DIR, REPARTITION_MANIFEST, SPLITS
 from imagenet_shards.loader.payloads import get_payload
-from imagenet_shards.loader.source_kinds import get_source_kind
-from imagenet_shards.loader.sources import SourceError, load_own_share, resolve_source
+from imagenet_shards.loader.source_kinds import SourceError, get_source_kind, load_own_share, resolve_source
 from imagenet_shards.preprocess import apply_steps, parse_steps
 from imagenet_shards.validate.report import Report, ValidationUsageError
 

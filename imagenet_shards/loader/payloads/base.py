@@ -19,7 +19,7 @@ class PayloadKind:
     name: str  # the `kind` of the loader's raw sample tuples (what a source kind yields)
     extensions: tuple  # the member extensions it decodes; () where only a source kind names it
     # into(pipeline, payload, slot, rng, bbox, source) -> None: `slot` an HWC uint8 view of the batch,
-    # `rng` the worker's random.Random, `bbox` a usable normalised box or None, `source` the loader.sources.Source
+    # `rng` the worker's random.Random, `bbox` a usable normalised box or None, `source` the loader's Source
     into: Callable
     # pixels(payload, tensor_layout) -> HWC uint8 numpy array; None for encoded images (PIL opens those)
     pixels: Optional[Callable] = None

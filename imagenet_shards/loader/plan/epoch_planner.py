@@ -24,7 +24,7 @@ from imagenet_shards.loader.plan.sub_order import SubOrder, plan_items, plan_seg
 from imagenet_shards.loader.plan.share_plan import epoch_order, plan_instance, plan_own_share
 from imagenet_shards.loader.source_kinds import get_source_kind
 from imagenet_shards.loader.source_kinds.mix import mix_parts, source_runs
-from imagenet_shards.loader.sources import Source, load_own_share
+from imagenet_shards.loader.source_kinds import Source, load_own_share
 
 log = logging.getLogger(__name__)
 

@@ -10,21 +10,49 @@
 Everything that differs by kind is asked of the kind: no code outside this package compares a
 kind's name (tools/layout.py checks it).
 
-loader/sources.py resolves what a `source` argument names into a Source whose `kind` is a key
-here, asking each kind's `resolve` hook in RESOLVING's order (source_kinds/source.py: the Source, the kind's own
-settings object in it); the loader reads each worker's items through that kind and decodes each payload through
-imagenet_shards/loader/payloads/. Adding a source kind is a module with one `SourceKind` (see base.py
-for the contract: its reading and its `resolve` hook) and one entry in `SOURCE_KINDS` and `RESOLVING`; no loader
-change.
+`resolve_source` resolves what a `source` argument names into a Source whose `kind` is a key here,
+asking each kind's `resolve` hook in RESOLVING's order, then each `resolve_loose` hook, with no branch of its
+own (source_kinds/source.py: the Source, the kind's own settings object in it):
+
+    converted dataset   a directory or http(s) base URL holding metadata.json and its sample indexes (made by
+                        create_webdataset.py); groups = shards. A repartition for the instance count
+                        (distributed/<N>-instances/manifest.json, made by distributed_webdataset.py) is used
+                        when present.
+    TFRecord shards     a folder (or list) of TF-slim shards (train-00000-of-01024 ...) without metadata: indexed
+                        from their record headers (or .tfindex files), and the label offset (TF-slim stores
+                        1..1000) given or detected, never silent.
+    shard list          paths, URLs or brace patterns of tar shards. When the shards' folder holds a converted
+                        dataset's metadata and index, those are used; otherwise each shard's headers are scanned
+                        once to index it (exact balancing still holds, at the cost of one pass over the headers:
+                        a warning says so).
+    ImageNet folder     the extracted layout (<root>/<split>/<class>/<image>, `val` accepted for `validation`),
+                        with torchvision ImageFolder semantics (sorted classes, sorted files, the same
+                        extensions); groups = single images.
+    CIFAR-10 batches    a folder holding cifar-10-batches-py/ (or the batches themselves): the reference
+                        harness's --data cifar10, read by imagenet_shards.cifar10 (never downloaded).
+    "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
+    Mix(...)            several converted datasets with weights (imagenet_shards/loader/mix.py): the mix kind.
+
+The first four are the shard kind's (shards.py). The loader reads each worker's items through the
+Source's kind and decodes each payload through imagenet_shards/loader/payloads/. Adding a source kind is a
+module with one `SourceKind` (see base.py for the contract: its reading and its `resolve` hook) and one entry
+in `SOURCE_KINDS` and `RESOLVING`; no loader change. (loader/sources.py, where resolve_source was before,
+re-exports it for one release.)
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
+from imagenet_shards.dataset_folder import METADATA_FILE
 from imagenet_shards.loader.source_kinds.base import Boxed, ReadContext, SourceKind
 from imagenet_shards.loader.source_kinds.cifar10 import CIFAR10
 from imagenet_shards.loader.source_kinds.folder import FOLDER
 from imagenet_shards.loader.source_kinds.mix import MIX
-from imagenet_shards.loader.source_kinds.shards import SHARDS
+from imagenet_shards.loader.source_kinds.shards import SHARDS, load_own_share
+from imagenet_shards.loader.source_kinds.source import ResolveRequest, Source, SourceError
+from imagenet_shards.loader.source_kinds.synthetic import NAMES as SYNTHETIC_NAMES
 from imagenet_shards.loader.source_kinds.synthetic import SYNTHETIC
 from imagenet_shards.errors import Error
 
@@ -53,5 +81,32 @@ def keys_of(context: ReadContext, items) -> list:
     return [item if isinstance(item, str) else key(context, item) for item in items]
 
 
+def resolve_source(source, split: str, instance_count: int = 1, image_size: int = 224,
+                   synthetic_length: Optional[int] = None, seed: int = 0, use_repartition: bool = True,
+                   label_offset: Optional[int] = None) -> Source:
+    """The Source that `source` names (see the module docstring), for `split` and these instances."""
+    request = ResolveRequest(split, instance_count, image_size, synthetic_length, seed, use_repartition,
+                             label_offset, resolve=_resolve)
+    return _resolve(source, request)
+
+
+def _resolve(source, request: ResolveRequest) -> Source:
+    """The Source the first kind to claim `source` makes: each kind's `resolve`, then each `resolve_loose`."""
+    if isinstance(source, Source):
+        return source
+    hooks = [kind.resolve for kind in RESOLVING] + [kind.resolve_loose for kind in RESOLVING]
+    for hook in hooks:
+        resolved = hook(source, request) if hook is not None else None
+        if resolved is not None:
+            return resolved
+    raise SourceError(
+        f"{Path(str(source))}: neither a converted dataset ({METADATA_FILE}), nor an ImageNet folder "
+        f"({request.split}/<class>/<image>), nor a folder of .tar shards"
+    )
+
+
+# Besides the registry: resolve_source and what its callers outside loader/ use with it (the Source, its error,
+# a repartition's share of an instance, the names of the synthetic source).
 __all__ = ["Boxed", "CIFAR10", "FOLDER", "FORMER_NAMES", "MIX", "RESOLVING", "ReadContext", "SHARDS", "SOURCE_KINDS",
-           "SYNTHETIC", "SourceKind", "UnknownSourceKindError", "get_source_kind", "keys_of"]
+           "SYNTHETIC", "SYNTHETIC_NAMES", "Source", "SourceError", "SourceKind", "UnknownSourceKindError",
+           "get_source_kind", "keys_of", "load_own_share", "resolve_source"]

@@ -30,7 +30,7 @@ from imagenet_shards.loader.plan.share_plan import epoch_sequence
 class ReadContext:
     """What a source kind reads besides the items."""
 
-    source: object  # the loader.sources.Source
+    source: object  # the Source (source_kinds/source.py)
     columns: object  # the sample index the rows refer to (this instance's repartition share or the source's), or None
     verify: bool  # check each indexed payload's CRC32C
     use_bbox_info: bool  # payloads come Boxed with their bounding box (kinds with `bboxes` only)
@@ -84,7 +84,7 @@ def grouped_fingerprint(source):
 class SourceKind:
     """A source kind: how its items are read, named, labelled, ordered and fingerprinted."""
 
-    name: str  # the `kind` of a loader.sources.Source
+    name: str  # the `kind` of a Source (source_kinds/source.py)
     raw_samples: Callable  # raw_samples(context, items) -> iterator of raw sample tuples (above)
     key: Callable = listed_key  # key(context, item) -> the sample's key (reports, ledgers, batches with_keys)
     labels: Callable = listed_labels  # labels(context, items) -> their class indexes, a list of ints (ledgers)
@@ -96,7 +96,7 @@ class SourceKind:
     indexed: bool = False  # its items are rows of a sample index (the source's columns): a converted dataset's
     former_names: tuple = ()  # names it had before: get_source_kind maps them to it
     # resolve(source, request) -> the Source (source_kinds/source.py) a `source` argument names when it names one of
-    # this kind, else None; `request` a ResolveRequest. loader/sources.py asks the kinds in RESOLVING's order.
+    # this kind, else None; `request` a ResolveRequest. resolve_source (__init__.py) asks them in RESOLVING's order.
     resolve: Optional[Callable] = None
     resolve_loose: Optional[Callable] = None  # the same, asked after every kind's `resolve` (a folder of loose shards)
     # stored_bytes_per_image(source) -> the mean bytes the source stores per sample (the host benchmark's figure)

@@ -1,7 +1,7 @@
-"""What resolving a `source` argument yields (loader/sources.py dispatches; each kind's `resolve` hook makes one):
-a `Source` holds what every kind has (kind, description, groups, payload, classes, stored steps, layout) and
-`settings`, the kind's own settings object (ShardSettings, SyntheticSettings, Cifar10Arrays, MixParts), so a
-new kind adds its settings to its own module, not a field here (tools/layout.py checks it)."""
+"""What resolving a `source` argument yields (resolve_source, in __init__.py, dispatches; each kind's `resolve`
+hook makes one): a `Source` holds what every kind has (kind, description, groups, payload, classes, stored steps,
+layout) and `settings`, the kind's own settings object (ShardSettings, SyntheticSettings, Cifar10Arrays,
+MixParts), so a new kind adds its settings to its own module, not a field here (tools/layout.py checks it)."""
 
 from __future__ import annotations
 
