@@ -441,9 +441,9 @@ def build_stream(settings: LoaderSettings) -> ImageStream:
     shuffle_buffer = settings.order.shuffle_buffer if settings.shuffle and planner.order is None else 0
     context = ReadContext(resolved, planner.columns, source.verify, boxes, seed, positions=planner.order is not None)
     read_loop = ReadLoop(context, pipeline, batch_size, instance.index, on_error=settings.on_error,
-                         shuffle_buffer=shuffle_buffer,
-                         drop_last=settings.drop_last, normalization=normalization, batch_transform=batch_transform,
-                         torch_random=torch_random, device_decode=settings.device_decode)
+                         shuffle_buffer=shuffle_buffer, drop_last=settings.drop_last, normalization=normalization,
+                         batch_transform=batch_transform, torch_random=torch_random,
+                         device_decode=settings.device_decode)
     return ImageStream(planner, read_loop)
 
 

@@ -14,17 +14,9 @@ kind's name (tools/layout.py checks it).
 asking each kind's `resolve` hook in RESOLVING's order, then each `resolve_loose` hook, with no branch of its
 own (source_kinds/source.py: the Source, the kind's own settings object in it):
 
-    converted dataset   a directory or http(s) base URL holding metadata.json and its sample indexes (made by
-                        create_webdataset.py); groups = shards. A repartition for the instance count
-                        (distributed/<N>-instances/manifest.json, made by distributed_webdataset.py) is used
-                        when present.
-    TFRecord shards     a folder (or list) of TF-slim shards (train-00000-of-01024 ...) without metadata: indexed
-                        from their record headers (or .tfindex files), and the label offset (TF-slim stores
-                        1..1000) given or detected, never silent.
-    shard list          paths, URLs or brace patterns of tar shards. When the shards' folder holds a converted
-                        dataset's metadata and index, those are used; otherwise each shard's headers are scanned
-                        once to index it (exact balancing still holds, at the cost of one pass over the headers:
-                        a warning says so).
+    converted dataset,  what names shards: the shard kind's; its docstring (shards.py) says how each is
+    TFRecord shards,    read (metadata.json and the sample index, a repartition when present; TF-slim shards
+    shard list          indexed from their headers, the label offset given or detected; tar shards scanned).
     ImageNet folder     the extracted layout (<root>/<split>/<class>/<image>, `val` accepted for `validation`),
                         with torchvision ImageFolder semantics (sorted classes, sorted files, the same
                         extensions); groups = single images.
@@ -33,9 +25,8 @@ own (source_kinds/source.py: the Source, the kind's own settings object in it):
     "synthetic"         generated uint8 images (also "generated"), deterministic from the seed.
     Mix(...)            several converted datasets with weights (imagenet_shards/loader/mix.py): the mix kind.
 
-The first four are the shard kind's (shards.py). The loader reads each worker's items through the
-Source's kind and decodes each payload through imagenet_shards/loader/payloads/. Adding a source kind is a
-module with one `SourceKind` (see base.py for the contract: its reading and its `resolve` hook) and one entry
+The loader reads each worker's items through the Source's kind and decodes each payload through
+imagenet_shards/loader/payloads/. Adding a source kind is a module with one `SourceKind` (see base.py for the contract: its reading and its `resolve` hook) and one entry
 in `SOURCE_KINDS` and `RESOLVING`; no loader change. (loader/sources.py, where resolve_source was before,
 re-exports it for one release.)
 """
